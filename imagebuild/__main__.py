@@ -1,0 +1,3 @@
+from imagebuild.cli import main
+
+raise SystemExit(main())

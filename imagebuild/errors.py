@@ -1,0 +1,49 @@
+"""The one error hierarchy of imagebuild.
+
+Every error raised on purpose is an ImageBuildError. Its message names the
+file, key, step or command at fault and what to do next; ``cli.main`` prints it
+on one line and exits with ``exit_code``. Anything else is a bug and keeps its
+traceback.
+"""
+
+from __future__ import annotations
+
+
+class ImageBuildError(Exception):
+    """Base of every error imagebuild reports to the user."""
+
+    exit_code = 1
+
+
+class ConfigError(ImageBuildError):
+    """Bad input: pins.toml, stages/, an arch profile, constraints/ or an argument."""
+
+    exit_code = 2
+
+
+class UnpinnedError(ConfigError):
+    """A source the command needs has no immutable identity yet."""
+
+
+class EngineError(ImageBuildError):
+    """The Docker engine is unreachable or refused a request."""
+
+    exit_code = 3
+
+
+class BuildError(ImageBuildError):
+    """A build step failed; nothing was tagged."""
+
+    exit_code = 4
+
+
+class LockError(ImageBuildError):
+    """A source could not be resolved; pins.toml was left untouched."""
+
+    exit_code = 5
+
+
+class VerifyError(ImageBuildError):
+    """The image failed its smoke checks."""
+
+    exit_code = 6
