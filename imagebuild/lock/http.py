@@ -1,0 +1,206 @@
+"""The one HTTP helper of ``imagebuild lock``.
+
+Every request of the lock (registries, package indexes, file downloads) goes
+through :class:`Http`: one ``requests.Session`` per worker thread (sessions
+are not documented as thread-safe), a connect/read timeout on every call, a
+few retries with backoff on transient failures (connection reset, 5xx, 429,
+timeouts, a stream cut short) and a :class:`FetchError` that names the URL,
+the cause (DNS, TLS, 404, 401/403, timeout, ...) and what to check next.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection, Mapping
+from typing import TypeVar
+
+import requests
+from requests.auth import AuthBase
+
+T = TypeVar("T")
+
+CHUNK_SIZE = 1 << 20
+USER_AGENT = "imagebuild-lock (+requests)"
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class FetchError(Exception):
+    """A URL could not be fetched: the URL, the cause, and what to check."""
+
+    def __init__(self, url: str, cause: str, hint: str, *, status: int | None = None) -> None:
+        super().__init__(f"{url}: {cause}. {hint}")
+        self.url = url
+        self.cause = cause
+        self.hint = hint
+        self.status = status
+
+
+class Cancelled(Exception):
+    """The lock was interrupted; workers stop at their next chunk or retry."""
+
+
+class Http:
+    """Timeouts, retries and error translation for every HTTP call of the lock."""
+
+    def __init__(
+        self,
+        *,
+        timeout: float,
+        attempts: int = 3,
+        backoff: float = 0.25,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self.timeout = timeout
+        self.attempts = max(1, attempts)
+        self.backoff = backoff
+        self.cancel = cancel or threading.Event()
+        self._local = threading.local()
+        self._sessions: list[requests.Session] = []
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Http:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            for session in self._sessions:
+                session.close()
+            self._sessions.clear()
+
+    def check_cancelled(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled
+
+    def _session(self) -> requests.Session:
+        session: requests.Session | None = getattr(self._local, "session", None)
+        if session is None:
+            session = requests.Session()
+            session.headers["User-Agent"] = USER_AGENT
+            self._local.session = session
+            with self._lock:
+                self._sessions.append(session)
+        return session
+
+    def request(
+        self,
+        url: str,
+        consume: Callable[[requests.Response], T],
+        *,
+        method: str = "GET",
+        headers: Mapping[str, str] | None = None,
+        auth: AuthBase | tuple[str, str] | None = None,
+        accept: Collection[int] = (200,),
+    ) -> T:
+        """Send a request and hand the streamed response to ``consume``.
+
+        ``consume`` runs inside the retry loop, so a body cut short or a read
+        that times out mid-stream is retried from the start like any other
+        transient failure. Statuses outside ``accept`` raise FetchError.
+        """
+        for attempt in range(1, self.attempts + 1):
+            self.check_cancelled()
+            last = attempt == self.attempts
+            try:
+                with self._session().request(
+                    method,
+                    url,
+                    headers=dict(headers or {}),
+                    auth=auth,
+                    stream=True,
+                    timeout=(self.timeout, self.timeout),
+                ) as resp:
+                    if resp.status_code not in accept:
+                        if resp.status_code in RETRY_STATUSES and not last:
+                            self._sleep(attempt)
+                            continue
+                        raise status_error(url, resp, attempts=attempt)
+                    return consume(resp)
+            except requests.RequestException as e:
+                cause, hint, transient = describe_exception(e, self.timeout)
+                if transient and not last:
+                    self._sleep(attempt)
+                    continue
+                tries = f" (after {attempt} attempts)" if attempt > 1 else ""
+                raise FetchError(url, cause + tries, hint) from e
+        msg = "unreachable"
+        raise AssertionError(msg)  # pragma: no cover
+
+    def _sleep(self, attempt: int) -> None:
+        # Wake early on Ctrl-C instead of sleeping out the backoff.
+        if self.cancel.wait(self.backoff * 2 ** (attempt - 1)):
+            raise Cancelled
+
+
+def status_error(url: str, resp: requests.Response, *, attempts: int = 1) -> FetchError:
+    status = resp.status_code
+    text = f"HTTP {status} {resp.reason or ''}".strip()
+    if status == 401:
+        hint = "Authentication required: check the credentials (docker login / ~/.docker/config.json)"
+    elif status == 403:
+        hint = "Access denied: check that the credentials may read this resource"
+    elif status == 404:
+        hint = "Not found: check the name, tag, version or URL in pins.toml"
+    elif status == 429:
+        hint = "Rate limited: wait and retry, or authenticate for a higher limit"
+    elif status >= 500:
+        hint = "The server failed: retry later or check the service's status"
+    else:
+        hint = "Unexpected answer: check the URL in pins.toml"
+    tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+    return FetchError(url, text + tries, hint, status=status)
+
+
+def _chain(e: BaseException) -> str:
+    """The exception and its causes as one lowercase string, for classification."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = e
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.append(f"{type(current).__name__}: {current}")
+        for arg in current.args:
+            if isinstance(arg, BaseException):
+                parts.append(f"{type(arg).__name__}: {arg}")
+        current = current.__cause__ or current.__context__
+    return " | ".join(parts).lower()
+
+
+def describe_exception(e: requests.RequestException, timeout: float) -> tuple[str, str, bool]:
+    """(cause, what to check, transient?) for a requests exception."""
+    chain = _chain(e)
+    if isinstance(e, requests.exceptions.SSLError):
+        return (
+            f"TLS error ({e})",
+            "Check the server certificate, the system CA store or REQUESTS_CA_BUNDLE",
+            False,
+        )
+    if "nameresolution" in chain or "name or service not known" in chain or "getaddrinfo" in chain:
+        return (
+            "DNS lookup failed",
+            "Check the host name in pins.toml and the network/DNS configuration",
+            False,
+        )
+    if isinstance(e, requests.Timeout) or "timed out" in chain or "timeout" in chain:
+        return (
+            f"timed out after {timeout:g}s",
+            "The server is slow or unreachable: retry, or raise --timeout",
+            True,
+        )
+    if isinstance(e, requests.exceptions.ChunkedEncodingError) or "incompleteread" in chain:
+        return (
+            "connection dropped before the whole body arrived",
+            "Retry; if it persists the server or a proxy is cutting downloads",
+            True,
+        )
+    if "connection refused" in chain:
+        return (
+            "connection refused",
+            "Check that the server is up and the host/port in pins.toml are right",
+            False,
+        )
+    if isinstance(e, requests.ConnectionError):
+        return ("connection failed or reset", "Check the network, proxy settings and the server", True)
+    return (f"request failed ({type(e).__name__}: {e})", "Check the URL in pins.toml", False)

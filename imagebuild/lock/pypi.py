@@ -1,0 +1,190 @@
+"""Pick the wheel of a PyPI release the image will install, and its sha256.
+
+The index is read through the simple API: PEP 691 JSON when the index serves
+it, PEP 503 HTML otherwise. The target is the base image's python (from the
+``base`` pin) on manylinux 2_17..2_40 for the arch profile's machine; of the
+release's wheels, the one whose best tag comes first in packaging's priority
+order wins, as pip would choose. A release without a matching wheel is an
+error listing what exists (sdists are never chosen: the image build must not
+compile a pinned dependency behind our back).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from typing import Any
+from urllib.parse import urldefrag, urljoin
+
+import requests
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from imagebuild.lock.http import FetchError, Http
+
+JSON_TYPE = "application/vnd.pypi.simple.v1+json"
+ACCEPT = f"{JSON_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
+MANYLINUX_MINORS = range(40, 16, -1)  # manylinux_2_40 .. manylinux_2_17, newest first as pip orders
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistFile:
+    filename: str
+    url: str
+    sha256: str | None  # None when the index does not publish one
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelChoice:
+    file: DistFile
+    tag: Tag
+    candidates: tuple[str, ...]  # every file of the release, for messages
+
+
+class NoMatchingWheel(Exception):
+    pass
+
+
+def project_url(index: str, project: str) -> str:
+    return f"{index.rstrip('/')}/{canonicalize_name(project)}/"
+
+
+def target_platforms(machine: str) -> list[str]:
+    platforms: list[str] = []
+    for minor in MANYLINUX_MINORS:
+        platforms.append(f"manylinux_2_{minor}_{machine}")
+        if minor == 17:
+            platforms.append(f"manylinux2014_{machine}")  # legacy alias of 2_17
+    platforms.append(f"linux_{machine}")
+    return platforms
+
+
+def target_tags(python: str, machine: str) -> list[Tag]:
+    """Tags the target interpreter accepts, most specific first."""
+    try:
+        major, minor = (int(p) for p in python.split(".")[:2])
+    except ValueError as e:
+        msg = f"python version '{python}' is not MAJOR.MINOR"
+        raise ValueError(msg) from e
+    version = (major, minor)
+    platforms = target_platforms(machine)
+    tags = list(cpython_tags(version, platforms=platforms))
+    tags += list(compatible_tags(version, interpreter=f"cp{major}{minor}", platforms=platforms))
+    return tags
+
+
+def list_files(http: Http, index: str, project: str) -> list[DistFile]:
+    """Every file the index lists for ``project``, via JSON or HTML."""
+    url = project_url(index, project)
+
+    def consume(resp: requests.Response) -> list[DistFile]:
+        content_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
+        base = resp.url or url
+        if content_type == JSON_TYPE:
+            try:
+                return _parse_json(resp.json(), base)
+            except (ValueError, KeyError, TypeError) as e:
+                raise FetchError(
+                    url, f"the index sent an invalid PEP 691 page ({e})", "Check the index"
+                ) from e
+        if content_type in ("text/html", "application/vnd.pypi.simple.v1+html"):
+            return _parse_html(resp.text, base)
+        raise FetchError(
+            url,
+            f"the index answered with '{content_type or 'no content type'}', not a simple-API page",
+            "Check that `index` in pins.toml is a PEP 503/691 simple index (ends in /simple/)",
+        )
+
+    return http.request(url, consume, headers={"Accept": ACCEPT})
+
+
+def _parse_json(data: Any, base: str) -> list[DistFile]:
+    files: list[DistFile] = []
+    for f in data["files"]:
+        sha = f.get("hashes", {}).get("sha256")
+        files.append(DistFile(filename=f["filename"], url=urljoin(base, f["url"]), sha256=sha or None))
+    return files
+
+
+class _AnchorParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.anchors: list[tuple[str, str]] = []
+        self._href: str | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+            self._text = []
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a" and self._href is not None:
+            self.anchors.append((self._href, "".join(self._text).strip()))
+            self._href = None
+
+
+def _parse_html(text: str, base: str) -> list[DistFile]:
+    parser = _AnchorParser()
+    parser.feed(text)
+    files: list[DistFile] = []
+    for href, label in parser.anchors:
+        link, fragment = urldefrag(urljoin(base, href))
+        algo, _, value = fragment.partition("=")
+        filename = label or link.rsplit("/", 1)[-1]
+        files.append(
+            DistFile(filename=filename, url=link, sha256=value if algo == "sha256" and value else None)
+        )
+    return files
+
+
+def choose_wheel(files: list[DistFile], project: str, version: str, tags: list[Tag]) -> WheelChoice:
+    """The release's wheel whose best tag ranks first in ``tags``."""
+    rank = {tag: i for i, tag in enumerate(tags)}
+    want_name, want_version = canonicalize_name(project), Version(version)
+    release: list[str] = []
+    best: tuple[int, int, DistFile, Tag] | None = None
+    for f in files:
+        if not f.filename.endswith(".whl"):
+            if _sdist_version(f.filename, want_name) == want_version:
+                release.append(f.filename)
+            continue
+        try:
+            name, ver, build, file_tags = parse_wheel_filename(f.filename)
+        except (InvalidWheelFilename, InvalidVersion):
+            continue
+        if name != want_name or ver != want_version:
+            continue
+        release.append(f.filename)
+        ranked = [(rank[t], t) for t in file_tags if t in rank]
+        if not ranked:
+            continue
+        position, tag = min(ranked)
+        build_number = -build[0] if build else 0
+        if best is None or (position, build_number) < best[:2]:
+            best = (position, build_number, f, tag)
+    if best is None:
+        msg = (
+            f"no wheel of {project}=={version} matches {tags[0]} (or a compatible tag); "
+            f"the release has: {', '.join(sorted(release)) or 'no files'}"
+        )
+        raise NoMatchingWheel(msg)
+    return WheelChoice(file=best[2], tag=best[3], candidates=tuple(sorted(release)))
+
+
+def _sdist_version(filename: str, want_name: str) -> Version | None:
+    for ext in (".tar.gz", ".zip"):
+        if filename.endswith(ext):
+            stem = filename.removesuffix(ext)
+            name, _, ver = stem.rpartition("-")
+            if canonicalize_name(name) == want_name:
+                try:
+                    return Version(ver)
+                except InvalidVersion:
+                    return None
+    return None

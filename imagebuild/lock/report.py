@@ -1,0 +1,158 @@
+"""What a lock found, per pin, as data; rendered as a table or as JSON.
+
+Pure functions of the result: no printing here, the CLI decides where text goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Status = Literal["unchanged", "filled", "updated", "moved"]
+IdentityFields = Mapping[str, str | int]
+Mode = Literal["write", "dry-run", "check"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PinChange:
+    """One pin's outcome. ``old``/``new`` are the display identities.
+
+    ``applied`` says whether ``new_fields`` go into pins.toml (or would, on a
+    dry run or check); a change that is not applied leaves the file stale.
+    """
+
+    name: str
+    kind: str
+    tracked: str
+    old: str | None
+    new: str | None
+    status: Status
+    applied: bool
+    checked: bool  # False when the recorded identity was kept without asking the source
+    old_fields: IdentityFields = field(default_factory=dict)
+    new_fields: IdentityFields = field(default_factory=dict)
+    detail: str = ""
+
+    @property
+    def pending(self) -> bool:
+        """A difference the file does not (yet) carry."""
+        return self.status != "unchanged"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "tracked": self.tracked,
+            "old": self.old,
+            "new": self.new,
+            "status": self.status,
+            "applied": self.applied,
+            "checked": self.checked,
+            "old_fields": dict(self.old_fields),
+            "new_fields": dict(self.new_fields),
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockResult:
+    pins_path: Path
+    changes: tuple[PinChange, ...]
+    wrote: bool
+    stale: bool
+    mode: Mode = "write"
+
+    def change(self, name: str) -> PinChange:
+        for c in self.changes:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    @property
+    def moved(self) -> tuple[PinChange, ...]:
+        return tuple(c for c in self.changes if c.status == "moved")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pins_path": str(self.pins_path),
+            "mode": self.mode,
+            "wrote": self.wrote,
+            "stale": self.stale,
+            "changes": [c.to_json() for c in self.changes],
+        }
+
+    def format_table(self) -> str:
+        rows = [("PIN", "KIND", "TRACKED", "IDENTITY", "STATUS")]
+        rows += [
+            (c.name, c.kind, _clip(c.tracked, 40), _identity_cell(c), _status_cell(c, self.mode))
+            for c in self.changes
+        ]
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = [
+            "  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
+            for row in rows
+        ]
+        for c in self.changes:
+            if c.status == "moved":
+                lines.append("")
+                lines.append(
+                    f"!! MOVED: [{c.name}] {c.tracked} was {c.old} and is now {c.new}. "
+                    "A tag or file that changes under the same name is a supply-chain signal: "
+                    "find out why before accepting it"
+                    + ("" if c.applied else f" with `imagebuild lock --upgrade-pin {c.name}`")
+                    + "."
+                )
+            if c.detail and c.status != "unchanged":
+                lines.append(f"   [{c.name}] {c.detail}")
+        lines.append("")
+        lines.append(self.summary())
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        pending = [c for c in self.changes if c.pending]
+        unapplied = [c.name for c in pending if not c.applied]
+        if self.wrote:
+            head = f"wrote {self.pins_path} ({len([c for c in pending if c.applied])} pin(s) changed)"
+        elif self.mode == "dry-run" and any(c.applied for c in pending):
+            head = f"dry run: {self.pins_path} left untouched"
+        elif self.mode == "check":
+            head = f"check: {self.pins_path} is {'STALE' if self.stale else 'up to date'}"
+        else:
+            head = f"{self.pins_path} is up to date" if not self.stale else f"{self.pins_path} unchanged"
+        if unapplied:
+            head += (
+                f"; not rewritten without an upgrade: {', '.join(unapplied)} "
+                f"(accept with `imagebuild lock --upgrade-pin NAME`)"
+            )
+        return head
+
+
+def _short(identity: str | None) -> str:
+    if not identity:
+        return "(none)"
+    if identity.startswith("sha256:"):
+        return identity[:19]
+    return identity[:12]
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _identity_cell(c: PinChange) -> str:
+    if c.old == c.new:
+        return _short(c.old)
+    return f"{_short(c.old)} -> {_short(c.new)}"
+
+
+def _status_cell(c: PinChange, mode: str) -> str:
+    label = "MOVED !!" if c.status == "moved" else c.status
+    if not c.checked and c.status == "unchanged":
+        return f"{label} (not re-checked)"
+    if c.pending and not c.applied:
+        return f"{label} (kept: needs --upgrade-pin {c.name})"
+    if c.pending and mode != "write":
+        return f"{label} (not written: {mode})"
+    return label

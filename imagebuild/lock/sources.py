@@ -1,0 +1,108 @@
+"""Ask one pin's source for its current immutable identity.
+
+Dispatches on the pin's kind to git, the registry, the file hasher or the
+package index, and turns their errors into a :class:`SourceError` that names
+the pin, the URL, the cause and what to check.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from imagebuild.arch import ArchProfile
+from imagebuild.lock.files import hash_url
+from imagebuild.lock.git import GitError, resolve_ref
+from imagebuild.lock.http import FetchError, Http
+from imagebuild.lock.pypi import NoMatchingWheel, choose_wheel, list_files, project_url, target_tags
+from imagebuild.lock.registry import RegistryClient, parse_image_name
+from imagebuild.pins import GitPin, ImagePin, Pin, PypiPin, WheelPin
+
+
+class SourceError(Exception):
+    """One pin could not be resolved."""
+
+    def __init__(self, pin: Pin, url: str, cause: str, hint: str) -> None:
+        super().__init__(f"[{pin.name}] {url}: {cause}. {hint}")
+        self.pin = pin
+        self.url = url
+        self.cause = cause
+        self.hint = hint
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolved:
+    fields: dict[str, str | int]
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceContext:
+    http: Http
+    registry: RegistryClient
+    arch: ArchProfile
+    python: str | None  # the base image's python, for wheel tags
+    timeout: float
+    cancel: threading.Event
+
+
+def resolve_pin(pin: Pin, ctx: SourceContext) -> Resolved:
+    try:
+        if isinstance(pin, GitPin):
+            return _git(pin, ctx)
+        if isinstance(pin, ImagePin):
+            return _image(pin, ctx)
+        if isinstance(pin, WheelPin):
+            digest = hash_url(ctx.http, pin.url)
+            return Resolved(fields={"sha256": digest.sha256, "size": digest.size})
+        if isinstance(pin, PypiPin):
+            return _pypi(pin, ctx)
+    except (FetchError, GitError) as e:
+        raise SourceError(pin, e.url, e.cause, e.hint) from e
+    msg = f"nothing to resolve for a {pin.kind} pin"
+    raise AssertionError(msg)
+
+
+def _git(pin: GitPin, ctx: SourceContext) -> Resolved:
+    ref = resolve_ref(pin.url, tag=pin.tag, branch=pin.branch, timeout=ctx.timeout, cancel=ctx.cancel)
+    detail = f"{ref.ref} (annotated, peeled)" if ref.annotated else ref.ref
+    return Resolved(fields={"commit": ref.commit}, detail=detail)
+
+
+def _image(pin: ImagePin, ctx: SourceContext) -> Resolved:
+    name = parse_image_name(pin.image)
+    digests = ctx.registry.resolve(name, pin.tag, ctx.arch.platform)
+    kind = "index" if digests.platform_digest != digests.digest else "single manifest"
+    detail = f"{kind} {digests.media_type}; {ctx.arch.platform} = {digests.platform_digest}"
+    return Resolved(
+        fields={"digest": digests.digest, "platform_digest": digests.platform_digest}, detail=detail
+    )
+
+
+def _pypi(pin: PypiPin, ctx: SourceContext) -> Resolved:
+    if ctx.python is None:
+        raise SourceError(
+            pin,
+            pin.index,
+            "no target python: pins.toml has no image pin named 'base' with a `python` field",
+            'Add [base] (kind = "image", python = "3.12") so wheels can be matched',
+        )
+    tags = target_tags(ctx.python, ctx.arch.machine)
+    files = list_files(ctx.http, pin.index, pin.project)
+    try:
+        choice = choose_wheel(files, pin.project, pin.version, tags)
+    except NoMatchingWheel as e:
+        raise SourceError(
+            pin,
+            project_url(pin.index, pin.project),
+            str(e),
+            f"Check `version` in pins.toml, or whether the release supports python {ctx.python} "
+            f"on {ctx.arch.platform}",
+        ) from e
+    sha256 = choice.file.sha256
+    if sha256 is None:  # an index without hashes: hash the file ourselves
+        sha256 = hash_url(ctx.http, choice.file.url).sha256
+    return Resolved(
+        fields={"filename": choice.file.filename, "sha256": sha256},
+        detail=f"best tag {choice.tag} of {len(choice.candidates)} file(s)",
+    )
