@@ -55,16 +55,16 @@ def load_arch(arch_dir: Path, name: str) -> ArchProfile:
     path = arch_dir / f"{name}.toml"
     t = Table(read_toml(path), str(path))
     t.check_keys(_KEYS)
-    platform = t.str("platform")
+    platform = t.string("platform")
     if not PLATFORM_RE.fullmatch(platform):
         msg = f"{path}: platform '{platform}' must be linux/amd64 or linux/arm64"
         raise ConfigError(msg)
     return ArchProfile(
         name=name,
-        description=t.str("description"),
+        description=t.string("description"),
         platform=platform,
-        gfx_arch=t.str("gfx_arch"),
-        rocm_arch=t.str("rocm_arch"),
-        mori_gpu_archs=t.str("mori_gpu_archs"),
-        nic_arch=t.str("nic_arch"),
+        gfx_arch=t.string("gfx_arch"),
+        rocm_arch=t.string("rocm_arch"),
+        mori_gpu_archs=t.string("mori_gpu_archs"),
+        nic_arch=t.string("nic_arch"),
     )

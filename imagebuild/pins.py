@@ -232,7 +232,7 @@ _KEYS: dict[PinKind, tuple[str, ...]] = {
 
 def _identity(t: Table, key: str, pattern: re.Pattern[str], example: str) -> str | None:
     """An identity field: empty means 'not locked yet', anything else must be well formed."""
-    value = t.str(key, default="")
+    value = t.string(key, default="")
     if not value:
         return None
     if not pattern.fullmatch(value):
@@ -246,7 +246,7 @@ def _identity(t: Table, key: str, pattern: re.Pattern[str], example: str) -> str
 
 def _parse_pin(name: str, t: Table, source: Path) -> Pin:
     kinds = [k.value for k in PinKind]
-    kind_text = t.str("kind")
+    kind_text = t.string("kind")
     if kind_text not in kinds:
         msg = f"{t.where}: unknown kind '{kind_text}'.{suggest(kind_text, kinds)} Known kinds: {', '.join(kinds)}"
         raise ConfigError(msg)
@@ -256,21 +256,21 @@ def _parse_pin(name: str, t: Table, source: Path) -> Pin:
     if kind is PinKind.IMAGE:
         return ImagePin(
             **common,
-            image=t.str("image"),
-            tag=t.str("tag"),
+            image=t.string("image"),
+            tag=t.string("tag"),
             digest=_identity(t, "digest", DIGEST_RE, "'sha256:' + 64 hex digest"),
             platform_digest=_identity(t, "platform_digest", DIGEST_RE, "'sha256:' + 64 hex digest"),
-            python=t.str("python"),
-            site_packages=t.str("site_packages"),
+            python=t.string("python"),
+            site_packages=t.string("site_packages"),
         )
     if kind is PinKind.GIT:
-        tag, branch = t.optional_str("tag"), t.optional_str("branch")
+        tag, branch = t.optional_string("tag"), t.optional_string("branch")
         if tag and branch:
             msg = f"{t.where}: set either 'tag' or 'branch', not both"
             raise ConfigError(msg)
         return GitPin(
             **common,
-            url=t.str("url"),
+            url=t.string("url"),
             tag=tag,
             branch=branch,
             commit=_identity(t, "commit", COMMIT_RE, "40-hex commit SHA"),
@@ -278,21 +278,21 @@ def _parse_pin(name: str, t: Table, source: Path) -> Pin:
     if kind is PinKind.WHEEL:
         return WheelPin(
             **common,
-            url=t.str("url"),
-            version=t.str("version"),
+            url=t.string("url"),
+            version=t.string("version"),
             sha256=_identity(t, "sha256", SHA256_RE, "64-hex sha256"),
-            size=t.int("size", default=0),
+            size=t.integer("size", default=0),
         )
     if kind is PinKind.PYPI:
         return PypiPin(
             **common,
-            project=t.str("project"),
-            version=t.str("version"),
-            index=t.str("index"),
-            filename=t.optional_str("filename") or None,
+            project=t.string("project"),
+            version=t.string("version"),
+            index=t.string("index"),
+            filename=t.optional_string("filename") or None,
             sha256=_identity(t, "sha256", SHA256_RE, "64-hex sha256"),
         )
-    return ToolchainPin(**common, version=t.str("version"))
+    return ToolchainPin(**common, version=t.string("version"))
 
 
 @dataclass(frozen=True)
@@ -318,7 +318,7 @@ class PinSet:
     def image(self, name: str) -> ImagePin:
         pin = self.get(name)
         if not isinstance(pin, ImagePin):
-            msg = f"{self.path}: [{name}] must be kind = \"image\", is \"{pin.kind}\""
+            msg = f'{self.path}: [{name}] must be kind = "image", is "{pin.kind}"'
             raise ConfigError(msg)
         return pin
 
@@ -390,8 +390,8 @@ def write_atomically(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o777)
-        os.replace(tmp, path)
+            Path(tmp).chmod(path.stat().st_mode & 0o777)
+        Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -60,30 +60,30 @@ class Table:
         value = self.data[key]
         # bool is an int subclass; never accept one where the other is meant.
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            msg = (
-                f"{self.where}: '{key}' must be a {kind.__name__}, "
-                f"got {type(value).__name__} {value!r}"
-            )
+            msg = f"{self.where}: '{key}' must be a {kind.__name__}, got {type(value).__name__} {value!r}"
             raise ConfigError(msg)
         return value
 
-    def str(self, key: str, *, default: str | None = None) -> str:
-        value = self._get(key, str, required=default is None)
-        return default if value is None else value
+    def string(self, key: str, *, default: str | None = None) -> str:
+        value: str | None = self._get(key, str, required=default is None)
+        if value is None:
+            assert default is not None  # _get raised for a missing required key
+            return default
+        return value
 
-    def optional_str(self, key: str) -> str | None:
+    def optional_string(self, key: str) -> str | None:
         value: str | None = self._get(key, str, required=False)
         return value
 
-    def int(self, key: str, *, default: int) -> int:
+    def integer(self, key: str, *, default: int) -> int:
         value = self._get(key, int, required=False)
         return default if value is None else value
 
-    def bool(self, key: str, *, default: bool) -> bool:
+    def boolean(self, key: str, *, default: bool) -> bool:
         value = self._get(key, bool, required=False)
         return default if value is None else value
 
-    def str_list(self, key: str) -> list[str]:
+    def strings(self, key: str) -> list[str]:
         value = self._get(key, list, required=False) or []
         for item in value:
             if not isinstance(item, str):
@@ -91,7 +91,7 @@ class Table:
                 raise ConfigError(msg)
         return list(value)
 
-    def str_map(self, key: str) -> dict[str, str]:
+    def string_map(self, key: str) -> dict[str, str]:
         value = self._get(key, dict, required=False) or {}
         for k, v in value.items():
             if not isinstance(v, str):

@@ -1,0 +1,184 @@
+"""Command line: parse arguments into options, call the core, exit once.
+
+Only ``main`` prints errors or exits; the commands return an exit code and
+write data to stdout, progress to stderr (imagebuild.log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from imagebuild import __version__
+from imagebuild.errors import ConfigError, ImageBuildError
+from imagebuild.log import logger, setup_logging
+from imagebuild.project import Inputs, Project, find_project
+from imagebuild.render import Dockerfile, RenderOptions, render
+
+DEFAULT_ARCH = "gfx942"
+
+
+def _project(args: argparse.Namespace) -> Project:
+    return find_project(Path.cwd(), args.pins)
+
+
+def _render(inputs: Inputs, *, allow_unpinned: bool, build_args: dict[str, str] | None = None) -> Dockerfile:
+    options = RenderOptions(allow_unpinned=allow_unpinned, build_args=build_args or {})
+    return render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, options)
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    project = _project(args)
+    inputs = project.load(args.arch)
+    if not args.check:
+        sys.stdout.write(_render(inputs, allow_unpinned=args.allow_unpinned).text)
+        return 0
+    # The committed file is a review artifact: it shows unpinned sources loudly
+    # rather than refusing them, so the staleness check renders the same way.
+    text = _render(inputs, allow_unpinned=True).text
+    committed = project.committed_dockerfile(args.arch)
+    old = committed.read_text(encoding="utf-8") if committed.exists() else ""
+    if old == text:
+        logger.info("%s is up to date", committed.relative_to(project.root))
+        return 0
+    diff = difflib.unified_diff(
+        old.splitlines(keepends=True), text.splitlines(keepends=True), str(committed), "rendered"
+    )
+    sys.stdout.writelines(diff)
+    name = committed.relative_to(project.root)
+    logger.error(
+        "%s is stale; regenerate it with: imagebuild render --arch %s --allow-unpinned > %s",
+        name,
+        args.arch,
+        name,
+    )
+    return 1
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from imagebuild.plan import CONSTRAINT_MECHANISM, format_plan, invalidated_steps
+
+    dockerfile = _render(_project(args).load(args.arch), allow_unpinned=True)
+    steps = invalidated_steps(dockerfile, args.changed) if args.changed else list(dockerfile.steps)
+    if args.json:
+        rows = [
+            {"step": s.number, "instruction": s.instruction.value, "title": s.title, "pins": list(s.pins)}
+            for s in steps
+        ]
+        json.dump({"arch": dockerfile.arch, "changed": args.changed, "steps": rows}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if args.changed:
+        logger.info(
+            "A change of pin '%s' rebuilds steps %d-%d:", args.changed, steps[0].number, steps[-1].number
+        )
+    sys.stdout.write(format_plan(steps) + "\n")
+    if not args.changed:
+        sys.stdout.write("\n" + CONSTRAINT_MECHANISM + "\n")
+    return 0
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    from imagebuild.lock import LockOptions, lock
+
+    project = _project(args)
+    arch = project.load(args.arch).arch
+    options = LockOptions(
+        pins_path=project.pins_path,
+        arch=arch,
+        upgrade=args.upgrade,
+        upgrade_pins=tuple(args.upgrade_pin),
+        dry_run=args.dry_run,
+        check=args.check,
+        jobs=args.jobs,
+    )
+    result = lock(options, progress=logger.debug)
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(result.format_table() + "\n")
+    if args.check and result.stale:
+        logger.error("%s is stale or incomplete; run `imagebuild lock`", project.pins_path)
+        return 1
+    return 0
+
+
+def _build_arg(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        msg = f"--build-arg {text!r}: expected NAME=VALUE"
+        raise argparse.ArgumentTypeError(msg)
+    return name, value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="imagebuild",
+        description="Reproducible builds of the Kimi-K3 vLLM serving image for AMD MI300X.",
+    )
+    parser.add_argument("--version", action="version", version=f"imagebuild {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more output (build step logs)")
+    parser.add_argument("--traceback", action="store_true", help="show the traceback of an error")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, func: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(func=func)
+        p.add_argument(
+            "--arch", default=DEFAULT_ARCH, help=f"arch profile in stages/arch/ (default {DEFAULT_ARCH})"
+        )
+        p.add_argument("--pins", type=Path, help="pins file (default: pins.toml of the checkout)")
+        return p
+
+    p = add("render", cmd_render, "print the Dockerfile rendered from stages/, pins and constraints/")
+    p.add_argument(
+        "--allow-unpinned",
+        action="store_true",
+        help="render sources without an immutable identity (loudly marked)",
+    )
+    p.add_argument(
+        "--check", action="store_true", help="exit 1 with a diff when docker/ARCH.Dockerfile is stale"
+    )
+
+    p = add("plan", cmd_plan, "show the build steps, or which steps a pin change rebuilds")
+    p.add_argument(
+        "--changed", metavar="PIN", help="list the steps whose layer cache a change of PIN invalidates"
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = add("lock", cmd_lock, "resolve tags, branches and URLs in pins.toml to immutable identities")
+    p.add_argument("--upgrade", action="store_true", help="re-resolve every pin")
+    p.add_argument(
+        "--upgrade-pin", action="append", default=[], metavar="NAME", help="re-resolve this pin (repeatable)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="show what would change; write nothing")
+    p.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 when pins.toml is stale or incomplete"
+    )
+    p.add_argument("--jobs", type=int, default=8, help="sources resolved at once (default 8)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    setup_logging(args.verbose)
+    try:
+        code: int = args.func(args)
+    except ImageBuildError as e:
+        if args.traceback:
+            logger.exception("imagebuild: error")
+        print(f"imagebuild: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("imagebuild: interrupted", file=sys.stderr)
+        return 130
+    return code
+
+
+__all__ = ["ConfigError", "main"]

@@ -1,0 +1,43 @@
+"""Progress on stderr, one logger; stdout is for data (render output, JSON)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import ClassVar
+
+logger = logging.getLogger("imagebuild")
+
+
+class _Formatter(logging.Formatter):
+    COLOURS: ClassVar[dict[int, str]] = {
+        logging.WARNING: "\033[33m",
+        logging.ERROR: "\033[31m",
+        logging.DEBUG: "\033[2m",
+    }
+
+    def __init__(self, colour: bool) -> None:
+        super().__init__("%(message)s")
+        self.colour = colour
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        colour = self.COLOURS.get(record.levelno) if self.colour else None
+        return f"{colour}{text}\033[0m" if colour else text
+
+
+def setup_logging(verbosity: int) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    colour = sys.stderr.isatty() and "NO_COLOR" not in os.environ
+    handler.setFormatter(_Formatter(colour))
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.DEBUG if verbosity > 0 else logging.INFO)
+    logger.propagate = False
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s"

@@ -1,0 +1,85 @@
+"""Where a checkout keeps its inputs, and loading them together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from imagebuild.arch import ArchProfile, load_arch
+from imagebuild.errors import ConfigError
+from imagebuild.pins import PinSet, load_pins
+from imagebuild.stages import ImageDefinition, load_stages
+
+
+@dataclass(frozen=True, kw_only=True)
+class Project:
+    root: Path
+    pins_path: Path
+
+    @property
+    def stages_dir(self) -> Path:
+        return self.root / "stages"
+
+    @property
+    def arch_dir(self) -> Path:
+        return self.stages_dir / "arch"
+
+    @property
+    def constraints_dir(self) -> Path:
+        return self.root / "constraints"
+
+    @property
+    def docker_dir(self) -> Path:
+        return self.root / "docker"
+
+    def committed_dockerfile(self, arch: str) -> Path:
+        return self.docker_dir / f"{arch}.Dockerfile"
+
+    def load(self, arch: str) -> Inputs:
+        return Inputs(
+            definition=load_stages(self.stages_dir),
+            pins=load_pins(self.pins_path),
+            arch=load_arch(self.arch_dir, arch),
+            constraints=read_constraints(self.constraints_dir),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Inputs:
+    definition: ImageDefinition
+    pins: PinSet
+    arch: ArchProfile
+    constraints: str  # the text of /etc/pip-constraints.txt
+
+
+def find_project(start: Path, pins: Path | None = None) -> Project:
+    """The checkout containing ``start``: the nearest directory with stages/image.toml."""
+    for candidate in (start, *start.parents):
+        if (candidate / "stages" / "image.toml").is_file():
+            return Project(root=candidate, pins_path=(pins or candidate / "pins.toml").resolve())
+    msg = f"{start}: not inside an imagebuild checkout (no stages/image.toml here or above); cd into the repository"
+    raise ConfigError(msg)
+
+
+def read_constraints(constraints_dir: Path) -> str:
+    """All constraints/*.txt, in name order, validated line by line."""
+    files = sorted(constraints_dir.glob("*.txt"))
+    if not files:
+        msg = f"{constraints_dir}: no *.txt constraint files; the build toolchain must be constrained (setuptools<80)"
+        raise ConfigError(msg)
+    parts: list[str] = []
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        for number, line in enumerate(text.splitlines(), 1):
+            spec = line.split("#", 1)[0].strip()
+            if not spec:
+                continue
+            try:
+                Requirement(spec)
+            except InvalidRequirement as e:
+                msg = f"{path}:{number}: '{spec}' is not a valid requirement specifier ({str(e).splitlines()[0]})"
+                raise ConfigError(msg) from e
+        parts.append(f"# from constraints/{path.name}\n{text.rstrip()}\n")
+    return "".join(parts)

@@ -1,0 +1,315 @@
+"""stages/: the image's steps as data.
+
+``stages/image.toml`` describes the two stages and the build tunables; each
+``stages/NN-slug.toml`` is one step of the final stage, taken in number order.
+A step says what it is (title), why it sits where it does, and what it does:
+FROM a pin, WORKDIR, COPY (from the build context or from the donor stage) or
+RUN a list of commands. Commands that fetch sources or run pip are structured
+tables, not shell strings, so the renderer can apply the checks every source
+and every pip build needs (full-SHA checkout verified, sha256 verified, the
+build-toolchain constraint) and no step can forget them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from imagebuild.errors import ConfigError
+from imagebuild.schema import Table, read_toml, suggest
+
+STEP_FILE_RE = re.compile(r"^(\d{2})-([a-z0-9][a-z0-9_-]*)\.toml$")
+ENV_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+# pip reached through a shell string would bypass the constraint mechanism.
+RAW_PIP_RE = re.compile(r"(^|[\s;&|(])(pip3?|python3?\s+-m\s+pip)\s")
+PIP_BUILDING_SUBCOMMANDS = ("install", "download", "wheel")
+PIP_SUBCOMMANDS = (*PIP_BUILDING_SUBCOMMANDS, "uninstall", "show", "list", "check", "freeze")
+# Flags the renderer owns: writing them by hand would defeat its checks.
+PIP_RESERVED_FLAGS = ("--no-build-isolation", "--build-constraint", "--constraint", "-c ")
+
+
+class Instruction(StrEnum):
+    FROM = "FROM"
+    WORKDIR = "WORKDIR"
+    COPY = "COPY"
+    RUN = "RUN"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Shell:
+    """A plain shell command, chained with && to the others."""
+
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pip:
+    """A pip invocation; the renderer applies the constraint mechanism that fits it."""
+
+    args: str  # e.g. "install --no-deps ."
+    build_isolation: bool | None  # None for subcommands that never build (uninstall, show, ...)
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def subcommand(self) -> str:
+        return self.args.split()[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GitCheckout:
+    """Clone a git pin, check out its full SHA and verify HEAD equals it."""
+
+    pin: str
+    into: str
+    submodules: bool = False
+    blobless: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchFile:
+    """Download a wheel pin's URL and verify its sha256."""
+
+    pin: str
+    into: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PypiDownload:
+    """Download a PyPI pin's file (no deps, binary only) and verify its sha256."""
+
+    pin: str
+    into: str
+
+
+Command = Shell | Pip | GitCheckout | FetchFile | PypiDownload
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    number: int
+    slug: str
+    source: Path
+    title: str
+    why: str
+    instruction: Instruction
+    env: tuple[tuple[str, str], ...] = ()  # ENV set just before the instruction
+    env_after: tuple[tuple[str, str], ...] = ()  # ENV set just after it
+    image: str | None = None  # FROM: the pin
+    path: str | None = None  # WORKDIR
+    src: str | None = None  # COPY
+    dest: str | None = None  # COPY
+    from_pin: str | None = None  # COPY --from the stage of this pin
+    commands: tuple[Command, ...] = ()  # RUN
+
+    @property
+    def label(self) -> str:
+        return f"step {self.number} ({self.source.name})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageSpec:
+    """stages/image.toml."""
+
+    source: Path
+    donor_stage: str
+    donor_pin: str
+    entrypoint: tuple[str, ...]
+    shell: tuple[str, ...]
+    base_env: tuple[str, ...]
+    args: tuple[tuple[str, str], ...]  # build tunables and their defaults
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageDefinition:
+    spec: ImageSpec
+    steps: tuple[Step, ...]
+
+
+_STEP_KEYS: dict[Instruction, tuple[str, ...]] = {
+    Instruction.FROM: ("image",),
+    Instruction.WORKDIR: ("path",),
+    Instruction.COPY: ("src", "dest", "from"),
+    Instruction.RUN: ("commands",),
+}
+_COMMON_STEP_KEYS = ("title", "why", "instruction", "env", "env_after")
+_COMMAND_KEYS = {
+    "pip": ("pip", "build_isolation", "env"),
+    "git": ("git", "into", "submodules", "blobless"),
+    "fetch": ("fetch", "into"),
+    "pypi": ("pypi", "into"),
+}
+
+
+def _env_pairs(t: Table, key: str) -> tuple[tuple[str, str], ...]:
+    pairs = t.string_map(key)
+    for name in pairs:
+        if not ENV_NAME_RE.fullmatch(name):
+            msg = f"{t.where}: {key} name '{name}' must be UPPER_SNAKE_CASE"
+            raise ConfigError(msg)
+    return tuple(pairs.items())
+
+
+def _check_shell(text: str, where: str) -> None:
+    problems = {
+        "a comment (comment lines inside a RUN continuation are removed by docker and break the chain)": text.lstrip().startswith(
+            "#"
+        ),
+        "a line break (one command per list entry)": "\n" in text,
+        "a heredoc (the classic builder cannot parse it)": "<<" in text,
+        "an empty command": not text.strip(),
+    }
+    for problem, found in problems.items():
+        if found:
+            msg = f"{where}: command {text!r} is {problem}"
+            raise ConfigError(msg)
+    if RAW_PIP_RE.search(text):
+        msg = (
+            f"{where}: command {text!r} runs pip from a shell string; write it as "
+            f'{{ pip = "install ...", build_isolation = true|false }} so the build-toolchain '
+            f"constraint is applied"
+        )
+        raise ConfigError(msg)
+
+
+def _parse_command(raw: Any, where: str) -> Command:
+    if isinstance(raw, str):
+        _check_shell(raw, where)
+        return Shell(text=raw)
+    if not isinstance(raw, dict):
+        msg = f"{where}: a command must be a string or a table, got {raw!r}"
+        raise ConfigError(msg)
+    kinds = [k for k in _COMMAND_KEYS if k in raw]
+    if len(kinds) != 1:
+        msg = f"{where}: a command table needs exactly one of {', '.join(_COMMAND_KEYS)}; got keys {sorted(raw)}"
+        raise ConfigError(msg)
+    kind = kinds[0]
+    t = Table(raw, f"{where} {{{kind} = ...}}")
+    t.check_keys(_COMMAND_KEYS[kind])
+    if kind == "pip":
+        return _parse_pip(t)
+    if kind == "git":
+        return GitCheckout(
+            pin=t.string("git"),
+            into=t.string("into"),
+            submodules=t.boolean("submodules", default=False),
+            blobless=t.boolean("blobless", default=False),
+        )
+    if kind == "fetch":
+        return FetchFile(pin=t.string("fetch"), into=t.string("into"))
+    return PypiDownload(pin=t.string("pypi"), into=t.string("into"))
+
+
+def _parse_pip(t: Table) -> Pip:
+    args = t.string("pip").strip()
+    sub = args.split()[0] if args else ""
+    if sub not in PIP_SUBCOMMANDS:
+        msg = f"{t.where}: unknown pip subcommand '{sub}'.{suggest(sub, PIP_SUBCOMMANDS)}"
+        raise ConfigError(msg)
+    for flag in PIP_RESERVED_FLAGS:
+        if flag in f"{args} ":
+            msg = f"{t.where}: '{flag.strip()}' is set by the renderer from build_isolation; remove it"
+            raise ConfigError(msg)
+    isolation: bool | None = t.data.get("build_isolation")
+    if sub in PIP_BUILDING_SUBCOMMANDS and not isinstance(isolation, bool):
+        msg = (
+            f"{t.where}: 'pip {sub}' may build from source, so say how: "
+            f"build_isolation = true (pip's isolated build env) or false (the image's own toolchain)"
+        )
+        raise ConfigError(msg)
+    if sub not in PIP_BUILDING_SUBCOMMANDS and "build_isolation" in t.data:
+        msg = f"{t.where}: 'pip {sub}' builds nothing; remove build_isolation"
+        raise ConfigError(msg)
+    return Pip(args=args, build_isolation=isolation, env=_env_pairs(t, "env"))
+
+
+def _parse_step(path: Path, number: int, slug: str) -> Step:
+    t = Table(read_toml(path), str(path))
+    text = t.string("instruction")
+    names = [i.value for i in Instruction]
+    if text not in names:
+        msg = f"{path}: unknown instruction '{text}'.{suggest(text, names)} Known: {', '.join(names)}"
+        raise ConfigError(msg)
+    instruction = Instruction(text)
+    t.check_keys(_COMMON_STEP_KEYS + _STEP_KEYS[instruction])
+    common: dict[str, Any] = {
+        "number": number,
+        "slug": slug,
+        "source": path,
+        "title": t.string("title"),
+        "why": " ".join(t.string("why").split()),
+        "instruction": instruction,
+        "env": _env_pairs(t, "env"),
+        "env_after": _env_pairs(t, "env_after"),
+    }
+    if instruction is Instruction.FROM:
+        return Step(**common, image=t.string("image"))
+    if instruction is Instruction.WORKDIR:
+        return Step(**common, path=t.string("path"))
+    if instruction is Instruction.COPY:
+        return Step(**common, src=t.string("src"), dest=t.string("dest"), from_pin=t.optional_string("from"))
+    raw = t.data.get("commands")
+    if not isinstance(raw, list) or not raw:
+        msg = f"{path}: a RUN step needs a non-empty 'commands' list"
+        raise ConfigError(msg)
+    commands = tuple(_parse_command(c, f"{path} commands[{i}]") for i, c in enumerate(raw))
+    return Step(**common, commands=commands)
+
+
+def _load_spec(path: Path) -> ImageSpec:
+    t = Table(read_toml(path), str(path))
+    t.check_keys(("donor_stage", "final_stage", "args"))
+    donor = t.table("donor_stage")
+    donor.check_keys(("name", "pin"))
+    final = t.table("final_stage")
+    final.check_keys(("entrypoint", "shell", "base_env"))
+    args = t.string_map("args")
+    for name in args:
+        if not ENV_NAME_RE.fullmatch(name):
+            msg = f"{path} [args]: '{name}' must be UPPER_SNAKE_CASE"
+            raise ConfigError(msg)
+    return ImageSpec(
+        source=path,
+        donor_stage=donor.string("name"),
+        donor_pin=donor.string("pin"),
+        entrypoint=tuple(final.strings("entrypoint")),
+        shell=tuple(final.strings("shell")),
+        base_env=tuple(final.strings("base_env")),
+        args=tuple(args.items()),
+    )
+
+
+def load_stages(stages_dir: Path) -> ImageDefinition:
+    if not stages_dir.is_dir():
+        msg = f"{stages_dir}: stages directory not found; run imagebuild from the repository root or pass --stages"
+        raise ConfigError(msg)
+    spec = _load_spec(stages_dir / "image.toml")
+    by_number: dict[int, Path] = {}
+    steps: list[Step] = []
+    for path in sorted(stages_dir.glob("*.toml")):
+        if path.name == "image.toml":
+            continue
+        match = STEP_FILE_RE.fullmatch(path.name)
+        if not match:
+            msg = f"{path}: step files are named NN-slug.toml (two-digit step number, lowercase slug)"
+            raise ConfigError(msg)
+        number = int(match[1])
+        if number in by_number:
+            msg = f"{path}: duplicate step {number}, also defined by {by_number[number].name}; renumber one of them"
+            raise ConfigError(msg)
+        by_number[number] = path
+        steps.append(_parse_step(path, number, match[2]))
+    expected = list(range(1, len(steps) + 1))
+    if [s.number for s in steps] != expected:
+        msg = f"{stages_dir}: steps must be numbered 01..{len(steps):02d} without gaps; found {sorted(by_number)}"
+        raise ConfigError(msg)
+    if not steps or steps[0].instruction is not Instruction.FROM:
+        msg = f"{stages_dir}: step 01 must be the FROM of the final stage"
+        raise ConfigError(msg)
+    extra_from = [s for s in steps[1:] if s.instruction is Instruction.FROM]
+    if extra_from:
+        msg = f"{extra_from[0].source}: only step 01 may be a FROM; the final stage is one stage"
+        raise ConfigError(msg)
+    return ImageDefinition(spec=spec, steps=tuple(steps))

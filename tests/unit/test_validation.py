@@ -1,0 +1,118 @@
+"""Every bad input gives one line naming the file/key and what to do, and exit 2."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from imagebuild.cli import main
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def fails_with(capsys: pytest.CaptureFixture[str], *patterns: str, argv: tuple[str, ...] = ()) -> None:
+    code = main(list(argv) or ["render", "--allow-unpinned"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("imagebuild: error: ")
+    for pattern in patterns:
+        assert pattern in lines[0], (pattern, lines[0])
+
+
+CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
+    "unknown pin key with suggestion": (
+        lambda p: edit(p / "pins.toml", 'commit = "fe12', 'comit = "fe12'),
+        ("pins.toml [mori]", "unknown key 'comit'", "Perhaps you meant 'commit'?"),
+    ),
+    "bad commit sha": (
+        lambda p: edit(
+            p / "pins.toml", 'commit = "fe12a11a7d6c6acd0771b772366ed9ed5e0d3d44"', 'commit = "fe12a11"'
+        ),
+        ("[mori]", "'commit' = 'fe12a11' is not a valid 40-hex commit SHA", "imagebuild lock"),
+    ),
+    "bad digest": (
+        lambda p: edit(p / "pins.toml", 'digest = ""', 'digest = "sha256:xyz"'),
+        ("[base]", "not a valid 'sha256:' + 64 hex digest"),
+    ),
+    "bad sha256": (
+        lambda p: edit(p / "pins.toml", 'sha256 = "3ba78e6c', 'sha256 = "Zba78e6c'),
+        ("[flydsl]", "not a valid 64-hex sha256"),
+    ),
+    "unknown pin kind": (
+        lambda p: edit(p / "pins.toml", 'kind = "toolchain"', 'kind = "toolchian"'),
+        ("[rust]", "unknown kind 'toolchian'", "Perhaps you meant 'toolchain'?"),
+    ),
+    "missing pin": (
+        lambda p: edit(p / "pins.toml", "[router]", "[routr]"),
+        ("no pin named 'router'", "Perhaps you meant 'routr'?"),
+    ),
+    "secret-like build tunable": (
+        lambda p: edit(p / "stages" / "image.toml", "[args]\n", '[args]\nGH_TOKEN = ""\n'),
+        ("ARG 'GH_TOKEN' looks like a secret",),
+    ),
+    "duplicate step": (
+        lambda p: shutil.copy(p / "stages" / "09-router.toml", p / "stages" / "09-router-copy.toml"),
+        ("duplicate step 9", "09-router.toml"),
+    ),
+    "unknown step key with suggestion": (
+        lambda p: edit(p / "stages" / "06-aiter-jit.toml", "commands = [", "comands = ["),
+        ("06-aiter-jit.toml", "unknown key 'comands'", "Perhaps you meant 'commands'?"),
+    ),
+    "pip from a shell string": (
+        lambda p: edit(p / "stages" / "06-aiter-jit.toml", '"rm -rf', '"pip install foo", "rm -rf'),
+        ("06-aiter-jit.toml commands[0]", "write it as { pip ="),
+    ),
+    "pip install without isolation choice": (
+        lambda p: edit(p / "stages" / "06-aiter-jit.toml", '"rm -rf', '{ pip = "install foo" }, "rm -rf'),
+        ("06-aiter-jit.toml", "build_isolation = true"),
+    ),
+    "undeclared variable with suggestion": (
+        lambda p: edit(p / "stages" / "06-aiter-jit.toml", "${AITER_VERSION}", "${AITER_VERSON}"),
+        ("06-aiter-jit.toml", "${AITER_VERSON}", "Perhaps you meant 'AITER_VERSION'?"),
+    ),
+    "comment inside RUN": (
+        lambda p: edit(p / "stages" / "06-aiter-jit.toml", '"rm -rf', '"# drop caches", "rm -rf'),
+        ("comment",),
+    ),
+    "bad constraint": (
+        lambda p: (p / "constraints" / "build.txt").write_text("setuptools<<80\n"),
+        ("constraints/build.txt:1", "not a valid requirement"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input(case: str, project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mutate, patterns = CASES[case]
+    mutate(project)
+    fails_with(capsys, *patterns)
+
+
+def test_unknown_arch_lists_known(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fails_with(capsys, "unknown arch 'gfx90a'", "Known arches: gfx942", argv=("render", "--arch", "gfx90a"))
+
+
+def test_unpinned_render_names_pin(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fails_with(capsys, "[base]", "run `imagebuild lock`", argv=("render",))
+
+
+def test_unknown_changed_pin(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fails_with(capsys, "no pin 'morri'", "Perhaps you meant 'mori'?", argv=("plan", "--changed", "morri"))
+
+
+def test_render_check_detects_stale_file(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", "--check"]) == 0
+    edit(project / "stages" / "02-workdir.toml", "/app holds", "/app keeps")
+    assert main(["render", "--check"]) == 1
+    captured = capsys.readouterr()
+    assert "+# /app keeps" in captured.out
+    assert "is stale" in captured.err
