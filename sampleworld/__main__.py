@@ -1,0 +1,37 @@
+"""python -m sampleworld up|down|status [--state DIR]"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sampleworld.errors import SampleWorldError
+from sampleworld.layout import DEFAULT_STATE_DIR
+from sampleworld.world import down, status, up
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sampleworld", description=__doc__)
+    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("--state", type=Path, default=DEFAULT_STATE_DIR, help=f"state dir (default {DEFAULT_STATE_DIR})")
+    parser.add_argument("--no-images", action="store_true", help="up: skip Docker (no base or donor image)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            # stdout carries data: the World as JSON, for scripts.
+            sys.stdout.write(up(args.state, images=not args.no_images).to_json())
+        elif args.command == "down":
+            stopped = down(args.state)
+            print("stopped: " + (", ".join(stopped) or "nothing (none of ours was running)"))
+        else:
+            for name, pid in status(args.state).items():
+                print(f"{name}: {'running, pid ' + str(pid) if pid else 'stopped'}")
+    except SampleWorldError as e:
+        print(f"sampleworld: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Every subprocess of the sample world goes through here: tool lookup, timeouts, errors naming the command."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from sampleworld.errors import SampleWorldError
+
+
+def which(tool: str) -> str:
+    found = shutil.which(tool)
+    if found is None:
+        raise SampleWorldError(f"`{tool}` is not installed; run scripts/ensure-docker.sh (it installs the tools)")
+    return found
+
+
+def run(
+    cmd: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes | None = None,
+    timeout: float = 600,
+) -> str:
+    """Run a command to completion and return its stdout; fail with the tail of its output."""
+    argv = [which(cmd[0]), *cmd[1:]]
+    full_env = {**os.environ, **env} if env is not None else None
+    try:
+        done = subprocess.run(
+            argv, cwd=cwd, env=full_env, input=stdin, capture_output=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as e:
+        raise SampleWorldError(f"`{shlex.join(cmd)}` did not finish within {timeout:.0f}s") from e
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).decode(errors="replace")[-3000:]
+        raise SampleWorldError(f"`{shlex.join(cmd)}` failed with exit code {done.returncode}:\n{tail}")
+    return done.stdout.decode(errors="replace")
+
+
+def spawn(cmd: Sequence[str], *, log_path: Path, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Start a long-running server detached from us (own session), its output appended to log_path."""
+    argv = [which(cmd[0]), *cmd[1:]]
+    full_env = {**os.environ, **env} if env is not None else None
+    with log_path.open("ab") as log:
+        child = subprocess.Popen(
+            argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+        )
+    return child.pid
+
+
+def pid_alive(pid: int) -> bool:
+    """True while pid runs; a zombie (exited, not yet reaped) counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _reap(pid: int) -> None:
+    # Only our own children can be reaped; anything else was reparented and is reaped by init.
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def stop_pid(pid: int, *, timeout: float = 15) -> None:
+    """SIGTERM one pid we started, SIGKILL it if it lingers."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            _reap(pid)
+            if not pid_alive(pid):
+                return
+            time.sleep(0.1)
+    raise SampleWorldError(f"pid {pid} survived SIGKILL")

@@ -1,0 +1,89 @@
+"""Lifecycle of the world's background servers: start once, find again by pid file, stop only our own."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sampleworld import log, proc
+from sampleworld.errors import SampleWorldError
+from sampleworld.layout import HOST, StateDir
+
+
+@dataclass(frozen=True, kw_only=True)
+class Service:
+    name: str
+    port: int
+    argv: tuple[str, ...]
+    # A recorded pid counts as ours only while its command line still contains this (pids get reused).
+    marker: str
+    cwd: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def pid_file(self, state: StateDir) -> Path:
+        return state.run / f"{self.name}.pid"
+
+    def log_file(self, state: StateDir) -> Path:
+        return state.logs / f"{self.name}.log"
+
+
+def port_open(port: int, host: str = HOST) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def running_pid(state: StateDir, service: Service) -> int | None:
+    """The pid we recorded for this service, if that process still runs and is still the service."""
+    pid_file = service.pid_file(state)
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if proc.pid_alive(pid) and service.marker in proc.cmdline(pid):
+        return pid
+    pid_file.unlink(missing_ok=True)
+    return None
+
+
+def ensure_running(state: StateDir, service: Service, *, timeout: float = 30) -> bool:
+    """Start the service unless ours already answers; True when this call started it."""
+    pid = running_pid(state, service)
+    if pid is not None and port_open(service.port):
+        return False
+    if pid is None and port_open(service.port):
+        raise SampleWorldError(
+            f"port {HOST}:{service.port} for the sample {service.name} is taken by a process this world did "
+            f"not start (no live pid in {service.pid_file(state)}); stop it or run `python -m sampleworld down` "
+            "with the state dir that started it"
+        )
+    if pid is None:
+        pid = proc.spawn(service.argv, log_path=service.log_file(state), cwd=service.cwd, env=service.env)
+        service.pid_file(state).write_text(f"{pid}\n")
+    deadline = time.monotonic() + timeout
+    while not port_open(service.port):
+        if not proc.pid_alive(pid):
+            service.pid_file(state).unlink(missing_ok=True)
+            raise SampleWorldError(f"the sample {service.name} exited at start; see {service.log_file(state)}")
+        if time.monotonic() > deadline:
+            raise SampleWorldError(
+                f"the sample {service.name} (pid {pid}) does not listen on {HOST}:{service.port} after "
+                f"{timeout:.0f}s; see {service.log_file(state)}"
+            )
+        time.sleep(0.1)
+    log.info(f"{service.name}: pid {pid} listening on {HOST}:{service.port}")
+    return True
+
+
+def stop(state: StateDir, service: Service) -> bool:
+    """Stop the service if we recorded it; True when something was stopped."""
+    pid = running_pid(state, service)
+    if pid is None:
+        return False
+    proc.stop_pid(pid)
+    service.pid_file(state).unlink(missing_ok=True)
+    log.info(f"{service.name}: stopped pid {pid}")
+    return True

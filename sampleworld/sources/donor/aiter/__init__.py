@@ -1,0 +1,4 @@
+"""Sample AITER from the donor image: K3-aware, same version string as the release wheel."""
+
+__version__ = "0.1.19"
+K3_TUNED = True

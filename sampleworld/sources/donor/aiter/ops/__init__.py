@@ -1,0 +1,1 @@
+"""Sample AITER ops (donor)."""

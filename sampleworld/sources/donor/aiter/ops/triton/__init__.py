@@ -1,0 +1,1 @@
+"""Sample AITER Triton ops (donor)."""

@@ -1,0 +1,39 @@
+"""Sample vLLM fork: reads its build environment the way the real setup.py does, and checks it."""
+
+import os
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+# The real setup.py does this too: a MAX_JOBS that does not reach the build subprocess dies here with
+# "ValueError: invalid literal for int() with base 10: ''".
+MAX_JOBS = int(os.environ.get("MAX_JOBS", ""))
+NVCC_THREADS = os.environ.get("NVCC_THREADS", "")
+ARCH = os.environ.get("PYTORCH_ROCM_ARCH", "")
+TARGET = os.environ.get("VLLM_TARGET_DEVICE", "")
+
+if ARCH != "gfx942":
+    # The base image sets PYTORCH_ROCM_ARCH="gfx90a;gfx942;gfx950"; an ARG of the same name is shadowed.
+    raise RuntimeError(f"vLLM would compile for {ARCH} (sample vLLM: this image must target gfx942 only)")
+if TARGET != "rocm":
+    raise RuntimeError(f"sample vLLM: VLLM_TARGET_DEVICE={TARGET!r}; this image must build for rocm")
+
+
+class RecordBuildEnv(build_py):
+    """Writes what the compile would have used, so image checks can read it back."""
+
+    def run(self) -> None:
+        super().run()
+        target = os.path.join(self.build_lib, "vllm", "_build_info.py")
+        with open(target, "w", encoding="utf-8") as fh:
+            fh.write(f"PYTORCH_ROCM_ARCH = {ARCH!r}\nMAX_JOBS = {MAX_JOBS!r}\nNVCC_THREADS = {NVCC_THREADS!r}\n")
+
+
+setup(
+    name="vllm",
+    version="0.11.1+k3.wideep",
+    description="Sample stand-in for the vLLM Kimi-K3 fork (not the real project)",
+    packages=["vllm"],
+    python_requires=">=3.9",
+    cmdclass={"build_py": RecordBuildEnv},
+)

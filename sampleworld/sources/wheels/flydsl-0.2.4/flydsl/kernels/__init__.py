@@ -1,0 +1,1 @@
+"""Sample flydsl kernels."""

@@ -1,0 +1,204 @@
+"""Bring the whole sample world up, report on it, and take it down (only what it started)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import sys
+import time
+import tomllib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from sampleworld import gitserver, log, registry, services, wheels
+from sampleworld.errors import SampleWorldError
+from sampleworld.layout import (
+    AITER_URL,
+    BAD_SHA,
+    BASE_REPOSITORY,
+    BASE_TAG,
+    DEFAULT_STATE_DIR,
+    DONOR_REPOSITORY,
+    DONOR_TAG,
+    GIT_BASE_URL,
+    INDEX_URL,
+    PINS_PATH,
+    PORTS,
+    REGISTRY,
+    REPO_ROOT,
+    SIMPLE_URL,
+    Ports,
+    StateDir,
+)
+
+# Which stand-in repository and ref each git pin of sampleworld/pins.toml names.
+GIT_PINS = {
+    "mori": ("ROCm/mori.git", "refs/tags/v1.2.2"),
+    "vllm": ("raviguptaamd/vllm.git", "refs/heads/kimi-k3-wideep-disagg-fullsource-v3"),
+    "router": ("raviguptaamd/router.git", "refs/heads/ravgupta/discovery-dp-rank-roundrobin"),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class World:
+    """Where everything of a running sample world is; `started` names the servers this `up` started."""
+
+    state_dir: Path
+    ports: Ports
+    registry: str  # host:port, prefix of image references
+    git_url: str  # git://host:port; a repository is f"{git_url}/ROCm/mori.git"
+    index_url: str  # http://host:port (files under /files/)
+    simple_url: str  # what pip's --index-url takes
+    aiter_url: str
+    pins_path: Path
+    base_image: str  # registry reference with tag
+    donor_image: str
+    refs: dict[str, dict[str, str]]  # repository path -> ref name -> commit SHA (tags peeled)
+    commits: dict[str, str]  # git pin name (mori, vllm, router) -> commit SHA
+    wheel_sha256: dict[str, str]  # stand-in wheel filename -> sha256
+    bad_sha: str = BAD_SHA
+    started: tuple[str, ...] = field(default=())
+
+    def repo_url(self, path: str) -> str:
+        return f"{self.git_url}/{path}"
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["state_dir"] = str(self.state_dir)
+        data["pins_path"] = str(self.pins_path)
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def _state(state_dir: Path | None) -> StateDir:
+    return StateDir((state_dir or DEFAULT_STATE_DIR).resolve())
+
+
+@contextmanager
+def _locked(state: StateDir) -> Iterator[None]:
+    """One `up`/`down` at a time per state dir (engineers share the checkout and its .sampleworld/)."""
+    state.root.mkdir(parents=True, exist_ok=True)
+    with state.lock_file.open("w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info(f"waiting for another sampleworld command holding {state.lock_file}")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def _index_service(state: StateDir) -> services.Service:
+    return services.Service(
+        name="index",
+        port=PORTS.index,
+        argv=(sys.executable, "-m", "sampleworld.index_server", "--root", str(state.index), "--port", str(PORTS.index)),
+        marker=f"--root {state.index}",
+        cwd=REPO_ROOT,
+        env={"PYTHONPATH": str(REPO_ROOT)},
+    )
+
+
+def _services(state: StateDir) -> list[services.Service]:
+    return [_index_service(state), gitserver.service(state), registry.service(state)]
+
+
+def _check_pins(refs: dict[str, dict[str, str]], wheel_sha256: dict[str, str]) -> dict[str, str]:
+    """The commits the git pins must hold; warns when sampleworld/pins.toml disagrees with the world."""
+    pins = tomllib.loads(PINS_PATH.read_text())
+    commits: dict[str, str] = {}
+    for name, (repo, ref) in GIT_PINS.items():
+        commits[name] = refs[repo][ref]
+        if pins[name]["commit"] != commits[name]:
+            log.info(f"WARNING: {PINS_PATH} [{name}] commit {pins[name]['commit']} != {repo} {ref} {commits[name]}")
+    flydsl = pins["flydsl"]
+    if wheel_sha256.get(flydsl["filename"]) != flydsl["sha256"]:
+        log.info(f"WARNING: {PINS_PATH} [flydsl] sha256 differs from the built {flydsl['filename']}")
+    return commits
+
+
+def _push_images(state: StateDir) -> None:
+    from sampleworld import base_image, dockerutil, donor_image  # docker-py only when images are wanted
+
+    engine = dockerutil.client()
+    for build, repository, tag in (
+        (donor_image.ensure_donor, DONOR_REPOSITORY, DONOR_TAG),
+        (base_image.ensure_base, BASE_REPOSITORY, BASE_TAG),
+    ):
+        image = build(engine, state)
+        name = repository.removeprefix(f"{REGISTRY}/")
+        if registry.pushed_image_id(name, tag) == image.id:
+            continue
+        with log.step(f"registry: pushing {repository}:{tag} ({dockerutil.image_size_mb(image):.0f} MB)"):
+            dockerutil.push(engine, image, repository=repository, tag=tag)
+
+
+def up(state_dir: Path | None = None, *, images: bool = True) -> World:
+    """Start every server (idempotent) and make sure the registry holds both images.
+
+    images=False skips Docker entirely (index, git daemon and registry only), for tests that need no image.
+    """
+    began = time.monotonic()
+    state = _state(state_dir)
+    with _locked(state):
+        state.create()
+        with log.step("index: wheels"):
+            wheel_sha256 = wheels.populate_index(state)
+        refs = gitserver.ensure_repos(state)
+        started = [svc.name for svc in _services(state) if services.ensure_running(state, svc)]
+        if images:
+            _push_images(state)
+        world = World(
+            state_dir=state.root,
+            ports=PORTS,
+            registry=REGISTRY,
+            git_url=GIT_BASE_URL,
+            index_url=INDEX_URL,
+            simple_url=SIMPLE_URL,
+            aiter_url=AITER_URL,
+            pins_path=PINS_PATH,
+            base_image=f"{BASE_REPOSITORY}:{BASE_TAG}",
+            donor_image=f"{DONOR_REPOSITORY}:{DONOR_TAG}",
+            refs=refs,
+            commits=_check_pins(refs, wheel_sha256),
+            wheel_sha256=wheel_sha256,
+            started=tuple(started),
+        )
+        state.world_file.write_text(world.to_json())
+    log.info(f"sample world up in {time.monotonic() - began:.1f}s (state: {state.root})")
+    return world
+
+
+def down(state_dir: Path | None = None, *, only: Iterable[str] | None = None) -> list[str]:
+    """Stop the servers this state dir recorded (all, or those named in `only`); returns what stopped."""
+    state = _state(state_dir)
+    wanted = None if only is None else set(only)
+    stopped: list[str] = []
+    with _locked(state):
+        for svc in _services(state):
+            if (wanted is None or svc.name in wanted) and services.stop(state, svc):
+                stopped.append(svc.name)
+    return stopped
+
+
+def status(state_dir: Path | None = None) -> dict[str, int | None]:
+    """Service name -> pid of our running server, or None."""
+    state = _state(state_dir)
+    if not state.root.is_dir():
+        return {svc: None for svc in ("index", "git-daemon", "registry")}
+    return {svc.name: services.running_pid(state, svc) for svc in _services(state)}
+
+
+def load(state_dir: Path | None = None) -> World:
+    """The World recorded by the last `up` of this state dir."""
+    state = _state(state_dir)
+    try:
+        data = json.loads(state.world_file.read_text())
+    except OSError as e:
+        msg = f"{state.world_file} is missing; run `python -m sampleworld up` first"
+        raise SampleWorldError(msg) from e
+    data["state_dir"] = Path(data["state_dir"])
+    data["pins_path"] = Path(data["pins_path"])
+    data["ports"] = Ports(**data["ports"])
+    data["started"] = tuple(data["started"])
+    return World(**data)
