@@ -1,0 +1,75 @@
+"""Fixtures for the serve launcher's tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from launcher_support import STUB_DIR, free_port, k3_env, start_launcher
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail loudly if an in-process test reaches beyond the loopback."""
+    real_connect = socket.socket.connect
+
+    def connect(self: socket.socket, address: Any) -> None:
+        host = address[0] if isinstance(address, tuple) else address
+        if host not in ("127.0.0.1", "::1", "localhost"):
+            msg = f"launcher test tried to reach {address!r}"
+            raise AssertionError(msg)
+        real_connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+
+
+@pytest.fixture
+def node_env(tmp_path: Path) -> dict[str, str]:
+    """Environment for a launcher subprocess that serves with the stand-in vllm, fast timeouts."""
+    model = tmp_path / "model"
+    model.mkdir()
+    # The stub's `#!/usr/bin/env python3` must find this interpreter.
+    path = os.pathsep.join([str(STUB_DIR), str(Path(sys.executable).parent), "/usr/bin", "/bin"])
+    return k3_env(
+        PATH=path,
+        HOME=str(tmp_path),
+        MODEL_PATH=str(model),
+        MASTER_ADDR="127.0.0.1",
+        LOG_ROOT=str(tmp_path / "run_logs"),
+        # A free port: a real server on 8000 answering /health would fake readiness.
+        SERVE_PORT=str(free_port()),
+        READY_TIMEOUT_S="10",
+        STOP_GRACE_S="2",
+        STUB_VLLM_RECORD=str(tmp_path / "stub.json"),
+    )
+
+
+@pytest.fixture
+def launched() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """start_launcher, with a guarantee that nothing it started outlives a failing test."""
+    started: list[tuple[subprocess.Popen[str], dict[str, str]]] = []
+
+    def launch(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+        proc = start_launcher(env, *args)
+        started.append((proc, env))
+        return proc
+
+    yield launch
+    for proc, env in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+        record = Path(env.get("STUB_VLLM_RECORD", "/nonexistent"))
+        if record.exists():
+            for pid in json.loads(record.read_text())["pids"]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,75 @@
+"""Helpers for the serve launcher's tests (plain functions; fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from imagebuild.launcher import serve
+
+LAUNCHER = Path(serve.__file__)
+STUB_DIR = Path(__file__).parent / "stub_vllm"
+GOLDEN_DIR = Path(__file__).parent / "golden"
+
+
+def k3_env(**overrides: str) -> dict[str, str]:
+    """A two-node K3 job as the cluster scripts describe it; nothing from the test's own environment."""
+    env = {
+        "MODEL_PATH": "/models/moonshotai/Kimi-K3",
+        "MODEL_NAME": "kimi-k3",
+        "NNODES": "2",
+        "MASTER_ADDR": "10.0.0.1",
+        "NODE_RANK": "0",
+        "SLURM_JOB_ID": "12345",
+    }
+    env.update(overrides)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def log_dir(env: dict[str, str]) -> Path:
+    return Path(env["LOG_ROOT"]) / env["SLURM_JOB_ID"]
+
+
+def start_launcher(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(LAUNCHER), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            msg = f"timed out after {timeout} s waiting for {what}"
+            raise AssertionError(msg)
+        time.sleep(0.05)
+
+
+def stub_record(env: dict[str, str]) -> dict[str, Any]:
+    record: dict[str, Any] = json.loads(Path(env["STUB_VLLM_RECORD"]).read_text())
+    return record
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie waiting for a reaper that is not the launcher's business."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
