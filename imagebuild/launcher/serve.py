@@ -633,19 +633,14 @@ class Child:
             os.killpg(self.proc.pid, signum)
 
     def group_alive(self) -> bool:
-        if self.proc.poll() is not None:  # a zombie leader would count as a live member
+        """Whether any process of the group still runs; zombies do not count (see group_running)."""
+        if self.proc.poll() is not None:
             # When the launcher is PID 1 of a container, orphaned workers are re-parented to it and
-            # stay zombies, still in the group, until reaped here.
+            # stay zombies until reaped here.
             with contextlib.suppress(ChildProcessError):
                 while os.waitpid(-self.proc.pid, os.WNOHANG)[0]:
                     pass
-        try:
-            os.killpg(self.proc.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return group_running(self.proc.pid)
 
     def close(self) -> None:
         """After the group is gone: let the copier drain the pipe, then close the log."""
@@ -654,6 +649,28 @@ class Child:
         drained = self._pump is None or not self._pump.is_alive()
         if self._log is not None and drained:
             self._log.close()
+
+
+def group_running(pgid: int) -> bool:
+    """Whether process group pgid has a member that is not a zombie. Orphaned members are reaped by
+    PID 1 in its own time, and killpg(pgid, 0) succeeds until then, so on Linux /proc decides."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            state, _ppid, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue  # the process ended while we looked
+        if group == str(pgid) and state != "Z":
+            return True
+    return False
 
 
 def stop_all(children: Sequence[Child], grace_s: float) -> None:
