@@ -1,0 +1,185 @@
+"""The launcher serving for real, with a stand-in vllm first on PATH: readiness, failure, teardown.
+
+Each test runs the launcher as a subprocess (it installs signal handlers and starts process
+groups) with timeouts of a few seconds, and checks that nothing it started is left running.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from launcher_support import alive, log_dir, stub_record, wait_for
+
+from imagebuild.launcher import serve
+
+Launch = Callable[..., subprocess.Popen[str]]
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 15) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def assert_all_stopped(env: dict[str, str]) -> None:
+    pids = stub_record(env)["pids"]
+    wait_for(lambda: not any(alive(pid) for pid in pids), 2, f"stand-in vllm processes {pids} to end")
+
+
+def test_head_serves_runs_the_benchmark_and_tears_down(node_env: dict[str, str], launched: Launch) -> None:
+    seen = Path(node_env["HOME"]) / "benchmark.json"
+    check = (
+        "import json, os, sys; "
+        f"json.dump({{k: os.environ.get(k) for k in ('SERVED_MODEL_NAME', 'NIAH_MODEL')}}, open({str(seen)!r}, 'w'))"
+    )
+    env = {
+        **node_env,
+        "VARIANT": "moriep",
+        "GPU_MEMORY_UTILIZATION": "0.5",
+        "BENCHMARK_CMD": json.dumps([sys.executable, "-c", check]),
+    }
+    code, out, err = finish(launched(env))
+    assert code == 0, err
+    assert json.loads(seen.read_text()) == {"SERVED_MODEL_NAME": "kimi-k3", "NIAH_MODEL": "kimi-k3"}
+    assert "SERVED_MODEL_NAME=kimi-k3 NIAH_MODEL=kimi-k3" in err
+    assert (log_dir(env) / ".shutdown").exists()
+    assert_all_stopped(env)
+
+    record = stub_record(env)
+    assert tuple(record["argv"][1:]) == serve.resolve_plan(env).argv[1:]
+    assert record["env"]["GPU_MEMORY_UTILIZATION"] == "0.5"  # submit time wins
+    assert record["env"]["VLLM_ROCM_USE_AITER_MLA"] == "0"  # recipe env applied
+    assert record["env"]["NIAH_MODEL"] == "kimi-k3"
+    # vLLM's output reaches both the console and the per-node log.
+    assert "Application startup complete" in out
+    assert "Application startup complete" in (log_dir(env) / "vllm-node0.log").read_text()
+
+
+def test_head_is_ready_on_health_probe_without_the_log_line(
+    node_env: dict[str, str], launched: Launch
+) -> None:
+    env = {**node_env, "STUB_VLLM_MODE": "health", "BENCHMARK_CMD": f"{sys.executable} -c pass"}
+    code, _, err = finish(launched(env))
+    assert code == 0, err
+    assert "vLLM is ready" in err
+    assert_all_stopped(env)
+
+
+def test_vllm_dying_early_fails_the_head_with_the_log_tail(node_env: dict[str, str], launched: Launch) -> None:
+    env = {**node_env, "STUB_VLLM_MODE": "die"}
+    started = time.monotonic()
+    code, _, err = finish(launched(env))
+    assert time.monotonic() - started < 5
+    assert code == 1
+    assert "serve: error: vLLM exited with code 3 before it was ready" in err
+    assert "RuntimeError: stub engine core failed to start" in err.split("--- last 40 lines")[1]
+    assert "loading shard 59" in err
+    assert "loading shard 10\n" not in err  # a tail, not the whole log
+    assert (log_dir(env) / ".shutdown").exists()
+
+
+def test_readiness_timeout_fails_the_head_and_stops_vllm(node_env: dict[str, str], launched: Launch) -> None:
+    env = {**node_env, "STUB_VLLM_MODE": "hang", "READY_TIMEOUT_S": "1"}
+    code, _, err = finish(launched(env))
+    assert code == 1
+    assert "vLLM was not ready after 1 s: read the log or raise READY_TIMEOUT_S" in err
+    assert (log_dir(env) / ".shutdown").exists()
+    assert_all_stopped(env)
+
+
+def test_sigterm_on_the_head_raises_the_sentinel_and_stops_vllm(
+    node_env: dict[str, str], launched: Launch
+) -> None:
+    env = {**node_env, "STUB_VLLM_MODE": "hang", "READY_TIMEOUT_S": "60"}
+    proc = launched(env)
+    wait_for(Path(env["STUB_VLLM_RECORD"]).exists, 5, "the stand-in vllm to start")
+    proc.send_signal(signal.SIGTERM)
+    code, _, err = finish(proc, timeout=10)
+    assert code == 128 + signal.SIGTERM
+    assert "received SIGTERM" in err
+    assert (log_dir(env) / ".shutdown").exists()
+    assert_all_stopped(env)
+
+
+def test_failing_benchmark_fails_the_head(node_env: dict[str, str], launched: Launch) -> None:
+    env = {**node_env, "BENCHMARK_CMD": f"{sys.executable} -c 'raise SystemExit(7)'"}
+    code, _, err = finish(launched(env))
+    assert code == 1
+    assert "BENCHMARK_CMD exited with code 7" in err
+    assert (log_dir(env) / ".shutdown").exists()
+    assert_all_stopped(env)
+
+
+def test_stale_sentinel_is_cleared_when_the_head_starts(node_env: dict[str, str], launched: Launch) -> None:
+    sentinel = log_dir(node_env) / ".shutdown"
+    sentinel.parent.mkdir(parents=True)
+    sentinel.write_text("from an earlier run\n")
+    env = {**node_env, "BENCHMARK_CMD": f"{sys.executable} -c pass"}
+    code, _, err = finish(launched(env))
+    assert code == 0, err
+    assert "raised by the head" in sentinel.read_text()
+
+
+def test_worker_stops_vllm_when_the_sentinel_appears(node_env: dict[str, str], launched: Launch) -> None:
+    env = {**node_env, "NODE_RANK": "1"}
+    proc = launched(env)
+    wait_for(Path(env["STUB_VLLM_RECORD"]).exists, 5, "the stand-in vllm to start")
+    assert "--headless" in stub_record(env)["argv"]
+    (log_dir(env) / ".shutdown").write_text("raised by the test\n")
+    raised = time.monotonic()
+    code, _, err = finish(proc, timeout=10)
+    assert time.monotonic() - raised < 4
+    assert code == 0, err
+    assert "the head raised" in err
+    assert_all_stopped(env)
+
+
+def test_worker_kills_a_vllm_that_ignores_sigterm(node_env: dict[str, str], launched: Launch) -> None:
+    env = {**node_env, "NODE_RANK": "1", "STUB_VLLM_MODE": "stubborn", "STOP_GRACE_S": "0.5"}
+    proc = launched(env)
+    wait_for(Path(env["STUB_VLLM_RECORD"]).exists, 5, "the stand-in vllm to start")
+    (log_dir(env) / ".shutdown").touch()
+    code, _, err = finish(proc, timeout=10)
+    assert code == 0, err
+    assert "ignored SIGTERM for 0.5 s: SIGKILL" in err
+    assert_all_stopped(env)
+
+
+def test_worker_does_not_start_vllm_after_the_head_is_gone(node_env: dict[str, str], launched: Launch) -> None:
+    env = {**node_env, "NODE_RANK": "1"}
+    log_dir(env).mkdir(parents=True)
+    (log_dir(env) / ".shutdown").touch()
+    code, _, err = finish(launched(env))
+    assert code == 0, err
+    assert not Path(env["STUB_VLLM_RECORD"]).exists()
+
+
+def test_worker_does_not_raise_the_sentinel(node_env: dict[str, str], launched: Launch) -> None:
+    env = {**node_env, "NODE_RANK": "1", "STUB_VLLM_MODE": "die"}
+    code, _, err = finish(launched(env))
+    assert code == 1
+    assert "vLLM exited with code 3" in err
+    assert not (log_dir(env) / ".shutdown").exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"NNODES": "1"}, "topology mismatch"),
+        ({"PATH": "/usr/bin:/bin"}, "vllm: vllm is not on PATH"),
+        ({"MODEL_PATH": "/nonexistent/Kimi-K3"}, "MODEL_PATH=/nonexistent/Kimi-K3 does not exist on this node"),
+    ],
+)
+def test_head_that_cannot_start_still_raises_the_sentinel(
+    node_env: dict[str, str], capsys: pytest.CaptureFixture[str], overrides: dict[str, str], message: str
+) -> None:
+    env = {**node_env, **overrides}
+    assert serve.main([], env) == 2
+    assert message in capsys.readouterr().err
+    assert (log_dir(env) / ".shutdown").exists()
