@@ -15,7 +15,7 @@ from pathlib import Path
 
 from imagebuild import __version__
 from imagebuild.errors import ConfigError, ImageBuildError
-from imagebuild.log import logger, setup_logging
+from imagebuild.log import format_duration, logger, setup_logging
 from imagebuild.project import Inputs, Project, find_project
 from imagebuild.render import Dockerfile, RenderOptions, render
 
@@ -108,6 +108,57 @@ def cmd_lock(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_build(args: argparse.Namespace) -> int:
+    from imagebuild.build import BuildOptions, build_image
+    from imagebuild.docker_engine import DockerEngine
+
+    project = _project(args)
+    inputs = project.load(args.arch)
+    options = BuildOptions(
+        arch=args.arch,
+        tag=args.tag,
+        no_cache=args.no_cache,
+        network=args.network,
+        build_args=dict(args.build_arg),
+        record_path=args.record,
+    )
+    engine = DockerEngine.from_env()
+    record = build_image(project, inputs, options, engine, report=logger.info, echo=logger.debug)
+    cached = sum(t.cached for t in record.steps)
+    logger.info(
+        "built %s (%s) in %s, %d/%d steps cached",
+        record.tag,
+        record.image_id,
+        format_duration(record.total_seconds),
+        cached,
+        len(record.steps),
+    )
+    if args.json:
+        json.dump(record.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(record.image_id + "\n")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from imagebuild.errors import VerifyError
+    from imagebuild.verify import VerifyOptions, verify
+
+    project = _project(args)
+    image = args.image or f"imagebuild/kimi-k3:{args.arch}"
+    result = verify(
+        VerifyOptions(image=image, pins_path=project.pins_path, arch=args.arch, junit=args.junit),
+        progress=logger.info,
+    )
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(result.format_report() + "\n")
+    return 0 if result.passed else VerifyError.exit_code
+
+
 def _build_arg(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     if not sep or not name:
@@ -162,6 +213,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--jobs", type=int, default=8, help="sources resolved at once (default 8)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = add("build", cmd_build, "render and build the image through the Docker engine")
+    p.add_argument("--tag", help="image name to tag on success (default imagebuild/kimi-k3:ARCH)")
+    p.add_argument("--no-cache", action="store_true", help="build every step again")
+    p.add_argument("--network", help="build network mode, e.g. host (needed for loopback sources)")
+    p.add_argument(
+        "--build-arg",
+        action="append",
+        default=[],
+        type=_build_arg,
+        metavar="NAME=VALUE",
+        help="override a tunable",
+    )
+    p.add_argument("--record", type=Path, help="build record JSON (default build/ARCH.build.json)")
+    p.add_argument("--json", action="store_true", help="print the build record as JSON")
+
+    p = add("verify", cmd_verify, "run the smoke checks against a built image")
+    p.add_argument("image", nargs="?", help="image to check (default imagebuild/kimi-k3:ARCH)")
+    p.add_argument("--junit", type=Path, help="write JUnit XML here")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     return parser
 
 

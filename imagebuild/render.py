@@ -26,6 +26,7 @@ from imagebuild.arch import ArchProfile
 from imagebuild.errors import ConfigError, UnpinnedError
 from imagebuild.pins import GitPin, PinSet, PypiPin, WheelPin
 from imagebuild.schema import suggest
+from imagebuild.secrets import secret_reason
 from imagebuild.stages import (
     Command,
     FetchFile,
@@ -41,7 +42,6 @@ from imagebuild.stages import (
 CONSTRAINT_FILE = "/etc/pip-constraints.txt"
 SETUPTOOLS_GUARD = "/opt/imagebuild/bin/imagebuild-check setuptools-guard"
 REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::[-+][^}]*)?\}")
-SECRET_NAME_RE = re.compile(r"TOKEN|SECRET|PASSW(OR)?D|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
 # Syntax that needs BuildKit's frontend; docker-py drives the classic builder.
 CLASSIC_BUILDER_FORBIDDEN = {
     "heredoc": re.compile(r"<<-?\s*['\"]?[A-Za-z_]"),
@@ -114,11 +114,12 @@ class _Scope:
     env: set[str] = field(default_factory=set)
 
 
-def check_arg_name(name: str, where: str) -> None:
-    if SECRET_NAME_RE.search(name):
+def check_arg_name(name: str, where: str, value: str = "") -> None:
+    reason = secret_reason(name, value)
+    if reason:
         msg = (
-            f"{where}: ARG '{name}' looks like a secret; build args are recorded in the image "
-            f"history. Use public sources or a docker credential helper instead"
+            f"{where}: ARG '{name}' refused: {reason}. Build args are recorded in the image "
+            f"history; use public sources or a docker credential helper instead"
         )
         raise ConfigError(msg)
 
@@ -150,7 +151,7 @@ def _arg_values(
     ]
     for where, args in sources:
         for name, value in args.items():
-            check_arg_name(name, where)
+            check_arg_name(name, where, value)
             if name in values:
                 msg = f"{where}: ARG {name} is also provided elsewhere; rename one of them"
                 raise ConfigError(msg)

@@ -57,7 +57,7 @@ CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
     ),
     "secret-like build tunable": (
         lambda p: edit(p / "stages" / "image.toml", "[args]\n", '[args]\nGH_TOKEN = ""\n'),
-        ("ARG 'GH_TOKEN' looks like a secret",),
+        ("ARG 'GH_TOKEN' refused: the name 'GH_TOKEN' looks like a secret",),
     ),
     "duplicate step": (
         lambda p: shutil.copy(p / "stages" / "09-router.toml", p / "stages" / "09-router-copy.toml"),

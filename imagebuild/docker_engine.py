@@ -1,0 +1,185 @@
+"""The Docker engine through docker-py: the only module that imports docker.
+
+docker-py's errors become EngineError with the address tried and what to do.
+The engine is taken from the environment like the docker CLI does: DOCKER_HOST
+and the TLS variables, else the current docker context, else the local socket.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import docker.errors
+from docker.context import ContextAPI
+
+import docker
+from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo
+from imagebuild.errors import EngineError
+
+START_HINT = "start one with `bash scripts/ensure-docker.sh` (or `systemctl start docker`), or point DOCKER_HOST at a remote engine"
+
+
+def _context_host() -> str | None:
+    """The endpoint of the current docker context, when DOCKER_HOST is unset."""
+    if os.environ.get("DOCKER_HOST"):
+        return None
+    try:
+        context = ContextAPI.get_current_context()
+    except Exception:  # a broken ~/.docker must not hide the real error below
+        return None
+    host = context.Host if context is not None else None
+    return str(host) if host else None
+
+
+class DockerEngine(Engine):
+    def __init__(self, client: docker.DockerClient, address: str) -> None:
+        self._client = client
+        self._api = client.api
+        self._address = address
+
+    @classmethod
+    def from_env(cls, timeout: int = 600) -> DockerEngine:
+        host = _context_host()
+        address = os.environ.get("DOCKER_HOST") or host or "unix:///var/run/docker.sock"
+        try:
+            client = (
+                docker.DockerClient(base_url=host, timeout=timeout)
+                if host
+                else docker.from_env(timeout=timeout)
+            )
+            client.ping()
+        except docker.errors.DockerException as e:
+            msg = f"cannot reach the Docker engine at {address}: {_reason(e)}; {START_HINT}"
+            raise EngineError(msg) from e
+        return cls(client, address)
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
+        try:
+            stream: Iterator[dict[str, Any]] = self._api.build(
+                fileobj=_BytesReader(request.context),
+                custom_context=True,
+                decode=True,
+                rm=True,
+                forcerm=True,  # remove intermediate containers of failed steps too
+                labels=dict(request.labels),
+                network_mode=request.network_mode,
+                nocache=request.no_cache,
+                pull=False,
+            )
+            for chunk in stream:
+                if "error" in chunk:
+                    detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]
+                    yield BuildEvent(error=str(detail).strip())
+                    return
+                if "stream" in chunk:
+                    yield BuildEvent(text=str(chunk["stream"]))
+                aux = chunk.get("aux")
+                if isinstance(aux, dict) and "ID" in aux:
+                    yield BuildEvent(image_id=str(aux["ID"]))
+        except docker.errors.DockerException as e:
+            msg = f"the Docker engine at {self._address} failed the build request: {_reason(e)}"
+            raise EngineError(msg) from e
+
+    def tag(self, image_id: str, name: str) -> None:
+        repository, _, tag = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else (name, "", "latest")
+        try:
+            self._api.tag(image_id, repository, tag)
+        except docker.errors.DockerException as e:
+            msg = f"could not tag {image_id} as {name}: {_reason(e)}"
+            raise EngineError(msg) from e
+
+    def inspect_image(self, ref: str) -> ImageInfo:
+        try:
+            data = self._api.inspect_image(ref)
+            history = self._api.history(ref)
+        except docker.errors.ImageNotFound as e:
+            msg = (
+                f"no image '{ref}' in the Docker engine at {self._address}; build it first (imagebuild build)"
+            )
+            raise EngineError(msg) from e
+        except docker.errors.DockerException as e:
+            msg = f"could not inspect image '{ref}': {_reason(e)}"
+            raise EngineError(msg) from e
+        config = data.get("Config") or {}
+        env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+        entrypoint = config.get("Entrypoint")
+        cmd = config.get("Cmd")
+        return ImageInfo(
+            id=data["Id"],
+            tags=tuple(data.get("RepoTags") or ()),
+            labels=dict(config.get("Labels") or {}),
+            env=env,
+            entrypoint=tuple(entrypoint) if entrypoint is not None else None,
+            cmd=tuple(cmd) if cmd is not None else None,
+            workdir=config.get("WorkingDir") or "",
+            history=tuple(str(h.get("CreatedBy", "")) for h in history),
+        )
+
+    def run(self, image: str, command: list[str], *, network_mode: str | None = None) -> tuple[int, str]:
+        container_id = self._create(image, command, network_mode)
+        try:
+            self._api.start(container_id)
+            code = int(self._api.wait(container_id)["StatusCode"])
+            output = self._api.logs(container_id, stdout=True, stderr=True).decode(errors="replace")
+        except docker.errors.DockerException as e:
+            msg = f"could not run {command[0]} in {image}: {_reason(e)}"
+            raise EngineError(msg) from e
+        finally:
+            self.remove(container_id)
+        return code, output
+
+    def start(self, image: str, *, network_mode: str | None = None) -> str:
+        container_id = self._create(image, ["sleep", "infinity"], network_mode)
+        try:
+            self._api.start(container_id)
+        except docker.errors.DockerException as e:
+            self.remove(container_id)
+            msg = f"could not start a container of {image}: {_reason(e)}"
+            raise EngineError(msg) from e
+        return container_id
+
+    def remove(self, container_id: str) -> None:
+        try:
+            self._api.remove_container(container_id, force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.DockerException as e:
+            msg = f"could not remove container {container_id[:12]}: {_reason(e)}"
+            raise EngineError(msg) from e
+
+    def _create(self, image: str, command: list[str], network_mode: str | None) -> str:
+        try:
+            host_config = self._api.create_host_config(network_mode=network_mode)
+            container = self._api.create_container(
+                image, command=command, entrypoint=[], host_config=host_config, detach=True
+            )
+        except docker.errors.ImageNotFound as e:
+            msg = f"no image '{image}' in the Docker engine at {self._address}"
+            raise EngineError(msg) from e
+        except docker.errors.DockerException as e:
+            msg = f"could not create a container of {image}: {_reason(e)}"
+            raise EngineError(msg) from e
+        return str(container["Id"])
+
+
+class _BytesReader:
+    """A file object over bytes that docker-py can stream as the build context."""
+
+    def __init__(self, data: bytes) -> None:
+        import io
+
+        self._io = io.BytesIO(data)
+
+    def read(self, size: int = -1) -> bytes:
+        return self._io.read(size)
+
+
+def _reason(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]

@@ -1,0 +1,71 @@
+"""The container engine as imagebuild needs it: a small interface.
+
+Only ``imagebuild.docker_engine`` talks to docker-py; everything else uses
+these types, so the build and verify logic can be tested with a fake engine.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildEvent:
+    """One message of a classic-builder build stream."""
+
+    text: str = ""  # a line of output (may be empty)
+    error: str | None = None  # the build failed with this message
+    image_id: str | None = None  # the built image (last event of a success)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageInfo:
+    id: str
+    tags: tuple[str, ...]
+    labels: Mapping[str, str]
+    env: Mapping[str, str]
+    entrypoint: tuple[str, ...] | None
+    cmd: tuple[str, ...] | None
+    workdir: str
+    history: tuple[str, ...] = field(default=())  # created_by of every layer, newest first
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest:
+    context: bytes  # an uncompressed tar with the Dockerfile at its root
+    labels: Mapping[str, str]
+    network_mode: str | None = None
+    no_cache: bool = False
+
+
+class Engine(ABC):
+    @property
+    @abstractmethod
+    def address(self) -> str:
+        """Where the engine is, for messages (e.g. unix:///var/run/docker.sock)."""
+
+    @abstractmethod
+    def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
+        """Build, streaming events; never tags."""
+
+    @abstractmethod
+    def tag(self, image_id: str, name: str) -> None:
+        """Tag ``image_id`` as ``name`` (repository[:tag])."""
+
+    @abstractmethod
+    def inspect_image(self, ref: str) -> ImageInfo:
+        """Raise EngineError naming ``ref`` when it does not exist."""
+
+    @abstractmethod
+    def run(self, image: str, command: list[str], *, network_mode: str | None = None) -> tuple[int, str]:
+        """Run a command in a throw-away container: (exit code, combined output)."""
+
+    @abstractmethod
+    def start(self, image: str, *, network_mode: str | None = None) -> str:
+        """Start a long-lived container (entrypoint overridden to sleep); return its id."""
+
+    @abstractmethod
+    def remove(self, container_id: str) -> None:
+        """Force-remove a container; a missing one is not an error."""

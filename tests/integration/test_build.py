@@ -1,0 +1,109 @@
+"""`imagebuild build` for real: the full 18-step gfx942 image against the sample world."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from imagebuild.cli import main
+from imagebuild.docker_engine import DockerEngine
+from imagebuild.errors import EngineError
+from imagebuild.pins import load_pins
+from sampleworld.layout import BAD_SHA
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
+
+TAG = "imagebuild-test/kimi-k3:gfx942"
+
+
+def build(pins: Path, record: Path, *extra: str) -> int:
+    return main(["build", "--pins", str(pins), "--network", "host", "--record", str(record), *extra])
+
+
+@pytest.fixture(scope="module")
+def built(locked_pins: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    record = tmp_path_factory.mktemp("build") / "record.json"
+    assert build(locked_pins, record, "--tag", TAG) == 0
+    result: dict[str, object] = json.loads(record.read_text())
+    return result
+
+
+def test_full_build_has_18_steps_labels_and_versions(
+    built: dict[str, object], locked_pins: Path, engine: DockerEngine
+) -> None:
+    steps = built["steps"]
+    assert isinstance(steps, list)
+    assert [s["number"] for s in steps] == list(range(1, 19))
+    info = engine.inspect_image(TAG)
+    assert info.id == built["image_id"]
+    assert info.entrypoint in (None, ())
+    assert info.workdir == "/app"
+    pins = load_pins(locked_pins)
+    for pin in pins:
+        assert info.labels[f"io.imagebuild.pin.{pin.name}"] == pin.identity
+    for key in ("source", "revision", "created", "version"):
+        assert info.labels[f"org.opencontainers.image.{key}"]
+    code, versions = engine.run(TAG, ["cat", "/app/versions.txt"])
+    assert code == 0
+    for name, prefix in (("mori", "MORI_REF"), ("vllm", "VLLM_REF"), ("router", "VLLM_ROUTER_REF")):
+        assert f"{prefix}={pins.get(name).identity}" in versions
+    assert "AITER_VERSION=0.1.19" in versions
+    assert "FLYDSL_REPIN=0.2.4 (after proven_k3 graft)" in versions
+    assert "BUILD_SETUPTOOLS=79." in versions
+    code, out = engine.run(
+        TAG,
+        ["python3", "/opt/imagebuild/launcher/serve.py", "--help"],
+    )
+    assert code == 0, out
+
+
+def test_second_build_is_fully_cached(built: dict[str, object], locked_pins: Path, tmp_path: Path) -> None:
+    record = tmp_path / "again.json"
+    assert build(locked_pins, record, "--tag", TAG) == 0
+    again = json.loads(record.read_text())
+    assert again["image_id"] == built["image_id"]
+    assert again["all_cached"], [s for s in again["steps"] if not s["cached"]]
+
+
+def test_failing_step_is_named_and_nothing_tagged(
+    built: dict[str, object],
+    locked_pins: Path,
+    tmp_path: Path,
+    engine: DockerEngine,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bad = tmp_path / "pins.toml"
+    text = locked_pins.read_text()
+    commit = load_pins(locked_pins).get("vllm").identity
+    assert commit
+    bad.write_text(text.replace(commit, BAD_SHA))
+    tag = "imagebuild-test/must-not-exist:bad"
+    assert build(bad, tmp_path / "record.json", "--tag", tag) == 4
+    err = capsys.readouterr().err
+    assert "step 7/18 'vLLM fork, full source compile' failed" in err
+    assert f"vllm = {BAD_SHA}" in err
+    assert "nothing was tagged" in err
+    assert "full log:" in err
+    with pytest.raises(EngineError):
+        engine.inspect_image(tag)
+    assert not (tmp_path / "record.json").exists()
+
+
+def test_engine_unreachable(
+    locked_pins: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:9")
+    assert build(locked_pins, tmp_path / "r.json") == 3
+    err = capsys.readouterr().err
+    assert "cannot reach the Docker engine at tcp://127.0.0.1:9" in err
+    assert "ensure-docker.sh" in err
+
+
+@pytest.mark.parametrize("arg", ["GH_TOKEN=abc", "MAX_JOBS=ghp_abcdefghijklmnop"])
+def test_secret_like_build_arg_refused(
+    locked_pins: Path, tmp_path: Path, arg: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert build(locked_pins, tmp_path / "r.json", "--build-arg", arg) == 2
+    assert "refused" in capsys.readouterr().err
