@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -16,6 +17,9 @@ from imagebuild.launcher import serve
 LAUNCHER = Path(serve.__file__)
 STUB_DIR = Path(__file__).parent / "stub_vllm"
 GOLDEN_DIR = Path(__file__).parent / "golden"
+# The interpreter that runs the launcher in subprocess tests; point it at the image's python3
+# (3.11 or 3.12) to test the launcher there: LAUNCHER_TEST_PYTHON=/path/to/python3.12
+LAUNCHER_PYTHON = os.environ.get("LAUNCHER_TEST_PYTHON", sys.executable)
 
 
 def k3_env(**overrides: str) -> dict[str, str]:
@@ -44,7 +48,7 @@ def log_dir(env: dict[str, str]) -> Path:
 
 def start_launcher(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(LAUNCHER), *args],
+        [LAUNCHER_PYTHON, str(LAUNCHER), *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

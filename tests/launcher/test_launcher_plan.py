@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from launcher_support import GOLDEN_DIR, LAUNCHER, k3_env
+from launcher_support import GOLDEN_DIR, LAUNCHER, LAUNCHER_PYTHON, k3_env
 
 from imagebuild.launcher import serve
 
@@ -267,6 +267,11 @@ def test_a_recipe_may_leave_out_optional_kv_flags(capsys: pytest.CaptureFixture[
     ]  # fmt: skip
 
 
+def test_every_recipe_settable_input_can_be_matched_against_variants() -> None:
+    inputs = serve.resolve_plan(k3_env()).inputs
+    assert set(inputs.recipe_settable()) == set(serve.RECIPE_INPUTS)
+
+
 def test_launcher_imports_only_the_standard_library() -> None:
     tree = ast.parse(LAUNCHER.read_text())
     modules = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
@@ -279,7 +284,7 @@ def test_launcher_imports_only_the_standard_library() -> None:
 def run_standalone(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     # -I: no PYTHONPATH, no user site, no script directory on sys.path; cwd far from the repo.
     return subprocess.run(
-        [sys.executable, "-I", str(LAUNCHER), *args],
+        [LAUNCHER_PYTHON, "-I", str(LAUNCHER), *args],
         env={"PATH": "/usr/bin:/bin", **env},
         cwd="/",
         capture_output=True,

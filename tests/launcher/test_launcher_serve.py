@@ -34,10 +34,8 @@ def assert_all_stopped(env: dict[str, str]) -> None:
 
 def test_head_serves_runs_the_benchmark_and_tears_down(node_env: dict[str, str], launched: Launch) -> None:
     seen = Path(node_env["HOME"]) / "benchmark.json"
-    check = (
-        "import json, os, sys; "
-        f"json.dump({{k: os.environ.get(k) for k in ('SERVED_MODEL_NAME', 'NIAH_MODEL')}}, open({str(seen)!r}, 'w'))"
-    )
+    names = ("SERVED_MODEL_NAME", "NIAH_MODEL")
+    check = f"import json, os; json.dump({{k: os.environ[k] for k in {names!r}}}, open({str(seen)!r}, 'w'))"
     env = {
         **node_env,
         "VARIANT": "moriep",
@@ -71,7 +69,9 @@ def test_head_is_ready_on_health_probe_without_the_log_line(
     assert_all_stopped(env)
 
 
-def test_vllm_dying_early_fails_the_head_with_the_log_tail(node_env: dict[str, str], launched: Launch) -> None:
+def test_vllm_dying_early_fails_the_head_with_the_log_tail(
+    node_env: dict[str, str], launched: Launch
+) -> None:
     env = {**node_env, "STUB_VLLM_MODE": "die"}
     started = time.monotonic()
     code, _, err = finish(launched(env))
@@ -151,7 +151,9 @@ def test_worker_kills_a_vllm_that_ignores_sigterm(node_env: dict[str, str], laun
     assert_all_stopped(env)
 
 
-def test_worker_does_not_start_vllm_after_the_head_is_gone(node_env: dict[str, str], launched: Launch) -> None:
+def test_worker_does_not_start_vllm_after_the_head_is_gone(
+    node_env: dict[str, str], launched: Launch
+) -> None:
     env = {**node_env, "NODE_RANK": "1"}
     log_dir(env).mkdir(parents=True)
     (log_dir(env) / ".shutdown").touch()
@@ -173,7 +175,10 @@ def test_worker_does_not_raise_the_sentinel(node_env: dict[str, str], launched: 
     [
         ({"NNODES": "1"}, "topology mismatch"),
         ({"PATH": "/usr/bin:/bin"}, "vllm: vllm is not on PATH"),
-        ({"MODEL_PATH": "/nonexistent/Kimi-K3"}, "MODEL_PATH=/nonexistent/Kimi-K3 does not exist on this node"),
+        (
+            {"MODEL_PATH": "/nonexistent/Kimi-K3"},
+            "MODEL_PATH=/nonexistent/Kimi-K3 does not exist on this node",
+        ),
     ],
 )
 def test_head_that_cannot_start_still_raises_the_sentinel(
