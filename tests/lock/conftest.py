@@ -114,8 +114,13 @@ class _Quiet(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def handle(self) -> None:
+        # clients that time out or are cut off on purpose reset the connection
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            super().handle()
+
     def _dispatch(self) -> None:
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        with contextlib.suppress(ConnectionError):
             type(self).handler(self)
 
     do_GET = do_HEAD = do_POST = do_PUT = _dispatch
@@ -128,7 +133,7 @@ class LocalServer:
         self.httpd.daemon_threads = True
         self.port = int(self.httpd.server_address[1])
         self.url = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
     def close(self) -> None:

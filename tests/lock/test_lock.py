@@ -1,0 +1,324 @@
+"""`imagebuild lock` end to end against local servers: policy, writes, failures."""
+
+from __future__ import annotations
+
+import json
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from imagebuild.arch import ArchProfile
+from imagebuild.errors import ConfigError, LockError
+from imagebuild.lock import LockOptions, LockResult, lock
+from tests.lock.conftest import FileServer, GitDaemon, GitRepo, IndexFile, Registry, serve_index
+
+WHEEL = b"not really a wheel, but bytes to hash" * 1000
+PYPI_NAMES = [
+    "flydsl-0.2.4-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+    "flydsl-0.2.4-cp312-cp312-manylinux_2_27_x86_64.whl",
+    "flydsl-0.2.4.tar.gz",
+]
+
+
+@dataclass
+class World:
+    path: Path
+    repo: GitRepo
+    registry: Registry
+    files: FileServer
+    tag_commit: str
+    branch_commit: str
+    base_index: str
+    base_amd64: str
+    donor_digest: str
+    image_repo: str
+
+    def lock(self, arch: ArchProfile, **kw: object) -> LockResult:
+        return lock(LockOptions(pins_path=self.path, arch=arch, timeout=5, **kw))  # type: ignore[arg-type]
+
+    def data(self) -> dict[str, dict[str, object]]:
+        return tomllib.loads(self.path.read_text(encoding="utf-8"))
+
+
+_counter = [0]
+
+
+@pytest.fixture
+def world(tmp_path: Path, git_daemon: GitDaemon, registry: Registry, file_server: FileServer) -> World:
+    _counter[0] += 1
+    image_repo = f"world{_counter[0]}"
+    repo = git_daemon.repo("kimi")
+    tag_commit = repo.tag("v1.2.2", annotated=True)
+    branch_commit = repo.commit("on main")
+    base_index, children = registry.push_multi(f"{image_repo}/base", "ci", ("linux/amd64", "linux/arm64/v8"))
+    donor = registry.push_single(f"{image_repo}/donor", "release")
+    wheel_url = file_server.add("/releases/amd_aiter-0.1.19-cp311-cp311-manylinux_2_28_x86_64.whl", WHEEL)
+    index = serve_index(
+        file_server, "flydsl", [IndexFile(n, n.encode() * 10) for n in PYPI_NAMES], flavour="json"
+    )
+    path = tmp_path / "pins.toml"
+    path.write_text(
+        f"""# Every source of the image, pinned.
+# Regenerate identities with: imagebuild lock --upgrade
+
+[base]
+kind = "image"
+# the CI base (python 3.11 in this world)
+image = "{registry.host}/{image_repo}/base"
+tag = "ci"
+digest = ""
+platform_digest = ""
+python = "3.11"
+site_packages = "/usr/lib/python3.11/site-packages"
+
+[donor]
+kind = "image"
+image = "{registry.host}/{image_repo}/donor"
+tag = "release"
+digest = ""
+platform_digest = ""
+python = "3.11"
+site_packages = "/usr/lib/python3.11/site-packages"
+
+[mori]
+kind = "git"
+# a release tag
+url = "{repo.url}"
+tag = "v1.2.2"
+commit = ""
+
+[vllm]
+kind = "git"
+url = "{repo.url}"
+branch = "main"  # force-pushed upstream
+commit = ""
+
+[fixed]
+kind = "git"
+url = "git://127.0.0.1:1/never-contacted"
+commit = "{"a" * 40}"
+
+[aiter]
+kind = "wheel"
+url = "{wheel_url}"
+version = "0.1.19"
+sha256 = ""
+size = 0
+
+[flydsl]
+kind = "pypi"
+project = "flydsl"
+version = "0.2.4"
+index = "{index}"
+filename = ""
+sha256 = ""
+
+[rust]
+kind = "toolchain"
+version = "1.88.0"
+""",
+        encoding="utf-8",
+    )
+    return World(
+        path=path,
+        repo=repo,
+        registry=registry,
+        files=file_server,
+        tag_commit=tag_commit,
+        branch_commit=branch_commit,
+        base_index=base_index,
+        base_amd64=children["linux/amd64"],
+        donor_digest=donor,
+        image_repo=image_repo,
+    )
+
+
+def statuses(result: LockResult) -> dict[str, str]:
+    return {c.name: c.status for c in result.changes}
+
+
+def test_first_lock_fills_every_identity_and_keeps_comments(world: World, amd64: ArchProfile) -> None:
+    result = world.lock(amd64)
+    assert statuses(result) == {
+        "base": "filled",
+        "donor": "filled",
+        "mori": "filled",
+        "vllm": "filled",
+        "fixed": "unchanged",
+        "aiter": "filled",
+        "flydsl": "filled",
+        "rust": "unchanged",
+    }
+    assert (result.wrote, result.stale) == (True, False)
+    data = world.data()
+    assert data["base"]["digest"] == world.base_index
+    assert data["base"]["platform_digest"] == world.base_amd64
+    assert data["donor"]["digest"] == data["donor"]["platform_digest"] == world.donor_digest
+    assert data["mori"]["commit"] == world.tag_commit
+    assert data["vllm"]["commit"] == world.branch_commit
+    assert data["aiter"]["size"] == len(WHEEL)
+    assert data["flydsl"]["filename"] == PYPI_NAMES[0]  # python 3.11 from [base]
+    text = world.path.read_text(encoding="utf-8")
+    for comment in ("# Every source of the image, pinned.", "# a release tag", "# force-pushed upstream"):
+        assert comment in text
+
+    before = world.path.read_bytes()
+    hits = dict(world.files.hits)
+    again = world.lock(amd64)
+    assert set(statuses(again).values()) == {"unchanged"}
+    assert (again.wrote, again.stale) == (False, False)
+    assert world.path.read_bytes() == before
+    # files are not re-downloaded when their identity is recorded
+    assert world.files.hits == hits
+
+
+def test_check_and_dry_run_write_nothing(world: World, amd64: ArchProfile) -> None:
+    before = world.path.read_bytes()
+    check = world.lock(amd64, check=True)
+    assert (check.wrote, check.stale, check.mode) == (False, True, "check")
+    dry = world.lock(amd64, dry_run=True)
+    assert (dry.wrote, dry.stale) == (False, True)
+    assert statuses(dry)["mori"] == "filled"
+    assert "dry run" in dry.format_table()
+    assert world.path.read_bytes() == before
+    world.lock(amd64)
+    assert world.lock(amd64, check=True).stale is False
+
+
+def test_moved_tag_is_reported_loudly_and_kept_until_upgraded(world: World, amd64: ArchProfile) -> None:
+    world.lock(amd64)
+    before = world.path.read_bytes()
+    world.repo.git("checkout", "-q", "-b", "side")  # leave branch main where it is
+    elsewhere = world.repo.commit("attacker")
+    world.repo.tag("v1.2.2", annotated=True, force=True)
+
+    result = world.lock(amd64)
+    mori = result.change("mori")
+    assert (mori.status, mori.applied, mori.old, mori.new) == ("moved", False, world.tag_commit, elsewhere)
+    assert (result.wrote, result.stale) == (False, True)
+    assert world.path.read_bytes() == before
+    table = result.format_table()
+    assert "MOVED" in table
+    assert f"was {world.tag_commit} and is now {elsewhere}" in table
+    assert "--upgrade-pin mori" in table
+    assert world.lock(amd64, check=True).stale is True
+
+    accepted = world.lock(amd64, upgrade_pins=("mori",))
+    assert accepted.change("mori").status == "moved"
+    assert (accepted.wrote, accepted.stale) == (True, False)
+    assert world.data()["mori"]["commit"] == elsewhere
+
+
+def test_branch_that_moved_on_is_updated_only_on_upgrade(world: World, amd64: ArchProfile) -> None:
+    world.lock(amd64)
+    new = world.repo.commit("next")
+    kept = world.lock(amd64)
+    assert (kept.change("vllm").status, kept.change("vllm").applied, kept.stale) == ("updated", False, True)
+    assert world.data()["vllm"]["commit"] == world.branch_commit
+    upgraded = world.lock(amd64, upgrade=True)
+    assert upgraded.change("vllm").status == "updated"
+    assert world.data()["vllm"]["commit"] == new
+    assert upgraded.stale is False
+
+
+def test_image_tag_pushed_again_is_moved(world: World, amd64: ArchProfile) -> None:
+    world.lock(amd64)
+    new = world.registry.push_single(f"{world.image_repo}/donor", "release", salt="rebuilt")
+    result = world.lock(amd64)
+    assert result.change("donor").status == "moved"
+    assert world.data()["donor"]["digest"] == world.donor_digest
+    world.lock(amd64, upgrade_pins=("donor",))
+    assert world.data()["donor"]["digest"] == world.data()["donor"]["platform_digest"] == new
+
+
+def test_wheel_rehashed_only_on_upgrade_and_new_bytes_are_moved(world: World, amd64: ArchProfile) -> None:
+    world.lock(amd64)
+    path = next(p for p in world.files.files if p.startswith("/releases/"))
+    world.files.files[path] = WHEEL + b"replaced"
+    quiet = world.lock(amd64)
+    assert (quiet.change("aiter").status, quiet.change("aiter").checked) == ("unchanged", False)
+    assert "not re-hashed" in quiet.format_table()
+    upgraded = world.lock(amd64, upgrade=True)
+    assert upgraded.change("aiter").status == "moved"
+    assert world.data()["aiter"]["size"] == len(WHEEL) + len(b"replaced")
+    assert upgraded.change("flydsl").status == "unchanged"
+
+
+def test_unknown_upgrade_pin_suggests(world: World, amd64: ArchProfile) -> None:
+    with pytest.raises(ConfigError, match=r"no pin named 'mory'\. Perhaps you meant 'mori'"):
+        world.lock(amd64, upgrade_pins=("mory",))
+
+
+def test_every_failure_is_reported_at_once_and_the_file_is_untouched(
+    world: World, amd64: ArchProfile
+) -> None:
+    text = world.path.read_text(encoding="utf-8")
+    text = text.replace('tag = "v1.2.2"', 'tag = "v9.9.9"').replace('tag = "release"', 'tag = "gone"')
+    text = text.replace("/releases/amd_aiter", "/nowhere/amd_aiter")
+    world.path.write_text(text, encoding="utf-8")
+    before = world.path.read_bytes()
+    with pytest.raises(LockError) as e:
+        world.lock(amd64)
+    message = str(e.value)
+    assert message.startswith("3 of 6 source(s) could not be resolved")
+    assert "left untouched" in message
+    assert "[donor] http://127.0.0.1:" in message
+    assert "HTTP 404" in message
+    assert "[mori] git://127.0.0.1:" in message
+    assert "tag 'v9.9.9' not found" in message
+    assert "[aiter] http://127.0.0.1:" in message
+    assert world.path.read_bytes() == before
+
+
+def test_ctrl_c_mid_lock_leaves_the_file_untouched(world: World, amd64: ArchProfile) -> None:
+    before = world.path.read_bytes()
+
+    def interrupt(message: str) -> None:
+        if message.startswith("resolved"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        lock(LockOptions(pins_path=world.path, arch=amd64, timeout=5), progress=interrupt)
+    assert world.path.read_bytes() == before
+    assert sorted(p.name for p in world.path.parent.iterdir()) == ["pins.toml"]
+
+
+def test_sources_are_resolved_concurrently(world: World, amd64: ArchProfile) -> None:
+    extra = "".join(
+        f'''
+[wheel{i}]
+kind = "wheel"
+url = "{world.files.add(f"/w{i}.whl", WHEEL + bytes([i]))}"
+version = "1"
+sha256 = ""
+size = 0
+'''
+        for i in range(6)
+    )
+    world.path.write_text(world.path.read_text(encoding="utf-8") + extra, encoding="utf-8")
+    world.files.delay = 0.3
+    started = time.monotonic()
+    world.lock(amd64, jobs=8)
+    # 8 answers from the slow server (6 + aiter + the index page): 2.4 s one by one
+    assert time.monotonic() - started < 1.0
+    assert set(world.data()["wheel5"]) >= {"sha256", "size"}
+
+
+def test_json_report(world: World, amd64: ArchProfile) -> None:
+    report = world.lock(amd64, dry_run=True).to_json()
+    json.dumps(report)
+    assert report["mode"] == "dry-run"
+    mori = next(c for c in report["changes"] if c["name"] == "mori")
+    assert mori["new_fields"] == {"commit": world.tag_commit}
+    assert mori["status"] == "filled"
+
+
+def test_pypi_pin_needs_a_base_python(world: World, amd64: ArchProfile) -> None:
+    world.path.write_text(
+        world.path.read_text(encoding="utf-8").replace("[base]", "[base_image]"), encoding="utf-8"
+    )
+    with pytest.raises(LockError, match=r"\[flydsl\] .*no target python"):
+        world.lock(amd64)

@@ -1,0 +1,153 @@
+"""Image digests from a real docker-registry (pushed to over its HTTP API)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from imagebuild.errors import ConfigError
+from imagebuild.lock.http import FetchError, Http
+from imagebuild.lock.registry import (
+    ImageDigests,
+    ImageName,
+    RegistryClient,
+    is_loopback,
+    load_docker_credentials,
+    parse_image_name,
+)
+from tests.lock.conftest import DOCKER_LIST, OCI_MANIFEST, Registry, TokenProxy
+
+
+def resolve(
+    image: str, tag: str, platform: str = "linux/amd64", creds: dict[str, tuple[str, str]] | None = None
+) -> ImageDigests:
+    with Http(timeout=5, backoff=0.01) as http:
+        return RegistryClient(http, creds or {}).resolve(parse_image_name(image), tag, platform)
+
+
+@pytest.mark.parametrize(
+    ("image", "registry", "repository"),
+    [
+        ("rocm/vllm-dev", "docker.io", "rocm/vllm-dev"),
+        ("ubuntu", "docker.io", "library/ubuntu"),
+        ("docker.io/ubuntu", "docker.io", "library/ubuntu"),
+        ("index.docker.io/amdsiloai/vllm", "docker.io", "amdsiloai/vllm"),
+        ("ghcr.io/rocm/x/y", "ghcr.io", "rocm/x/y"),
+        ("localhost/a", "localhost", "a"),
+        ("127.0.0.1:5000/a/b", "127.0.0.1:5000", "a/b"),
+    ],
+)
+def test_image_names_normalise_like_docker(image: str, registry: str, repository: str) -> None:
+    assert parse_image_name(image) == ImageName(registry=registry, repository=repository)
+
+
+def test_docker_hub_api_host_and_schemes() -> None:
+    assert parse_image_name("rocm/vllm-dev").base_url == "https://registry-1.docker.io/v2/rocm/vllm-dev"
+    assert parse_image_name("localhost:5000/a").base_url == "http://localhost:5000/v2/a"
+    assert parse_image_name("registry.example.com/a").base_url.startswith("https://")
+
+
+@pytest.mark.parametrize("bad", ["rocm/vllm-dev:tag", "Rocm/vllm", "a//b"])
+def test_bad_image_names_are_config_errors(bad: str) -> None:
+    with pytest.raises(ConfigError, match="not a valid repository name"):
+        parse_image_name(bad)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1:5000", True),
+        ("127.8.9.1", True),
+        ("localhost:1", True),
+        ("[::1]:5000", True),
+        ("ghcr.io", False),
+        ("10.0.0.1:5000", False),
+    ],
+)
+def test_loopback_detection(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_docker_config_credentials(tmp_path: Path) -> None:
+    auth = base64.b64encode(b"me:s3cret").decode()
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "auths": {
+                    "https://index.docker.io/v1/": {"auth": auth},
+                    "127.0.0.1:5000": {"auth": auth},
+                    "ghcr.io": {},
+                }
+            }
+        ),
+        encoding="utf-8",
+    )
+    creds = load_docker_credentials({"DOCKER_CONFIG": str(tmp_path)})
+    assert creds == {"docker.io": ("me", "s3cret"), "127.0.0.1:5000": ("me", "s3cret")}
+
+
+def test_single_manifest_digest_is_its_own_platform_digest(registry: Registry) -> None:
+    digest = registry.push_single("single/docker", "v1")
+    got = resolve(f"{registry.host}/single/docker", "v1")
+    assert (got.digest, got.platform_digest) == (digest, digest)
+    oci = registry.push_single("single/oci", "v1", media_type=OCI_MANIFEST)
+    assert resolve(f"{registry.host}/single/oci", "v1").digest == oci
+
+
+def test_oci_index_records_index_and_platform_digest(registry: Registry) -> None:
+    index, children = registry.push_multi("multi/oci", "v1", ("linux/amd64", "linux/arm64/v8"))
+    amd = resolve(f"{registry.host}/multi/oci", "v1")
+    assert (amd.digest, amd.platform_digest) == (index, children["linux/amd64"])
+    arm = resolve(f"{registry.host}/multi/oci", "v1", "linux/arm64")
+    assert (arm.digest, arm.platform_digest) == (index, children["linux/arm64/v8"])
+
+
+def test_docker_manifest_list(registry: Registry) -> None:
+    index, children = registry.push_multi(
+        "multi/docker", "v1", ("linux/arm64", "linux/amd64"), media_type=DOCKER_LIST
+    )
+    got = resolve(f"{registry.host}/multi/docker", "v1")
+    assert (got.digest, got.platform_digest) == (index, children["linux/amd64"])
+
+
+def test_index_without_our_platform_lists_what_it_has(registry: Registry) -> None:
+    registry.push_multi("multi/armonly", "v1", ("linux/arm64/v8",))
+    with pytest.raises(FetchError, match=r"no manifest for linux/amd64 \(it has: linux/arm64/v8\)"):
+        resolve(f"{registry.host}/multi/armonly", "v1")
+
+
+def test_single_manifest_of_another_arch_is_refused(registry: Registry) -> None:
+    registry.push_single("single/arm", "v1", "linux/arm64")
+    with pytest.raises(FetchError, match="single-platform image for linux/arm64, not linux/amd64"):
+        resolve(f"{registry.host}/single/arm", "v1")
+
+
+def test_missing_tag_is_404(registry: Registry) -> None:
+    registry.push_single("single/notag", "v1")
+    with pytest.raises(FetchError, match="HTTP 404") as e:
+        resolve(f"{registry.host}/single/notag", "nope")
+    assert e.value.url.endswith("/single/notag/manifests/nope")
+    assert "check the name, tag" in e.value.hint
+
+
+def test_anonymous_bearer_token(registry: Registry, token_registry: TokenProxy) -> None:
+    index, children = registry.push_multi("public/img", "v1", ("linux/amd64",))
+    got = resolve(f"{token_registry.host}/public/img", "v1")
+    assert (got.digest, got.platform_digest) == (index, children["linux/amd64"])
+    assert any(t.endswith("public/img") for t in token_registry.tokens_issued)
+
+
+def test_private_repository_needs_credentials(registry: Registry, token_registry: TokenProxy) -> None:
+    digest = registry.push_single("private/img", "v1")
+    token_registry.private["private/"] = "me:s3cret"
+    with pytest.raises(FetchError, match="token endpoint refused anonymous access") as e:
+        resolve(f"{token_registry.host}/private/img", "v1")
+    assert e.value.status == 401
+    assert "docker login" in e.value.hint
+    with pytest.raises(FetchError, match="refused the credentials"):
+        resolve(f"{token_registry.host}/private/img", "v1", creds={token_registry.host: ("me", "wrong")})
+    got = resolve(f"{token_registry.host}/private/img", "v1", creds={token_registry.host: ("me", "s3cret")})
+    assert got.digest == digest
