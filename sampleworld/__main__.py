@@ -14,7 +14,9 @@ from sampleworld.world import down, status, up
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sampleworld", description=__doc__)
     parser.add_argument("command", choices=("up", "down", "status"))
-    parser.add_argument("--state", type=Path, default=DEFAULT_STATE_DIR, help=f"state dir (default {DEFAULT_STATE_DIR})")
+    parser.add_argument(
+        "--state", type=Path, default=DEFAULT_STATE_DIR, help=f"state dir (default {DEFAULT_STATE_DIR})"
+    )
     parser.add_argument("--no-images", action="store_true", help="up: skip Docker (no base or donor image)")
     args = parser.parse_args(argv)
     try:

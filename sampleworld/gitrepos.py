@@ -131,7 +131,8 @@ def _tree(commit: Commit) -> dict[str, bytes]:
     for path, old, new in commit.edits:
         text = files[path].decode()
         if old not in text:
-            raise ValueError(f"edit of {commit.source}/{path} in commit {commit.label!r}: {old!r} not found")
+            msg = f"edit of {commit.source}/{path} in commit {commit.label!r}: {old!r} not found"
+            raise ValueError(msg)
         files[path] = text.replace(old, new).encode()
     for path, content in commit.extra.items():
         files[path] = content.encode()
@@ -190,15 +191,19 @@ def build_repos(base: Path) -> dict[str, dict[str, str]]:
             shutil.rmtree(repo)
         repo.parent.mkdir(parents=True, exist_ok=True)
         proc.run(["git", "init", "--quiet", "--bare", f"--initial-branch={spec.head}", str(repo)])
-        proc.run(["git", "fast-import", "--quiet", "--done"], cwd=repo, stdin=_stream(spec, heads) + b"done\n")
+        proc.run(
+            ["git", "fast-import", "--quiet", "--done"], cwd=repo, stdin=_stream(spec, heads) + b"done\n"
+        )
         proc.run(["git", "update-ref", "-d", "refs/sampleworld/build"], cwd=repo)
         # Blobless clones (--filter=blob:none) and fetching a bare SHA need these on the serving side.
         proc.run(["git", "config", "uploadpack.allowFilter", "true"], cwd=repo)
         proc.run(["git", "config", "uploadpack.allowAnySHA1InWant", "true"], cwd=repo)
-        listing = proc.run(["git", "for-each-ref", "--format=%(refname) %(objectname) %(*objectname)"], cwd=repo)
+        listing = proc.run(
+            ["git", "for-each-ref", "--format=%(refname) %(objectname) %(*objectname)"], cwd=repo
+        )
         repo_refs: dict[str, str] = {}
         for line in listing.splitlines():
-            name, obj, peeled = (line.split() + [""])[:3]
+            name, obj, peeled = ([*line.split(), ""])[:3]
             repo_refs[name] = peeled or obj  # a tag maps to the commit it points at
             if name.startswith("refs/heads/"):
                 heads[(spec.path, name.removeprefix("refs/heads/"))] = obj

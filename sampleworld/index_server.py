@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 HTML_TYPE = "application/vnd.pypi.simple.v1+html"
 PACKAGES = "packages"
-_DIST_SUFFIXES = (".whl", ".tar.gz", ".zip")
+_HEAD = '<!DOCTYPE html>\n<html><head><meta name="pypi:repository-version" content="1.0">'
 
 
 def normalize(name: str) -> str:
@@ -84,7 +84,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _IndexHTTPServer
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - signature of the base class
+    def log_message(self, format: str, *args: object) -> None:
         if not self.server.quiet:
             super().log_message(format, *args)
 
@@ -131,7 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, JSON_TYPE, json.dumps(doc).encode(), send_body)
             return
         links = "".join(f'<a href="/simple/{n}/">{n}</a>\n' for n in names)
-        page = f'<!DOCTYPE html>\n<html><head><meta name="pypi:repository-version" content="1.0"></head>\n<body>\n{links}</body></html>\n'
+        page = f"{_HEAD}</head>\n<body>\n{links}</body></html>\n"
         self._send(HTTPStatus.OK, HTML_TYPE, page.encode(), send_body)
 
     def _send_project(self, raw_name: str, send_body: bool) -> None:
@@ -156,10 +156,12 @@ class _Handler(BaseHTTPRequestHandler):
             }
             self._send(HTTPStatus.OK, JSON_TYPE, json.dumps(doc).encode(), send_body)
             return
-        links = "".join(f'<a href="{html.escape(u)}#sha256={h}">{html.escape(f)}</a><br>\n' for f, u, h in entries)
+        links = "".join(
+            f'<a href="{html.escape(u)}#sha256={h}">{html.escape(f)}</a><br>\n' for f, u, h in entries
+        )
         page = (
-            '<!DOCTYPE html>\n<html><head><meta name="pypi:repository-version" content="1.0">'
-            f"<title>Links for {name}</title></head>\n<body>\n<h1>Links for {name}</h1>\n{links}</body></html>\n"
+            f"{_HEAD}<title>Links for {name}</title></head>\n"
+            f"<body>\n<h1>Links for {name}</h1>\n{links}</body></html>\n"
         )
         self._send(HTTPStatus.OK, HTML_TYPE, page.encode(), send_body)
 
@@ -221,7 +223,9 @@ class IndexServer:
         self.stop()
 
 
-def start_index_server(root: Path, *, host: str = "127.0.0.1", port: int = 0, quiet: bool = True) -> IndexServer:
+def start_index_server(
+    root: Path, *, host: str = "127.0.0.1", port: int = 0, quiet: bool = True
+) -> IndexServer:
     """Serve `root` (see the module doc for its layout) in a daemon thread; port 0 picks a free port."""
     server = _IndexHTTPServer((host, port), root, quiet=quiet)
     thread = threading.Thread(target=server.serve_forever, name=f"index-server-{port}", daemon=True)

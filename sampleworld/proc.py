@@ -1,7 +1,8 @@
-"""Every subprocess of the sample world goes through here: tool lookup, timeouts, errors naming the command."""
+"""Every subprocess of the sample world goes through here: tool lookup, timeouts, errors naming it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -17,7 +18,8 @@ from sampleworld.errors import SampleWorldError
 def which(tool: str) -> str:
     found = shutil.which(tool)
     if found is None:
-        raise SampleWorldError(f"`{tool}` is not installed; run scripts/ensure-docker.sh (it installs the tools)")
+        msg = f"`{tool}` is not installed; run scripts/ensure-docker.sh (it installs the tools)"
+        raise SampleWorldError(msg)
     return found
 
 
@@ -37,20 +39,30 @@ def run(
             argv, cwd=cwd, env=full_env, input=stdin, capture_output=True, timeout=timeout, check=False
         )
     except subprocess.TimeoutExpired as e:
-        raise SampleWorldError(f"`{shlex.join(cmd)}` did not finish within {timeout:.0f}s") from e
+        msg = f"`{shlex.join(cmd)}` did not finish within {timeout:.0f}s"
+        raise SampleWorldError(msg) from e
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).decode(errors="replace")[-3000:]
-        raise SampleWorldError(f"`{shlex.join(cmd)}` failed with exit code {done.returncode}:\n{tail}")
+        msg = f"`{shlex.join(cmd)}` failed with exit code {done.returncode}:\n{tail}"
+        raise SampleWorldError(msg)
     return done.stdout.decode(errors="replace")
 
 
-def spawn(cmd: Sequence[str], *, log_path: Path, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> int:
+def spawn(
+    cmd: Sequence[str], *, log_path: Path, cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> int:
     """Start a long-running server detached from us (own session), its output appended to log_path."""
     argv = [which(cmd[0]), *cmd[1:]]
     full_env = {**os.environ, **env} if env is not None else None
     with log_path.open("ab") as log:
         child = subprocess.Popen(
-            argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+            argv,
+            cwd=cwd,
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
         )
     return child.pid
 
@@ -73,10 +85,8 @@ def cmdline(pid: int) -> str:
 
 def _reap(pid: int) -> None:
     # Only our own children can be reaped; anything else was reparented and is reaped by init.
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def stop_pid(pid: int, *, timeout: float = 15) -> None:
@@ -92,4 +102,5 @@ def stop_pid(pid: int, *, timeout: float = 15) -> None:
             if not pid_alive(pid):
                 return
             time.sleep(0.1)
-    raise SampleWorldError(f"pid {pid} survived SIGKILL")
+    msg = f"pid {pid} survived SIGKILL"
+    raise SampleWorldError(msg)

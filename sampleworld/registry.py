@@ -55,7 +55,8 @@ def manifest(repository: str, tag: str, *, timeout: float = 10) -> requests.Resp
     try:
         response = requests.get(url, headers={"Accept": MANIFEST_TYPES}, timeout=timeout)
     except requests.RequestException as e:
-        raise SampleWorldError(f"the sample registry does not answer at {url}: {e}") from e
+        msg = f"the sample registry does not answer at {url}: {e}"
+        raise SampleWorldError(msg) from e
     if response.status_code == 404:
         return None
     response.raise_for_status()

@@ -55,11 +55,12 @@ def ensure_running(state: StateDir, service: Service, *, timeout: float = 30) ->
     if pid is not None and port_open(service.port):
         return False
     if pid is None and port_open(service.port):
-        raise SampleWorldError(
-            f"port {HOST}:{service.port} for the sample {service.name} is taken by a process this world did "
-            f"not start (no live pid in {service.pid_file(state)}); stop it or run `python -m sampleworld down` "
-            "with the state dir that started it"
+        msg = (
+            f"port {HOST}:{service.port} for the sample {service.name} is taken by a process this world "
+            f"did not start (no live pid in {service.pid_file(state)}); stop it, or run "
+            "`python -m sampleworld down` with the state dir that started it"
         )
+        raise SampleWorldError(msg)
     if pid is None:
         pid = proc.spawn(service.argv, log_path=service.log_file(state), cwd=service.cwd, env=service.env)
         service.pid_file(state).write_text(f"{pid}\n")
@@ -67,12 +68,14 @@ def ensure_running(state: StateDir, service: Service, *, timeout: float = 30) ->
     while not port_open(service.port):
         if not proc.pid_alive(pid):
             service.pid_file(state).unlink(missing_ok=True)
-            raise SampleWorldError(f"the sample {service.name} exited at start; see {service.log_file(state)}")
+            msg = f"the sample {service.name} exited at start; see {service.log_file(state)}"
+            raise SampleWorldError(msg)
         if time.monotonic() > deadline:
-            raise SampleWorldError(
+            msg = (
                 f"the sample {service.name} (pid {pid}) does not listen on {HOST}:{service.port} after "
                 f"{timeout:.0f}s; see {service.log_file(state)}"
             )
+            raise SampleWorldError(msg)
         time.sleep(0.1)
     log.info(f"{service.name}: pid {pid} listening on {HOST}:{service.port}")
     return True

@@ -49,6 +49,11 @@ PYPI_WHEELS: tuple[PypiWheel, ...] = tuple(
             "3217dcc807155e45db462d7ef2431f5ddda0d7273b700d05a67b271ceb1287ab",
         ),
         (
+            # wheel >= 0.46 needs packaging; without it every isolated setuptools build fails to set up.
+            "ba/7b/5504f91c9c2733f693d7759e50ede5d27119d4da7e5836c46d3b5ff81d56/packaging-26.4-py3-none-any.whl",
+            "81383611a09c1bc0b08b76e0fd5829d7c6824c65b27a6aee339da133f4233ea2",
+        ),
+        (
             "bd/9c/c1669f9d4f0765e497dba04648ee0c4a15995a69d9920945e7f3ee613ac9/meson-0.64.0-py3-none-any.whl",
             "556226cc3c279416fa59169b715cbc89d47fdd768d4c58e62d5dbc458cd298f5",
         ),
@@ -105,7 +110,10 @@ STAND_IN_WHEELS: tuple[StandInWheel, ...] = (
     # The same code the donor image ships, so a `pip install flydsl==0.2.2` matches it file for file.
     StandInWheel(project="flydsl", version="0.2.2", source="donor", top_level=("flydsl",)),
     StandInWheel(
-        project="amd-aiter", version="0.1.19", source="wheels/amd_aiter-0.1.19", top_level=("aiter", "aiter_meta")
+        project="amd-aiter",
+        version="0.1.19",
+        source="wheels/amd_aiter-0.1.19",
+        top_level=("aiter", "aiter_meta"),
     ),
 )
 
@@ -127,11 +135,13 @@ def _download(wheel: PypiWheel, target: Path) -> None:
                 for chunk in response.iter_content(1 << 20):
                     fh.write(chunk)
     except requests.RequestException as e:
-        raise SampleWorldError(f"download of {wheel.url} failed: {e}; PyPI must be reachable for a first `up`") from e
+        msg = f"download of {wheel.url} failed: {e}; PyPI must be reachable for a first `up`"
+        raise SampleWorldError(msg) from e
     got = sha256_file(partial)
     if got != wheel.sha256:
         partial.unlink()
-        raise SampleWorldError(f"{wheel.url} has sha256 {got}, pinned {wheel.sha256}; refusing it")
+        msg = f"{wheel.url} has sha256 {got}, pinned {wheel.sha256}; refusing it"
+        raise SampleWorldError(msg)
     partial.replace(target)
 
 
@@ -167,7 +177,9 @@ def wheel_bytes(wheel: StandInWheel) -> dict[str, bytes]:
         "Summary: Sample stand-in for imagebuild's sample world (not the real project)\n"
         "Requires-Python: >=3.9\n"
     ).encode()
-    members[f"{dist_info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: sampleworld\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    members[f"{dist_info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: sampleworld\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
     members[f"{dist_info}/top_level.txt"] = "".join(f"{t}\n" for t in wheel.top_level).encode()
     record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in members.items())
     members[f"{dist_info}/RECORD"] = (record + f"{dist_info}/RECORD,,\n").encode()
@@ -192,7 +204,11 @@ def build_stand_in(wheel: StandInWheel, dest: Path) -> Path:
 
 
 def _place(source: Path, target: Path) -> None:
-    if target.is_file() and target.stat().st_size == source.stat().st_size and sha256_file(target) == sha256_file(source):
+    if (
+        target.is_file()
+        and target.stat().st_size == source.stat().st_size
+        and sha256_file(target) == sha256_file(source)
+    ):
         return
     target.parent.mkdir(parents=True, exist_ok=True)
     target.unlink(missing_ok=True)

@@ -92,7 +92,15 @@ def _index_service(state: StateDir) -> services.Service:
     return services.Service(
         name="index",
         port=PORTS.index,
-        argv=(sys.executable, "-m", "sampleworld.index_server", "--root", str(state.index), "--port", str(PORTS.index)),
+        argv=(
+            sys.executable,
+            "-m",
+            "sampleworld.index_server",
+            "--root",
+            str(state.index),
+            "--port",
+            str(PORTS.index),
+        ),
         marker=f"--root {state.index}",
         cwd=REPO_ROOT,
         env={"PYTHONPATH": str(REPO_ROOT)},
@@ -110,7 +118,9 @@ def _check_pins(refs: dict[str, dict[str, str]], wheel_sha256: dict[str, str]) -
     for name, (repo, ref) in GIT_PINS.items():
         commits[name] = refs[repo][ref]
         if pins[name]["commit"] != commits[name]:
-            log.info(f"WARNING: {PINS_PATH} [{name}] commit {pins[name]['commit']} != {repo} {ref} {commits[name]}")
+            log.info(
+                f"WARNING: {PINS_PATH} [{name}] commit {pins[name]['commit']} != {repo} {ref} {commits[name]}"
+            )
     flydsl = pins["flydsl"]
     if wheel_sha256.get(flydsl["filename"]) != flydsl["sha256"]:
         log.info(f"WARNING: {PINS_PATH} [flydsl] sha256 differs from the built {flydsl['filename']}")
@@ -128,6 +138,7 @@ def _push_images(state: StateDir) -> None:
         image = build(engine, state)
         name = repository.removeprefix(f"{REGISTRY}/")
         if registry.pushed_image_id(name, tag) == image.id:
+            log.info(f"registry: {repository}:{tag} is current ({str(image.id)[:19]}, cached by recipe)")
             continue
         with log.step(f"registry: pushing {repository}:{tag} ({dockerutil.image_size_mb(image):.0f} MB)"):
             dockerutil.push(engine, image, repository=repository, tag=tag)
@@ -185,7 +196,7 @@ def status(state_dir: Path | None = None) -> dict[str, int | None]:
     """Service name -> pid of our running server, or None."""
     state = _state(state_dir)
     if not state.root.is_dir():
-        return {svc: None for svc in ("index", "git-daemon", "registry")}
+        return dict.fromkeys(("index", "git-daemon", "registry"))
     return {svc.name: services.running_pid(state, svc) for svc in _services(state)}
 
 

@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (A stand-in for code that runs in the sample base image's python, not part of the typed package.)
 """Sample MoRI 1.2.2: builds only under the conditions the real one needs, and fails the way it fails."""
 
 import os

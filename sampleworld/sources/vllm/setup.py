@@ -1,6 +1,9 @@
+# mypy: ignore-errors
+# (A stand-in for code that runs in the sample base image's python, not part of the typed package.)
 """Sample vLLM fork: reads its build environment the way the real setup.py does, and checks it."""
 
 import os
+from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -24,9 +27,8 @@ class RecordBuildEnv(build_py):
 
     def run(self) -> None:
         super().run()
-        target = os.path.join(self.build_lib, "vllm", "_build_info.py")
-        with open(target, "w", encoding="utf-8") as fh:
-            fh.write(f"PYTORCH_ROCM_ARCH = {ARCH!r}\nMAX_JOBS = {MAX_JOBS!r}\nNVCC_THREADS = {NVCC_THREADS!r}\n")
+        info = f"PYTORCH_ROCM_ARCH = {ARCH!r}\nMAX_JOBS = {MAX_JOBS!r}\nNVCC_THREADS = {NVCC_THREADS!r}\n"
+        (Path(self.build_lib) / "vllm" / "_build_info.py").write_text(info, encoding="utf-8")
 
 
 setup(

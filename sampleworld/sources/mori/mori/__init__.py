@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (A stand-in for code that runs in the sample base image's python, not part of the typed package.)
 """Sample MoRI. Importing it leaves JIT state behind, exactly where the real MoRI does."""
 
 import os

@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (A stand-in for code that runs in the sample base image's python, not part of the typed package.)
 """Sample vLLM fork (Kimi-K3 wide-EP disaggregation branch)."""
 
 __version__ = "0.11.1+k3.wideep"
