@@ -112,21 +112,30 @@ class LockResult:
 
     def summary(self) -> str:
         pending = [c for c in self.changes if c.pending]
+        applied = [c for c in pending if c.applied]
         unapplied = [c.name for c in pending if not c.applied]
         if self.wrote:
-            head = f"wrote {self.pins_path} ({len([c for c in pending if c.applied])} pin(s) changed)"
-        elif self.mode == "dry-run" and any(c.applied for c in pending):
-            head = f"dry run: {self.pins_path} left untouched"
+            head = f"wrote {self.pins_path}: {len(applied)} pin(s) changed"
+        elif self.mode == "dry-run":
+            head = f"dry run: {self.pins_path} left untouched ({len(applied)} pin(s) would change)"
         elif self.mode == "check":
             head = f"check: {self.pins_path} is {'STALE' if self.stale else 'up to date'}"
         else:
-            head = f"{self.pins_path} is up to date" if not self.stale else f"{self.pins_path} unchanged"
+            head = f"{self.pins_path} not rewritten"
         if unapplied:
             head += (
-                f"; not rewritten without an upgrade: {', '.join(unapplied)} "
+                f"; STALE: {', '.join(unapplied)} changed upstream and stay as recorded "
                 f"(accept with `imagebuild lock --upgrade-pin NAME`)"
             )
         return head
+
+
+_UNCHECKED = {
+    "git": "pinned by commit",
+    "toolchain": "exact version",
+    "wheel": "not re-hashed; --upgrade-pin to verify",
+    "pypi": "not re-hashed; --upgrade-pin to verify",
+}
 
 
 def _short(identity: str | None) -> str:
@@ -150,7 +159,7 @@ def _identity_cell(c: PinChange) -> str:
 def _status_cell(c: PinChange, mode: str) -> str:
     label = "MOVED !!" if c.status == "moved" else c.status
     if not c.checked and c.status == "unchanged":
-        return f"{label} (not re-checked)"
+        return f"{label} ({_UNCHECKED.get(c.kind, 'not re-checked')})"
     if c.pending and not c.applied:
         return f"{label} (kept: needs --upgrade-pin {c.name})"
     if c.pending and mode != "write":
