@@ -1,0 +1,1 @@
+"""The image checks, as pytest-testinfra modules run by ``imagebuild.verify.runner``."""

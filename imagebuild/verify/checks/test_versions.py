@@ -1,0 +1,41 @@
+"""/app/versions.txt: one line per pin with its exact SHA or version, the graft and scrub lines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from imagebuild.verify.checks.support import expect, expectations
+from imagebuild.verify.expectations import VersionLine, parse_versions
+
+EXP = expectations()
+
+
+def _versions(facts: dict[str, Any]) -> str:
+    text = facts["versions"]
+    expect(text is not None, f"{EXP.versions_file} must exist", expected="the file", found="no such file")
+    return str(text)
+
+
+@pytest.mark.parametrize("line", EXP.version_lines, ids=lambda line: line.key)
+def test_version_line(facts: dict[str, Any], line: VersionLine) -> None:
+    found = [text for key, _, text in parse_versions(_versions(facts)) if key == line.key]
+    origin = f"pin [{line.pin}] of {EXP.pins_path}" if line.pin else line.step
+    expect(
+        found == [line.text],
+        f"{EXP.versions_file}: exactly one {line.key} line ({origin})",
+        expected=line.text,
+        found=" | ".join(found) or f"no {line.key} line",
+    )
+
+
+def test_no_forbidden_text(facts: dict[str, Any]) -> None:
+    text = _versions(facts)
+    bad = [line for line in text.splitlines() if any(f in line for f in EXP.forbidden_version_text)]
+    expect(
+        not bad,
+        f"{EXP.versions_file} records a layer that must not be built (WITH_NIXL=0)",
+        expected=f"no line containing {' or '.join(EXP.forbidden_version_text)}",
+        found=" | ".join(bad),
+    )

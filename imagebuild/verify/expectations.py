@@ -1,0 +1,340 @@
+"""What a correctly built image must contain, derived from the build's own inputs.
+
+Every expected value comes from pins.toml, the arch profile, constraints/ and the
+stages (which ENV they set, which lines they append to versions.txt), so verify
+cannot drift from what the build was asked to do. The result is a frozen,
+JSON-able dataclass: the runner hands it to the in-container checks as a file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from imagebuild.errors import ConfigError
+from imagebuild.project import Inputs
+from imagebuild.stages import ImageDefinition, Shell
+
+VERSIONS_FILE = "/app/versions.txt"
+CONSTRAINTS_FILE = "/etc/pip-constraints.txt"
+CHECK_TOOL = "/opt/imagebuild/bin/imagebuild-check"
+LAUNCHER = "/opt/imagebuild/launcher/serve.py"
+ROUTER = "/usr/local/bin/vllm-router"
+# The build-time constraint proof (imagebuild-check constraint-proof) writes this key.
+SETUPTOOLS_KEY = "BUILD_SETUPTOOLS"
+LABEL_PREFIX = "org.opencontainers.image."
+PIN_LABEL_PREFIX = "io.imagebuild.pin."
+ARCH_LABEL = "io.imagebuild.arch"
+OCI_LABELS = ("source", "revision", "created", "version")
+# Tuning belongs to the launcher's recipes, applied at run time; baked into the image it
+# silently overrides them (skip-if-set). Names beyond the recipe's own keys, as globs.
+BANNED_ENV_PATTERNS = (
+    "KV_*",
+    "*_CUDAGRAPH_MODE",
+    "*_MORI_BACKEND",
+    "PYTORCH_*ALLOC_CONF",
+    "VLLM_ROCM_USE_AITER*",
+    "AITER_SITUV2_A8W4",
+    "MORI_SHMEM_HEAP_SIZE",
+)
+# Token shapes that must never reach history, config, labels or files.
+SECRET_PATTERNS = (
+    r"ghp_[A-Za-z0-9]{8,}",
+    r"github_pat_[A-Za-z0-9_]{8,}",
+    r"x-access-token",
+    r"GH_TOKEN",
+    r"GITHUB_TOKEN",
+    r"AKIA[0-9A-Z]{16}",
+)
+# Stale JIT state: MoRI's locks deadlock ep:0 init; AITER's were built against the old .so.
+EMPTY_DIRS = ("/root/.mori",)
+ABSENT_PATHS = ("/tmp/mori_jit_*", "/opt/vllm_cache/aiter_jit", "/root/.aiter")
+# Build leftovers: source trees and downloads of steps 4-15 and the constraint probe.
+TMP_LEFTOVERS = ("/tmp/mori", "/tmp/vllm", "/tmp/router", "/tmp/aiter", "/tmp/flydsl", "/tmp/constraint-probe")
+# The graft (steps 11-16): the donor's trees and what K3 needs from them.
+GRAFT_PACKAGES = ("aiter", "aiter_meta", "flydsl")
+GRAFT_DIRS = ("aiter/ops/triton/conv",)
+TUNED_CONFIGS = ("kimik3_a8w4_tuned_fmoe.csv", "kimik3_fp4_tuned_fmoe.csv")
+TUNED_CONFIG_ROOTS = ("aiter", "aiter_meta")
+REPINNED_PIN = "flydsl"  # re-installed over the graft and checked against its RECORD
+LAUNCHER_RECIPE = "kimi-k3"
+ROUTER_HELP_WORD = "moriio"
+# `echo "KEY=${ARG} rest" >> /app/versions.txt` in a stage's RUN commands.
+_VERSION_ECHO_RE = re.compile(r'^echo "(?P<line>[^"]*)" >> ' + re.escape(VERSIONS_FILE) + "$")
+_KEY_RE = re.compile(r"^(?P<key>[A-Z][A-Z0-9_]*)(?P<sep>[=:])\s*(?P<rest>.*)$")
+_ARG_RE = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class VersionLine:
+    """One line a stage appends to versions.txt."""
+
+    key: str  # MORI_REF
+    sep: str = "="  # "=" for KEY=value lines, ":" for KEY: text lines
+    value: str  # the exact first word after '=' (a SHA, a version), or the whole literal line's rest
+    rest: str = ""  # what follows the value, e.g. "(after proven_k3 graft)"
+    pin: str | None = None  # the pin the value comes from; None for literal lines
+    step: str = ""  # where it is written, for messages
+
+    @property
+    def text(self) -> str:
+        return f"{self.key}{self.sep}{' ' if self.sep == ':' else ''}{self.value}{' ' + self.rest if self.rest else ''}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LauncherCase:
+    """A dry run of the bundled launcher and the argv the host's launcher gives for it."""
+
+    name: str
+    env: Mapping[str, str]
+    argv: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Expectations:
+    image: str
+    arch: str
+    pins_path: str
+    # Image config
+    workdir: str
+    env: Mapping[str, str]  # exact values the stages set
+    banned_env_names: tuple[str, ...]
+    banned_env_patterns: tuple[str, ...]
+    labels: Mapping[str, str]  # exact values
+    nonempty_labels: tuple[str, ...]
+    unlocked_pins: Mapping[str, str]  # pin -> why its label cannot be checked
+    # versions.txt
+    versions_file: str
+    version_lines: tuple[VersionLine, ...]
+    forbidden_version_text: tuple[str, ...]
+    # Constraint
+    constraints_file: str
+    constraints: str
+    setuptools_key: str
+    setuptools_specifier: str
+    # Scrub and leftovers
+    empty_dirs: tuple[str, ...]
+    absent_paths: tuple[str, ...]
+    tmp_leftovers: tuple[str, ...]
+    # Graft
+    python: str
+    site_packages: str
+    graft_packages: tuple[str, ...]
+    graft_dirs: tuple[str, ...]
+    tuned_configs: tuple[str, ...]
+    tuned_config_roots: tuple[str, ...]
+    repinned_dist: str
+    repinned_version: str
+    check_tool: str
+    # Router, launcher, secrets
+    router: str
+    router_help_word: str
+    launcher: str
+    launcher_cases: tuple[LauncherCase, ...]
+    secret_patterns: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Expectations:
+        fields: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            value = data[f.name]
+            if f.name == "version_lines":
+                value = tuple(VersionLine(**item) for item in value)
+            elif f.name == "launcher_cases":
+                value = tuple(
+                    LauncherCase(name=c["name"], env=dict(c["env"]), argv=tuple(c["argv"])) for c in value
+                )
+            elif isinstance(value, list):
+                value = tuple(value)
+            fields[f.name] = value
+        return cls(**fields)
+
+
+def substitute(value: str, args: Mapping[str, str]) -> str | None:
+    """``value`` with ${ARG} replaced from ``args``; None when it names something else (a base ENV)."""
+    names = _ARG_RE.findall(value)
+    if any(name not in args for name in names):
+        return None
+    return _ARG_RE.sub(lambda m: args[m[1]], value)
+
+
+def build_args(inputs: Inputs) -> dict[str, str]:
+    """The ARG values a default build of ``inputs`` uses (tunables, arch, pins)."""
+    return {**dict(inputs.definition.spec.args), **inputs.arch.build_args(), **inputs.pins.build_args()}
+
+
+def expected_env(definition: ImageDefinition, args: Mapping[str, str]) -> dict[str, str]:
+    """ENV the stages set whose value is fully known (values built on a base ENV such as PATH are not)."""
+    env: dict[str, str] = {}
+    for step in definition.steps:
+        for name, raw in (*step.env, *step.env_after):
+            value = substitute(raw, args)
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
+    return env
+
+
+def expected_version_lines(definition: ImageDefinition, inputs: Inputs) -> tuple[VersionLine, ...]:
+    """The lines the stages append to versions.txt, with ${ARG} resolved to pin identities."""
+    args = build_args(inputs)
+    owners = inputs.pins.arg_owner()
+    lines: list[VersionLine] = []
+    for step in definition.steps:
+        for command in step.commands:
+            if not isinstance(command, Shell):
+                continue
+            echo = _VERSION_ECHO_RE.match(command.text)
+            if echo is None:
+                continue
+            raw = echo["line"]
+            parsed = _KEY_RE.match(raw)
+            if parsed is None:
+                continue
+            text = substitute(raw, args)
+            if text is None:
+                msg = f"{step.source}: versions.txt line {raw!r} uses an ARG no pin, arch or tunable defines"
+                raise ConfigError(msg)
+            key, sep, rest = _KEY_RE.match(text).group("key", "sep", "rest")  # type: ignore[union-attr]
+            arg_names = _ARG_RE.findall(parsed["rest"])
+            pin = next((owners[a].name for a in arg_names if a in owners), None)
+            value, _, tail = rest.partition(" ") if sep == "=" else (rest, "", "")
+            lines.append(VersionLine(key=key, sep=sep, value=value, rest=tail, pin=pin, step=step.label))
+    return tuple(lines)
+
+
+def banned_env_names(recipes_dir: Path, recipe: str) -> tuple[str, ...]:
+    """Every env key of the launcher's recipe: runtime tuning the image must not bake in."""
+    path = recipes_dir / f"{recipe}.toml"
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        msg = f"{path}: cannot read the launcher recipe to derive the banned ENV ({e})"
+        raise ConfigError(msg) from e
+    env = data.get("env", {})
+    return tuple(sorted(env)) if isinstance(env, dict) else ()
+
+
+def is_banned_env(name: str, names: Iterable[str], patterns: Iterable[str], allowed: Iterable[str]) -> bool:
+    """A tuning ENV: a recipe key or a banned pattern, unless the build itself sets it."""
+    from fnmatch import fnmatchcase
+
+    if name in set(allowed):
+        return False
+    return name in set(names) or any(fnmatchcase(name, p) for p in patterns)
+
+
+def setuptools_specifier(constraints: str) -> str:
+    specs = []
+    for line in constraints.splitlines():
+        text = line.split("#", 1)[0].strip()
+        if text:
+            req = Requirement(text)
+            if canonicalize_name(req.name) == "setuptools" and str(req.specifier):
+                specs.append(str(req.specifier))
+    return ",".join(specs)
+
+
+def launcher_cases(recipes_dir: Path) -> tuple[LauncherCase, ...]:
+    """The K3 head and worker of a 2-node TP 8 x PP 2 job, as the host's launcher plans them."""
+    from imagebuild.launcher import serve
+
+    common = {
+        "MODEL_PATH": "/models/kimi-k3",
+        "NNODES": "2",
+        "TP_SIZE": "8",
+        "PP_SIZE": "2",
+        "MASTER_ADDR": "10.0.0.1",
+        "RECIPE": LAUNCHER_RECIPE,
+    }
+    cases = []
+    for name, rank in (("head", "0"), ("worker", "1")):
+        env = {**common, "NODE_RANK": rank, "LAUNCHER_RECIPES_DIR": str(recipes_dir)}
+        try:
+            plan = serve.resolve_plan(env)
+        except serve.LauncherError as e:
+            msg = f"the host's launcher cannot plan the K3 {name} ({e}); fix the recipe in {recipes_dir}"
+            raise ConfigError(msg) from e
+        env.pop("LAUNCHER_RECIPES_DIR")  # the bundled launcher uses the recipes beside it
+        cases.append(LauncherCase(name=name, env=env, argv=plan.argv))
+    return tuple(cases)
+
+
+def build_expectations(inputs: Inputs, *, image: str, recipes_dir: Path | None = None) -> Expectations:
+    from imagebuild.launcher import serve
+
+    recipes = recipes_dir or Path(serve.__file__).resolve().parent / "recipes"
+    pins = inputs.pins
+    base = pins.image("base")
+    repinned = pins.get(REPINNED_PIN)
+    repinned_version = str(getattr(repinned, "version", ""))
+    args = build_args(inputs)
+    env = expected_env(inputs.definition, args)
+    labels = {ARCH_LABEL: inputs.arch.name}
+    unlocked: dict[str, str] = {}
+    for pin in pins:
+        if pin.identity is None:
+            unlocked[pin.name] = f"[{pin.name}] ({pin.tracked}) has no immutable identity in {pins.path}"
+        else:
+            labels[f"{PIN_LABEL_PREFIX}{pin.name}"] = pin.identity
+    forbidden = ("WITH_NIXL build complete",) if args.get("WITH_NIXL", "0") == "0" else ()
+    workdir = next((s.path for s in inputs.definition.steps if s.path), "/app")
+    return Expectations(
+        image=image,
+        arch=inputs.arch.name,
+        pins_path=str(pins.path),
+        workdir=workdir,
+        env=env,
+        banned_env_names=banned_env_names(recipes, LAUNCHER_RECIPE),
+        banned_env_patterns=BANNED_ENV_PATTERNS,
+        labels=labels,
+        nonempty_labels=tuple(f"{LABEL_PREFIX}{name}" for name in OCI_LABELS),
+        unlocked_pins=unlocked,
+        versions_file=VERSIONS_FILE,
+        version_lines=expected_version_lines(inputs.definition, inputs),
+        forbidden_version_text=forbidden,
+        constraints_file=CONSTRAINTS_FILE,
+        constraints=inputs.constraints,
+        setuptools_key=SETUPTOOLS_KEY,
+        setuptools_specifier=setuptools_specifier(inputs.constraints),
+        empty_dirs=EMPTY_DIRS,
+        absent_paths=ABSENT_PATHS,
+        tmp_leftovers=TMP_LEFTOVERS,
+        python=base.python,
+        site_packages=base.site_packages,
+        graft_packages=GRAFT_PACKAGES,
+        graft_dirs=GRAFT_DIRS,
+        tuned_configs=TUNED_CONFIGS,
+        tuned_config_roots=TUNED_CONFIG_ROOTS,
+        repinned_dist=REPINNED_PIN,
+        repinned_version=repinned_version,
+        check_tool=CHECK_TOOL,
+        router=ROUTER,
+        router_help_word=ROUTER_HELP_WORD,
+        launcher=LAUNCHER,
+        launcher_cases=launcher_cases(recipes),
+        secret_patterns=SECRET_PATTERNS,
+    )
+
+
+def parse_versions(text: str) -> list[tuple[str, str, str]]:
+    """versions.txt as (key, rest, whole line) in file order; lines without KEY= or KEY: are skipped."""
+    entries = []
+    for raw in text.splitlines():
+        line = " ".join(raw.split())
+        m = _KEY_RE.match(line)
+        if m:
+            entries.append((m["key"], m["rest"], line))
+    return entries

@@ -1,0 +1,164 @@
+"""Run the image checks: one container, pytest-testinfra against it, results back as data.
+
+pytest runs in a subprocess, not in-process: the checks get a clean pytest
+(their own ini, only the testinfra plugin) whatever pytest configuration or
+session the caller is in — ``imagebuild verify`` is itself run from pytest in
+this project's tests, and a nested in-process pytest.main would share its
+plugins, warning filters and imported modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from imagebuild.engine import Engine, ImageInfo
+from imagebuild.errors import VerifyError
+from imagebuild.project import find_project
+from imagebuild.verify import checks
+from imagebuild.verify.checks.support import CONTEXT_ENV, RESULTS_ENV
+from imagebuild.verify.expectations import Expectations, build_expectations
+from imagebuild.verify.result import OUTCOMES, CheckResult, Outcome, VerifyResult
+
+PYTEST_TIMEOUT_S = 300
+CHECKS_DIR = Path(checks.__file__).resolve().parent
+# The checks' own pytest configuration: nothing from the caller's pyproject or plugins.
+PYTEST_INI = """\
+[pytest]
+python_files = test_*.py
+addopts = -p no:cacheprovider
+junit_family = xunit2
+junit_suite_name = imagebuild-verify
+junit_logging = no
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyOptions:
+    image: str  # image ref or id
+    pins_path: Path
+    arch: str = "gfx942"
+    junit: Path | None = None  # write JUnit XML here
+    engine: Engine | None = None  # default DockerEngine.from_env()
+
+
+def verify(options: VerifyOptions, progress: Callable[[str], None] | None = None) -> VerifyResult:
+    """Check a built image against its inputs; the result says which checks failed and why.
+
+    Raises VerifyError only when the checks could not run at all (a failed check is a result).
+    """
+    say = progress or (lambda _: None)
+    started = time.monotonic()
+    inputs = find_project(Path.cwd(), options.pins_path).load(options.arch)
+    expectations = build_expectations(inputs, image=options.image)
+    engine = options.engine or _docker_engine()
+    info = engine.inspect_image(options.image)
+    say(f"verify: {options.image} ({info.id[:19]}) against {options.pins_path}, arch {options.arch}")
+    container = engine.start(info.id, network_mode="none")  # the checks need no network
+    try:
+        say(f"verify: container {container[:12]} started; running the checks")
+        results = run_checks(
+            expectations=expectations, info=info, container=container, junit=options.junit
+        )
+    finally:
+        engine.remove(container)
+        say(f"verify: container {container[:12]} removed")
+    return VerifyResult(
+        image=options.image,
+        image_id=info.id,
+        arch=options.arch,
+        checks=results,
+        duration_s=time.monotonic() - started,
+        junit=str(options.junit) if options.junit else None,
+    )
+
+
+def _docker_engine() -> Engine:
+    from imagebuild.docker_engine import DockerEngine
+
+    return DockerEngine.from_env()
+
+
+def image_context(info: ImageInfo) -> dict[str, Any]:
+    return {
+        "id": info.id,
+        "labels": dict(info.labels),
+        "env": dict(info.env),
+        "entrypoint": list(info.entrypoint) if info.entrypoint is not None else None,
+        "workdir": info.workdir,
+        "history": list(info.history),
+    }
+
+
+def run_checks(
+    *, expectations: Expectations, info: ImageInfo, container: str, junit: Path | None
+) -> tuple[CheckResult, ...]:
+    """pytest over the check modules against a running container; the per-check records it wrote."""
+    with tempfile.TemporaryDirectory(prefix="imagebuild-verify-") as tmp:
+        work = Path(tmp)
+        context = work / "context.json"
+        context.write_text(
+            json.dumps({"expectations": expectations.to_json(), "image": image_context(info)}),
+            encoding="utf-8",
+        )
+        results = work / "results.json"
+        ini = work / "pytest.ini"
+        ini.write_text(PYTEST_INI, encoding="utf-8")
+        command = [
+            sys.executable, "-m", "pytest", str(CHECKS_DIR),
+            "-c", str(ini), "--rootdir", str(work),
+            "-p", "testinfra.plugin", f"--hosts=docker://{container}",
+            "-q", "--tb=line", "--no-header",
+        ]  # fmt: skip
+        if junit is not None:
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            command.append(f"--junitxml={junit}")
+        env = {
+            **os.environ,
+            CONTEXT_ENV: str(context),
+            RESULTS_ENV: str(results),
+            # Only the plugins named above: a caller's plugins must not change how the checks run.
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+            # The checks may live in a read-only site-packages.
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        try:
+            done = subprocess.run(
+                command, env=env, capture_output=True, text=True, timeout=PYTEST_TIMEOUT_S, check=False
+            )
+        except subprocess.TimeoutExpired as e:
+            msg = f"the image checks did not finish within {PYTEST_TIMEOUT_S} s (container {container[:12]})"
+            raise VerifyError(msg) from e
+        output = f"{done.stdout}{done.stderr}"
+        # pytest: 0 all passed, 1 some failed; anything else means the checks themselves broke.
+        if done.returncode not in (0, 1) or not results.is_file():
+            tail = "\n".join(output.strip().splitlines()[-30:])
+            msg = f"the image checks could not run (pytest exit {done.returncode}): {' '.join(command[:4])} ...\n{tail}"
+            raise VerifyError(msg)
+        return parse_results(json.loads(results.read_text(encoding="utf-8")))
+
+
+def parse_results(data: dict[str, Any]) -> tuple[CheckResult, ...]:
+    checks_: list[CheckResult] = []
+    for item in data.get("results", []):
+        outcome = item.get("outcome")
+        if outcome not in OUTCOMES:
+            outcome = "error"
+        checks_.append(
+            CheckResult(
+                name=str(item["name"]),
+                group=str(item["group"]),
+                outcome=cast(Outcome, outcome),
+                message=str(item.get("message", "")),
+                duration_s=float(item.get("duration_s", 0.0)),
+            )
+        )
+    return tuple(checks_)
