@@ -8,6 +8,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -48,23 +49,24 @@ def run(
     return done.stdout.decode(errors="replace")
 
 
+# Runs in a short-lived python of its own: starts the server in a new session with its output in the log
+# and prints the server's pid. The server is then not our child, so it outlives us without a zombie or a
+# Popen that warns "subprocess is still running" when collected (pytest turns that into an error).
+_LAUNCHER = """
+import subprocess, sys
+with open(sys.argv[1], "ab") as log:
+    child = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+print(child.pid)
+"""
+
+
 def spawn(
     cmd: Sequence[str], *, log_path: Path, cwd: Path | None = None, env: Mapping[str, str] | None = None
 ) -> int:
-    """Start a long-running server detached from us (own session), its output appended to log_path."""
+    """Start a long-running server detached from us, its output appended to log_path; returns its pid."""
     argv = [which(cmd[0]), *cmd[1:]]
-    full_env = {**os.environ, **env} if env is not None else None
-    with log_path.open("ab") as log:
-        child = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=full_env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-    return child.pid
+    out = run([sys.executable, "-c", _LAUNCHER, str(log_path), *argv], cwd=cwd, env=env, timeout=60)
+    return int(out.strip())
 
 
 def pid_alive(pid: int) -> bool:

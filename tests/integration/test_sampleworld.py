@@ -1,0 +1,161 @@
+"""The sample world itself: each stand-in answers like what it replaces, and the world can fail."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+import requests
+import sampleworld_fixtures
+
+import docker
+from sampleworld import World
+from sampleworld.index_server import JSON_TYPE, start_index_server
+from sampleworld.registry import MANIFEST_TYPES
+
+# Registers the session fixture in this module (tests/ is on sys.path through its conftest).
+sample_world = sampleworld_fixtures.sample_world
+
+PINS = tomllib.loads((Path(__file__).resolve().parents[2] / "sampleworld" / "pins.toml").read_text())
+
+
+def manifest(world: World, image: str) -> dict[str, object]:
+    name, tag = image.removeprefix(f"{world.registry}/").rsplit(":", 1)
+    response = requests.get(
+        f"http://{world.registry}/v2/{name}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES}, timeout=10
+    )
+    assert response.status_code == 200, response.text
+    data: dict[str, object] = response.json()
+    return data
+
+
+def ls_remote(url: str) -> dict[str, str]:
+    out = subprocess.run(["git", "ls-remote", url], capture_output=True, text=True, check=True, timeout=30)
+    return {ref: sha for sha, ref in (line.split("\t") for line in out.stdout.splitlines())}
+
+
+def run_in_base(world: World, script: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """bash -c script in a throwaway container of the base image, on the host network (loopback)."""
+    client = docker.from_env()
+    container = client.containers.run(
+        world.base_image, ["bash", "-c", script], environment=env or {}, network_mode="host", detach=True
+    )
+    try:
+        code = int(container.wait(timeout=600)["StatusCode"])
+        return code, container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+        client.close()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("which", ["base_image", "donor_image"])
+def test_registry_serves_both_images(sample_world: World, which: str) -> None:
+    image = getattr(sample_world, which)
+    data = manifest(sample_world, image)
+    assert data["schemaVersion"] == 2
+    config = data["config"]
+    assert isinstance(config, dict)
+    assert str(config["digest"]).startswith("sha256:")
+    assert data["layers"]
+
+
+@pytest.mark.docker
+def test_git_daemon_serves_the_pinned_refs(sample_world: World) -> None:
+    mori = ls_remote(PINS["mori"]["url"])
+    assert mori["refs/tags/v1.2.2^{}"] == PINS["mori"]["commit"]
+    assert "refs/tags/v1.2.1^{}" in mori
+    assert mori["refs/tags/v1.2.2"] != PINS["mori"]["commit"]  # annotated: the tag object is not the commit
+    vllm = ls_remote(PINS["vllm"]["url"])
+    assert vllm[f"refs/heads/{PINS['vllm']['branch']}"] == PINS["vllm"]["commit"]
+    assert vllm["refs/heads/main"] != PINS["vllm"]["commit"]
+    router = ls_remote(PINS["router"]["url"])
+    assert router[f"refs/heads/{PINS['router']['branch']}"] == PINS["router"]["commit"]
+    assert "HEAD" in router
+    for refs in (mori, vllm, router):
+        assert sample_world.bad_sha not in refs.values()
+    assert ls_remote(sample_world.repo_url("ROCm/mori-3rdparty.git"))["refs/heads/main"]
+
+
+@pytest.mark.docker
+def test_world_matches_its_pins_file(sample_world: World) -> None:
+    assert sample_world.commits == {name: PINS[name]["commit"] for name in ("mori", "vllm", "router")}
+    assert sample_world.wheel_sha256[PINS["flydsl"]["filename"]] == PINS["flydsl"]["sha256"]
+    assert PINS["aiter"]["url"] == sample_world.aiter_url
+    assert PINS["base"]["image"] == sample_world.base_image.rsplit(":", 1)[0]
+    assert PINS["donor"]["image"] == sample_world.donor_image.rsplit(":", 1)[0]
+
+
+@pytest.mark.docker
+def test_blobless_clone_checks_out_the_pinned_commit(sample_world: World, tmp_path: Path) -> None:
+    url, commit = PINS["router"]["url"], PINS["router"]["commit"]
+    subprocess.run(
+        ["git", "clone", "-q", "--filter=blob:none", url, str(tmp_path / "r")], check=True, timeout=60
+    )
+    subprocess.run(["git", "-C", str(tmp_path / "r"), "checkout", "-q", commit], check=True, timeout=60)
+    assert "moriio" in (tmp_path / "r" / "src" / "main.rs").read_text()
+    missing = subprocess.run(
+        ["git", "-C", str(tmp_path / "r"), "fetch", "-q", "origin", sample_world.bad_sha],
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    assert missing.returncode != 0
+
+
+@pytest.mark.docker
+def test_index_serves_pep691_json_and_pep503_html(sample_world: World) -> None:
+    listing = requests.get(sample_world.simple_url, headers={"Accept": JSON_TYPE}, timeout=10)
+    assert listing.headers["Content-Type"] == JSON_TYPE
+    projects = {p["name"] for p in listing.json()["projects"]}
+    assert {"setuptools", "flydsl", "amd-aiter", "pip", "pybind11-global", "meson"} <= projects
+    flydsl = requests.get(
+        f"{sample_world.simple_url}flydsl/", headers={"Accept": JSON_TYPE}, timeout=10
+    ).json()
+    files = {f["filename"]: f for f in flydsl["files"]}
+    wanted = files[PINS["flydsl"]["filename"]]
+    assert wanted["hashes"]["sha256"] == PINS["flydsl"]["sha256"]
+    body = requests.get(sample_world.index_url + wanted["url"], timeout=10).content
+    assert hashlib.sha256(body).hexdigest() == PINS["flydsl"]["sha256"]
+    html = requests.get(f"{sample_world.simple_url}setuptools/", headers={"Accept": "text/html"}, timeout=10)
+    assert html.headers["Content-Type"].startswith("application/vnd.pypi.simple.v1+html")
+    assert "setuptools-79.0.1-py3-none-any.whl#sha256=" in html.text
+    assert "setuptools-80.9.0-py3-none-any.whl#sha256=" in html.text
+    aiter = requests.get(sample_world.aiter_url, timeout=10)
+    assert aiter.status_code == 200
+    assert aiter.content[:2] == b"PK"
+
+
+def test_index_server_runs_in_a_thread_on_any_port(tmp_path: Path) -> None:
+    (tmp_path / "packages").mkdir()
+    (tmp_path / "packages" / "Demo_Pkg-1.0.tar.gz").write_bytes(b"sdist")
+    with start_index_server(tmp_path) as index:
+        assert index.port != 0
+        page = requests.get(f"{index.simple_url}demo-pkg/", timeout=10).text
+        assert f"Demo_Pkg-1.0.tar.gz#sha256={hashlib.sha256(b'sdist').hexdigest()}" in page
+        assert requests.get(f"{index.simple_url}nothing/", timeout=10).status_code == 404
+        assert requests.get(f"{index.url}/files/../../etc/passwd", timeout=10).status_code == 404
+
+
+@pytest.mark.docker
+def test_mori_isolated_build_fails_on_setuptools_80_and_holds_with_the_constraint(
+    sample_world: World,
+) -> None:
+    """The world can fail: unconstrained, pip's isolated build takes setuptools 80.9.0 from the index."""
+    spec = f"git+{PINS['mori']['url']}@{PINS['mori']['commit']}"
+    code, out = run_in_base(sample_world, f"pip install '{spec}'", {"BUILD_UMBP": "OFF"})
+    assert code != 0
+    assert "AssertionError: run() must precede build_extension()" in out
+    assert "built with setuptools 80.9.0" in out
+    script = (
+        "echo 'setuptools<80' > /tmp/constraints.txt && "
+        f"PIP_CONSTRAINT=/tmp/constraints.txt pip install '{spec}' && "
+        "cd / && python3 -c 'import mori, mori.io, mori.ops; print(mori.__version__)' && "
+        "ls /root/.mori/jit/*.hsaco.lock && ls -d /tmp/mori_jit_*"
+    )
+    code, out = run_in_base(sample_world, script, {"BUILD_UMBP": "OFF"})
+    assert code == 0, out[-3000:]
+    assert "1.2.2" in out
