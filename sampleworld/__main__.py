@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sampleworld.errors import SampleWorldError
 from sampleworld.layout import DEFAULT_STATE_DIR
-from sampleworld.world import down, status, up
+from sampleworld.world import down, load, status, up
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +29,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             for name, pid in status(args.state).items():
                 print(f"{name}: {'running, pid ' + str(pid) if pid else 'stopped'}")
+            try:
+                world = load(args.state)
+            except SampleWorldError:
+                return 0
+            print(f"index: {world.simple_url}\ngit: {world.git_url}\nregistry: {world.registry}")
+            print(f"images: {world.base_image}\n        {world.donor_image}\npins: {world.pins_path}")
     except SampleWorldError as e:
         print(f"sampleworld: error: {e}", file=sys.stderr)
         return 1

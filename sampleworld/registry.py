@@ -36,11 +36,15 @@ def _config_text(state: StateDir) -> str:
     )
 
 
-def service(state: StateDir) -> Service:
+def write_config(state: StateDir) -> None:
     config = state.registry / "config.yml"
     text = _config_text(state)
     if not config.is_file() or config.read_text() != text:
         config.write_text(text)
+
+
+def service(state: StateDir) -> Service:
+    config = state.registry / "config.yml"
     return Service(
         name="registry",
         port=PORTS.registry,

@@ -156,6 +156,7 @@ def up(state_dir: Path | None = None, *, images: bool = True) -> World:
         with log.step("index: wheels"):
             wheel_sha256 = wheels.populate_index(state)
         refs = gitserver.ensure_repos(state)
+        registry.write_config(state)
         started = [svc.name for svc in _services(state) if services.ensure_running(state, svc)]
         if images:
             _push_images(state)
