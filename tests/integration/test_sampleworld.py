@@ -13,8 +13,11 @@ import sampleworld_fixtures
 
 import docker
 from sampleworld import World
+from sampleworld.gitrepos import build_repos
 from sampleworld.index_server import JSON_TYPE, start_index_server
 from sampleworld.registry import MANIFEST_TYPES
+from sampleworld.wheels import STAND_IN_WHEELS, build_stand_in
+from sampleworld.world import GIT_PINS
 
 # Registers the session fixture in this module (tests/ is on sys.path through its conftest).
 sample_world = sampleworld_fixtures.sample_world
@@ -159,3 +162,18 @@ def test_mori_isolated_build_fails_on_setuptools_80_and_holds_with_the_constrain
     code, out = run_in_base(sample_world, script, {"BUILD_UMBP": "OFF"})
     assert code == 0, out[-3000:]
     assert "1.2.2" in out
+
+
+def test_stand_ins_are_deterministic_and_match_the_pins_file(tmp_path: Path) -> None:
+    """No Docker needed: rebuilding the repositories and wheels gives the SHAs pins.toml records."""
+    refs = build_repos(tmp_path / "git")
+    assert refs == build_repos(tmp_path / "again")
+    for name, (repo, ref) in GIT_PINS.items():
+        assert refs[repo][ref] == PINS[name]["commit"], f"update [{name}] commit in sampleworld/pins.toml"
+    flydsl = next(w for w in STAND_IN_WHEELS if w.filename == PINS["flydsl"]["filename"])
+    (tmp_path / "w1").mkdir()
+    first = build_stand_in(flydsl, tmp_path / "w1")
+    (tmp_path / "w2").mkdir()
+    second = build_stand_in(flydsl, tmp_path / "w2")
+    assert first.read_bytes() == second.read_bytes()
+    assert hashlib.sha256(first.read_bytes()).hexdigest() == PINS["flydsl"]["sha256"]
