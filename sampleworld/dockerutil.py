@@ -80,5 +80,6 @@ def push(engine: docker.DockerClient, image: Image, *, repository: str, tag: str
     _raise_on_errors(stream, f"docker push {repository}:{tag}")
 
 
-def image_size_mb(image: Image) -> float:
-    return float(image.attrs.get("Size", 0)) / 1e6
+def image_size(image: Image) -> str:
+    size = float(image.attrs.get("Size", 0))
+    return f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{size / 1e3:.1f} kB"

@@ -131,17 +131,20 @@ def _push_images(state: StateDir) -> None:
     from sampleworld import base_image, dockerutil, donor_image  # docker-py only when images are wanted
 
     engine = dockerutil.client()
-    for build, repository, tag in (
-        (donor_image.ensure_donor, DONOR_REPOSITORY, DONOR_TAG),
-        (base_image.ensure_base, BASE_REPOSITORY, BASE_TAG),
-    ):
-        image = build(engine, state)
-        name = repository.removeprefix(f"{REGISTRY}/")
-        if registry.pushed_image_id(name, tag) == image.id:
-            log.info(f"registry: {repository}:{tag} is current ({str(image.id)[:19]}, cached by recipe)")
-            continue
-        with log.step(f"registry: pushing {repository}:{tag} ({dockerutil.image_size_mb(image):.0f} MB)"):
-            dockerutil.push(engine, image, repository=repository, tag=tag)
+    try:
+        for build, repository, tag in (
+            (donor_image.ensure_donor, DONOR_REPOSITORY, DONOR_TAG),
+            (base_image.ensure_base, BASE_REPOSITORY, BASE_TAG),
+        ):
+            image = build(engine, state)
+            name = repository.removeprefix(f"{REGISTRY}/")
+            if registry.pushed_image_id(name, tag) == image.id:
+                log.info(f"registry: {repository}:{tag} is current ({str(image.id)[:19]}, cached by recipe)")
+                continue
+            with log.step(f"registry: pushing {repository}:{tag} ({dockerutil.image_size(image)})"):
+                dockerutil.push(engine, image, repository=repository, tag=tag)
+    finally:
+        engine.close()
 
 
 def up(state_dir: Path | None = None, *, images: bool = True) -> World:
