@@ -58,7 +58,14 @@ SECRET_PATTERNS = (
 EMPTY_DIRS = ("/root/.mori",)
 ABSENT_PATHS = ("/tmp/mori_jit_*", "/opt/vllm_cache/aiter_jit", "/root/.aiter")
 # Build leftovers: source trees and downloads of steps 4-15 and the constraint probe.
-TMP_LEFTOVERS = ("/tmp/mori", "/tmp/vllm", "/tmp/router", "/tmp/aiter", "/tmp/flydsl", "/tmp/constraint-probe")
+TMP_LEFTOVERS = (
+    "/tmp/mori",
+    "/tmp/vllm",
+    "/tmp/router",
+    "/tmp/aiter",
+    "/tmp/flydsl",
+    "/tmp/constraint-probe",
+)
 # The graft (steps 11-16): the donor's trees and what K3 needs from them.
 GRAFT_PACKAGES = ("aiter", "aiter_meta", "flydsl")
 GRAFT_DIRS = ("aiter/ops/triton/conv",)

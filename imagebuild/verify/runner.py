@@ -65,9 +65,7 @@ def verify(options: VerifyOptions, progress: Callable[[str], None] | None = None
     container = engine.start(info.id, network_mode="none")  # the checks need no network
     try:
         say(f"verify: container {container[:12]} started; running the checks")
-        results = run_checks(
-            expectations=expectations, info=info, container=container, junit=options.junit
-        )
+        results = run_checks(expectations=expectations, info=info, container=container, junit=options.junit)
     finally:
         engine.remove(container)
         say(f"verify: container {container[:12]} removed")

@@ -67,7 +67,10 @@ def test_label_set(label: str) -> None:
 
 def test_pins_locked() -> None:
     labels = image_config().labels
-    found = [f"{reason} (image label {labels.get(PIN_LABEL_PREFIX + pin)!r})" for pin, reason in EXP.unlocked_pins.items()]
+    found = [
+        f"{reason} (image label {labels.get(PIN_LABEL_PREFIX + pin)!r})"
+        for pin, reason in EXP.unlocked_pins.items()
+    ]
     expect(
         not found,
         "every pin's label can be checked only against a locked pin; run `imagebuild lock`",

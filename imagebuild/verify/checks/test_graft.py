@@ -14,7 +14,12 @@ EXP = expectations()
 @pytest.mark.parametrize("package", EXP.graft_packages)
 def test_package_present(facts: dict[str, Any], package: str) -> None:
     found = facts["graft"]["packages"][package]
-    expect(found, f"{package} grafted into the base's site-packages", expected=f"{EXP.site_packages}/{package}/", found="missing")
+    expect(
+        found,
+        f"{package} grafted into the base's site-packages",
+        expected=f"{EXP.site_packages}/{package}/",
+        found="missing",
+    )
 
 
 @pytest.mark.parametrize("path", EXP.graft_dirs)
@@ -62,8 +67,15 @@ def test_record(facts: dict[str, Any]) -> None:
     tool = facts["graft"]["check_tool"]
     tool_says = (tool["stderr"] or tool["stdout"]).strip().splitlines()
     tool_line = f"imagebuild-check check-record: exit {tool['rc']}: {tool_says[-1] if tool_says else ''}"
-    expect(record is not None, f"{EXP.repinned_dist} RECORD", expected="one dist-info with a RECORD", found=f"none to check; {tool_line}")
-    expect("error" not in record, f"{EXP.repinned_dist} RECORD", expected="a RECORD", found=record.get("error"))
+    expect(
+        record is not None,
+        f"{EXP.repinned_dist} RECORD",
+        expected="one dist-info with a RECORD",
+        found=f"none to check; {tool_line}",
+    )
+    expect(
+        "error" not in record, f"{EXP.repinned_dist} RECORD", expected="a RECORD", found=record.get("error")
+    )
     problems = [
         f"{record[kind + '_count']} {kind}: {', '.join(record[kind])}"
         for kind in ("mismatched", "missing", "foreign")

@@ -12,7 +12,9 @@ EXP = expectations()
 def test_router_executable(facts: dict[str, Any]) -> None:
     router = facts["router"]
     found = "missing" if not router["exists"] else "present" if router["executable"] else "not executable"
-    expect(router["exists"] and router["executable"], f"{EXP.router}", expected="an executable file", found=found)
+    expect(
+        router["exists"] and router["executable"], f"{EXP.router}", expected="an executable file", found=found
+    )
 
 
 def test_router_help_mentions_moriio(facts: dict[str, Any]) -> None:

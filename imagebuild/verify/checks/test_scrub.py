@@ -29,7 +29,9 @@ def test_empty_dir(facts: dict[str, Any], path: str) -> None:
 @pytest.mark.parametrize("pattern", EXP.absent_paths)
 def test_absent(facts: dict[str, Any], pattern: str) -> None:
     found = facts["absent"][pattern]
-    expect(not found, f"{pattern} must not exist (stale JIT state)", expected="nothing", found=", ".join(found))
+    expect(
+        not found, f"{pattern} must not exist (stale JIT state)", expected="nothing", found=", ".join(found)
+    )
 
 
 def test_no_build_leftovers(facts: dict[str, Any]) -> None:

@@ -1,0 +1,129 @@
+"""verify against real containers: a good image passes; each deliberately broken one fails its check."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import GoodImage
+
+from imagebuild.engine import Engine
+from imagebuild.verify import VerifyOptions, VerifyResult, verify
+
+pytestmark = pytest.mark.docker
+BUDGET_S = 20.0  # the whole verify against a built image
+
+
+def _verify(engine: Engine, good: GoodImage, image: str, junit: Path | None = None) -> VerifyResult:
+    return verify(VerifyOptions(image=image, pins_path=good.pins, engine=engine, junit=junit))
+
+
+def _failed(result: VerifyResult) -> dict[str, str]:
+    return {f"{c.group}::{c.name}": c.message for c in result.failures}
+
+
+def test_good_image_passes_within_budget(in_repo: Path, engine: Engine, good_image: GoodImage) -> None:
+    result = _verify(engine, good_image, good_image.image)
+    assert result.passed, result.format_report()
+    groups = {c.group for c in result.checks}
+    assert groups == {
+        "config",
+        "versions",
+        "constraint",
+        "scrub",
+        "graft",
+        "router",
+        "launcher",
+        "secrets",
+        "python",
+    }
+    assert result.duration_s < BUDGET_S, result.format_report()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Broken:
+    """A good image with one build step undone, and the one check that must catch it."""
+
+    lines: str  # Dockerfile lines after FROM <good image>
+    check: str  # group::name of the check that must fail, alone
+    found: str  # what its message must show as found
+    buildargs: dict[str, str] | None = None
+
+
+BROKEN = {
+    "scrub-skipped": Broken(
+        lines="RUN touch /root/.mori/x.hsaco.lock",
+        check="scrub::test_empty_dir[/root/.mori]",
+        found="x.hsaco.lock",
+    ),
+    "flydsl-repin-skipped": Broken(
+        lines="RUN echo 'from donor' > {site_packages}/flydsl/donor_only.py",
+        check="graft::test_record",
+        found="flydsl/donor_only.py",
+    ),
+    "token-in-history": Broken(
+        lines='ARG GH_TOKEN\nRUN echo "$GH_TOKEN" > /dev/null',
+        buildargs={"GH_TOKEN": "ghp_" + "x1" * 18},
+        check="secrets::test_no_secrets_in_history",
+        found="GH_T",
+    ),
+    "wrong-sha": Broken(
+        lines="RUN sed -i 's/^MORI_REF=.*/MORI_REF=deadbeefdeadbeefdeadbeefdeadbeefdeadbeef/' {versions_file}",
+        check="versions::test_version_line[MORI_REF]",
+        found="MORI_REF=deadbeef",
+    ),
+    "tuning-env": Broken(
+        lines="ENV KV_CACHE_DTYPE=fp8", check="config::test_no_tuning_env", found="KV_CACHE_DTYPE=fp8"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN.values(), ids=BROKEN.keys())
+def test_broken_image_fails_naming_the_check(
+    in_repo: Path, engine: Engine, good_image: GoodImage, derived_image: Callable[..., str], case: Broken
+) -> None:
+    exp = good_image.expectations
+    lines = case.lines.format(site_packages=exp.site_packages, versions_file=exp.versions_file)
+    result = _verify(engine, good_image, derived_image(lines, buildargs=case.buildargs))
+    failed = _failed(result)
+    assert not result.passed
+    assert set(failed) == {case.check}, result.format_report()
+    assert "expected:" in failed[case.check]
+    assert case.found in failed[case.check], failed[case.check]
+    report = result.format_report()
+    assert report.splitlines()[1].split() == ["FAILED", *case.check.replace("::", ": ").split()]
+    # The report says where a token is, never the token itself.
+    assert all(value not in report for value in (case.buildargs or {}).values())
+
+
+def test_junit_and_json(in_repo: Path, engine: Engine, good_image: GoodImage,
+                        derived_image: Callable[..., str], tmp_path: Path) -> None:  # fmt: skip
+    image = derived_image("ENV KV_CACHE_DTYPE=fp8")
+    junit = tmp_path / "reports" / "verify.xml"
+    result = _verify(engine, good_image, image, junit=junit)
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None
+    assert suite.get("name") == "imagebuild-verify"
+    assert int(suite.get("tests", "0")) == len(result.checks)
+    assert suite.get("failures") == "1"
+    failures = [case for case in suite.iter("testcase") if case.find("failure") is not None]
+    assert [(c.get("classname"), c.get("name")) for c in failures] == [("test_config", "test_no_tuning_env")]
+    failure = failures[0].find("failure")
+    assert failure is not None
+    assert "KV_CACHE_DTYPE=fp8" in (failure.get("message") or "") + (failure.text or "")
+
+    data = json.loads(json.dumps(result.to_json()))
+    assert data["passed"] is False
+    assert data["junit"] == str(junit)
+    assert [c["name"] for c in data["checks"] if c["outcome"] == "failed"] == ["test_no_tuning_env"]
+
+
+def test_missing_image_is_an_engine_error(in_repo: Path, engine: Engine, good_image: GoodImage) -> None:
+    from imagebuild.errors import EngineError
+
+    with pytest.raises(EngineError, match="no image 'imagebuild-verify-test/absent:nope'"):
+        _verify(engine, good_image, "imagebuild-verify-test/absent:nope")

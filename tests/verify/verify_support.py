@@ -1,0 +1,174 @@
+"""Helpers for verify's tests: a pins file for tmp, and images built for the checks (plain functions)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from imagebuild.launcher import serve
+from imagebuild.verify.expectations import Expectations
+
+REPO = Path(__file__).resolve().parents[2]
+LAUNCHER_DIR = Path(serve.__file__).resolve().parent
+CHECK_TOOL_SOURCE = REPO / "imagebuild" / "image_files" / "imagebuild_check.py"
+
+
+def write_pins(
+    path: Path, *, python: str = "3.12", site_packages: str = "/usr/local/lib/python3.12/dist-packages"
+) -> Path:
+    """A fully locked pins file (fake but well-formed identities); the tests take values from it."""
+    h = hashlib.sha256
+    path.write_text(
+        f"""
+[base]
+kind = "image"
+image = "example.test/rocm/vllm-dev"
+tag = "ci_base-test"
+digest = "sha256:{h(b"base").hexdigest()}"
+platform_digest = "sha256:{h(b"base-amd64").hexdigest()}"
+python = "{python}"
+site_packages = "{site_packages}"
+
+[donor]
+kind = "image"
+image = "example.test/amdsiloai/vllm"
+tag = "kimi-k3-test"
+digest = "sha256:{h(b"donor").hexdigest()}"
+platform_digest = "sha256:{h(b"donor-amd64").hexdigest()}"
+python = "{python}"
+site_packages = "{site_packages}"
+
+[mori]
+kind = "git"
+url = "https://example.test/ROCm/mori.git"
+tag = "v1.2.2"
+commit = "{h(b"mori").hexdigest()[:40]}"
+
+[aiter]
+kind = "wheel"
+url = "https://example.test/amd_aiter-0.1.19-cp312-cp312-manylinux_2_28_x86_64.whl"
+version = "0.1.19"
+sha256 = "{h(b"aiter").hexdigest()}"
+size = 1234
+
+[flydsl]
+kind = "pypi"
+project = "flydsl"
+version = "0.2.4"
+index = "https://example.test/simple/"
+filename = "flydsl-0.2.4-cp312-cp312-manylinux_2_27_x86_64.whl"
+sha256 = "{h(b"flydsl").hexdigest()}"
+
+[vllm]
+kind = "git"
+url = "https://example.test/raviguptaamd/vllm.git"
+branch = "kimi-k3-wideep-disagg-fullsource-v3"
+commit = "{h(b"vllm").hexdigest()[:40]}"
+
+[router]
+kind = "git"
+url = "https://example.test/raviguptaamd/router.git"
+branch = "ravgupta/discovery-dp-rank-roundrobin"
+commit = "{h(b"router").hexdigest()[:40]}"
+
+[rust]
+kind = "toolchain"
+version = "1.88.0"
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _record_hash(data: bytes) -> str:
+    import base64
+
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def good_files(exp: Expectations) -> dict[str, tuple[bytes, int]]:
+    """Every file a correct image has, as the checks see it: path -> (content, mode)."""
+    sp = exp.site_packages.lstrip("/")
+    lines = ["BUILD_SETUPTOOLS=79.0.1 (isolated build, pip 23.0.1, constraint setuptools<80)"]
+    lines += [line.text for line in exp.version_lines]
+    files: dict[str, tuple[bytes, int]] = {
+        exp.versions_file.lstrip("/"): ("\n".join(lines).encode() + b"\n", 0o644),
+        exp.constraints_file.lstrip("/"): (exp.constraints.encode(), 0o644),
+        exp.router.lstrip("/"): (
+            f"#!/bin/sh\necho 'usage: vllm-router [--service-discovery {exp.router_help_word}]'\n".encode(),
+            0o755,
+        ),
+        exp.check_tool.lstrip("/"): (CHECK_TOOL_SOURCE.read_bytes(), 0o755),
+        f"{sp}/aiter/__init__.py": (b"", 0o644),
+        f"{sp}/aiter/ops/triton/conv/__init__.py": (b"", 0o644),
+        f"{sp}/aiter_meta/__init__.py": (b"", 0o644),
+    }
+    for i, name in enumerate(exp.tuned_configs):
+        root = exp.tuned_config_roots[i % len(exp.tuned_config_roots)]
+        files[f"{sp}/{root}/configs/{name}"] = (b"token,expert,kernel\n", 0o644)
+    launcher = exp.launcher.lstrip("/").rsplit("/", 1)[0]
+    for p in [LAUNCHER_DIR / "serve.py", *sorted((LAUNCHER_DIR / "recipes").glob("*.toml"))]:
+        files[f"{launcher}/{p.relative_to(LAUNCHER_DIR).as_posix()}"] = (p.read_bytes(), 0o644)
+    dist, version = exp.repinned_dist, exp.repinned_version
+    package = {f"{dist}/__init__.py": f"__version__ = '{version}'\n".encode(), f"{dist}/core.py": b"X = 1\n"}
+    info = f"{dist}-{version}.dist-info"
+    package[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode()
+    record = [f"{name},{_record_hash(data)},{len(data)}" for name, data in package.items()]
+    package[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
+    files.update({f"{sp}/{name}": (data, 0o644) for name, data in package.items()})
+    return files
+
+
+def dockerfile(base: str, exp: Expectations) -> str:
+    env = " \\\n    ".join(f"{k}={json.dumps(v)}" for k, v in exp.env.items())
+    return (
+        f"FROM {base}\nENTRYPOINT []\nWORKDIR {exp.workdir}\nENV {env}\nCOPY rootfs/ /\n"
+        # The base may carry stale JIT dirs (the sample base imitates the real one).
+        "RUN rm -rf /opt/vllm_cache/aiter_jit /root/.aiter && mkdir -p /root/.mori\n"
+    )
+
+
+def context_tar(dockerfile_text: str, files: Mapping[str, tuple[bytes, int]] | None = None) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        entries = {"Dockerfile": (dockerfile_text.encode(), 0o644)}
+        entries.update({f"rootfs/{k}": v for k, v in (files or {}).items()})
+        for name, (data, mode) in sorted(entries.items()):
+            member = tarfile.TarInfo(name)
+            member.size, member.mode, member.mtime = len(data), mode, 0
+            tar.addfile(member, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def good_labels(exp: Expectations) -> dict[str, str]:
+    return {**exp.labels, **dict.fromkeys(exp.nonempty_labels, "test")}
+
+
+def build(
+    client: Any,
+    context: bytes,
+    *,
+    labels: Mapping[str, str] | None = None,
+    buildargs: Mapping[str, str] | None = None,
+) -> str:
+    """Classic-builder build through docker-py (build args are not part of the Engine interface)."""
+    image_id = None
+    log = []
+    for chunk in client.api.build(
+        fileobj=io.BytesIO(context), custom_context=True, decode=True, rm=True, forcerm=True,
+        labels=dict(labels or {}), buildargs=dict(buildargs or {}), pull=False,
+    ):  # fmt: skip
+        if "error" in chunk:
+            msg = f"test image build failed: {chunk['error']}\n{''.join(log[-20:])}"
+            raise AssertionError(msg)
+        log.append(str(chunk.get("stream", "")))
+        aux = chunk.get("aux")
+        if isinstance(aux, dict) and "ID" in aux:
+            image_id = str(aux["ID"])
+    assert image_id, "".join(log[-20:])
+    return image_id
