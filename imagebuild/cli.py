@@ -123,7 +123,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         record_path=args.record,
     )
     engine = DockerEngine.from_env()
-    record = build_image(project, inputs, options, engine, report=logger.info, echo=logger.debug)
+    try:
+        record = build_image(project, inputs, options, engine, report=logger.info, echo=logger.debug)
+    finally:
+        engine.close()
     cached = sum(t.cached for t in record.steps)
     logger.info(
         "built %s (%s) in %s, %d/%d steps cached",

@@ -59,6 +59,9 @@ class DockerEngine(Engine):
     def address(self) -> str:
         return self._address
 
+    def close(self) -> None:
+        self._client.close()
+
     def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
         try:
             stream: Iterator[dict[str, Any]] = self._api.build(

@@ -69,3 +69,6 @@ class Engine(ABC):
     @abstractmethod
     def remove(self, container_id: str) -> None:
         """Force-remove a container; a missing one is not an error."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most engines hold nothing
+        """Release connections."""

@@ -371,8 +371,10 @@ def render(
     ]
     steps: list[RenderedStep] = []
     total = len(definition.steps)
-    for step in definition.steps:
-        body = _step_body(step, definition, pins, options.constraint_mode)
+    for defined in definition.steps:
+        body = _step_body(defined, definition, pins, options.constraint_mode)
+        off = options.constraint_mode is ConstraintMode.OFF
+        step = _without_constraint_env(defined) if off else defined
         env_text = " ".join(v for _, v in step.env)
         needed = _resolve_refs(env_text + "\n" + body.refs_text, step, scope, definition)
         if step.instruction is Instruction.FROM:
@@ -441,6 +443,17 @@ def render(
     )
     check_classic_builder(dockerfile)
     return dockerfile
+
+
+def _without_constraint_env(step: Step) -> Step:
+    """The step minus ENV that points tools at the constraint file (ConstraintMode.OFF only)."""
+    from dataclasses import replace
+
+    return replace(
+        step,
+        env=tuple(p for p in step.env if p[1] != CONSTRAINT_FILE),
+        env_after=tuple(p for p in step.env_after if p[1] != CONSTRAINT_FILE),
+    )
 
 
 def _after_from(definition: ImageDefinition, step: int) -> list[Line]:

@@ -8,6 +8,7 @@ working copy of its pins with `imagebuild lock`, exactly as a user would.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,11 +21,13 @@ from sampleworld.world import World, up
 
 
 @pytest.fixture(scope="session")
-def engine() -> DockerEngine:
+def engine() -> Iterator[DockerEngine]:
     try:
-        return DockerEngine.from_env()
+        engine = DockerEngine.from_env()
     except EngineError as e:
         pytest.fail(f"integration tests need a Docker engine: {e}")
+    yield engine
+    engine.close()
 
 
 @pytest.fixture(scope="session")

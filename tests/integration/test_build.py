@@ -63,8 +63,9 @@ def test_second_build_is_fully_cached(built: dict[str, object], locked_pins: Pat
     record = tmp_path / "again.json"
     assert build(locked_pins, record, "--tag", TAG) == 0
     again = json.loads(record.read_text())
-    assert again["image_id"] == built["image_id"]
     assert again["all_cached"], [s for s in again["steps"] if not s["cached"]]
+    if again["labels"] == built["labels"]:  # a working tree edited in between changes the revision label
+        assert again["image_id"] == built["image_id"]
 
 
 def test_failing_step_is_named_and_nothing_tagged(

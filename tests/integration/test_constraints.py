@@ -1,0 +1,92 @@
+"""Issue: setuptools<80 must hold in every pip build, whatever pip the base ships.
+
+Sample bases with pip 23.0.1 (Debian's), 25.3 and 26.3 build the full image:
+step 4 (constraint probe + the MoRI stand-in, an sdist whose build fails on
+setuptools >= 80) and step 7 (the vLLM-style --no-build-isolation build) pass
+on each. With the mechanism switched off the same build fails at step 4 with
+setuptools 80.x in the message, so these tests are known to be able to fail.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from imagebuild.build import BuildOptions, build_image
+from imagebuild.cli import main
+from imagebuild.docker_engine import DockerEngine
+from imagebuild.errors import BuildError
+from imagebuild.project import find_project
+from imagebuild.render import ConstraintMode
+from sampleworld.world import World
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+PIP_VERSIONS = ("23.0.1", "25.3", "26.3")
+
+
+def base_with_pip(world: World, version: str) -> str:
+    """The sample base with another pip, pushed to the sample registry; returns its tag."""
+    tag = f"pip-{version}"
+    ref = f"{world.base_image.rsplit(':', 1)[0]}:{tag}"
+    dockerfile = f"FROM {world.base_image}\nRUN python3 -m pip install --no-cache-dir pip=={version}\n"
+    subprocess.run(
+        ["docker", "build", "--quiet", "--network", "host", "-t", ref, "-"],
+        input=dockerfile,
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(["docker", "push", "--quiet", ref], check=True, capture_output=True)
+    return tag
+
+
+@pytest.fixture(scope="module", params=PIP_VERSIONS)
+def pins_for_pip(
+    request: pytest.FixtureRequest, world: World, locked_pins: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path]:
+    version: str = request.param
+    tag = base_with_pip(world, version)
+    path = tmp_path_factory.mktemp(f"pip-{version}") / "pins.toml"
+    text = world.pins_path.read_text().replace('tag = "ci_base-', f'tag = "{tag}" # was ci_base-', 1)
+    path.write_text(text)
+    assert main(["lock", "--pins", str(path)]) == 0
+    return version, path
+
+
+def build(pins: Path, mode: ConstraintMode, tmp_path: Path, engine: DockerEngine) -> str:
+    project = find_project(Path(__file__).resolve().parents[2], pins)
+    options = BuildOptions(
+        arch="gfx942",
+        tag=f"imagebuild-test/constraints:{mode.value}",
+        network="host",
+        record_path=tmp_path / "record.json",
+        log_path=tmp_path / "build.log",
+        constraint_mode=mode,
+    )
+    record = build_image(project, project.load("gfx942"), options, engine, report=print, echo=lambda _: None)
+    return record.tag
+
+
+def test_constraint_holds_on_every_pip(
+    pins_for_pip: tuple[str, Path], tmp_path: Path, engine: DockerEngine
+) -> None:
+    version, pins = pins_for_pip
+    tag = build(pins, ConstraintMode.ON, tmp_path, engine)
+    code, versions = engine.run(tag, ["cat", "/app/versions.txt"])
+    assert code == 0
+    assert f"BUILD_SETUPTOOLS=79.0.1 (isolated build, pip {version}, constraint setuptools<80)" in versions
+    assert "VLLM_REF=" in versions
+
+
+def test_without_the_mechanism_the_mori_step_fails(
+    pins_for_pip: tuple[str, Path], tmp_path: Path, engine: DockerEngine
+) -> None:
+    _, pins = pins_for_pip
+    with pytest.raises(BuildError) as failure:
+        build(pins, ConstraintMode.OFF, tmp_path, engine)
+    message = str(failure.value)
+    assert "step 4/18 'Constraint proof, then MoRI from source' failed" in message
+    assert "setuptools 80." in message
