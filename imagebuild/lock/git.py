@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -156,7 +155,9 @@ def ls_remote(
             out = run_git(["ls-remote", "--", url, *patterns], url=url, timeout=timeout)
         except GitError as e:
             if e.transient and attempt < attempts:
-                time.sleep(backoff * 2 ** (attempt - 1))
+                # Wake early on Ctrl-C instead of sleeping out the backoff.
+                if (cancel or threading.Event()).wait(backoff * 2 ** (attempt - 1)):
+                    raise Cancelled from e
                 continue
             raise
         refs: dict[str, str] = {}

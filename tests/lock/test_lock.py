@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import tomllib
@@ -13,7 +14,7 @@ import pytest
 from imagebuild.arch import ArchProfile
 from imagebuild.errors import ConfigError, LockError
 from imagebuild.lock import LockOptions, LockResult, lock
-from tests.lock.conftest import FileServer, GitDaemon, GitRepo, IndexFile, Registry, serve_index
+from tests.lock.conftest import FileServer, GitDaemon, GitRepo, IndexFile, Registry, TokenProxy, serve_index
 
 WHEEL = b"not really a wheel, but bytes to hash" * 1000
 PYPI_NAMES = [
@@ -37,7 +38,8 @@ class World:
     image_repo: str
 
     def lock(self, arch: ArchProfile, **kw: object) -> LockResult:
-        return lock(LockOptions(pins_path=self.path, arch=arch, timeout=5, **kw))  # type: ignore[arg-type]
+        kw.setdefault("timeout", 5.0)
+        return lock(LockOptions(pins_path=self.path, arch=arch, **kw))  # type: ignore[arg-type]
 
     def data(self) -> dict[str, dict[str, object]]:
         return tomllib.loads(self.path.read_text(encoding="utf-8"))
@@ -322,3 +324,53 @@ def test_pypi_pin_needs_a_base_python(world: World, amd64: ArchProfile) -> None:
     )
     with pytest.raises(LockError, match=r"\[flydsl\] .*no target python"):
         world.lock(amd64)
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "cause"),
+    [
+        ("500", r"HTTP 500 .*\(after 3 attempts\)"),
+        ("hang", r"timed out after 0\.3s"),
+        ("cut", "connection dropped before the whole body arrived"),
+    ],
+)
+def test_download_failures_leave_the_file_untouched(
+    world: World, amd64: ArchProfile, behaviour: str, cause: str
+) -> None:
+    path = next(p for p in world.files.files if p.startswith("/releases/"))
+    if behaviour == "500":
+        world.files.fail_first[path] = 99
+    elif behaviour == "hang":
+        world.files.hang.add(path)
+    else:
+        world.files.cut.add(path)
+    before = world.path.read_bytes()
+    with pytest.raises(LockError, match=rf"\[aiter\] http://127\.0\.0\.1:\d+{path}: {cause}"):
+        world.lock(amd64, timeout=0.3)
+    assert world.path.read_bytes() == before
+
+
+def test_private_registry_credentials_come_from_the_docker_config(
+    world: World,
+    amd64: ArchProfile,
+    registry: Registry,
+    token_registry: TokenProxy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    digest = registry.push_single("locked/base", "ci")
+    token_registry.private["locked/"] = "robot:hunter2"
+    text = world.path.read_text(encoding="utf-8")
+    text = text.replace(f"{registry.host}/{world.image_repo}/base", f"{token_registry.host}/locked/base")
+    world.path.write_text(text, encoding="utf-8")
+    before = world.path.read_bytes()
+    with pytest.raises(LockError, match=r"\[base\] .*/token\?.*refused anonymous access.*docker login"):
+        world.lock(amd64)
+    assert world.path.read_bytes() == before
+
+    config = world.path.parent / "docker"
+    config.mkdir()
+    auth = base64.b64encode(b"robot:hunter2").decode()
+    (config / "config.json").write_text(json.dumps({"auths": {token_registry.host: {"auth": auth}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    world.lock(amd64)
+    assert world.data()["base"]["digest"] == digest
