@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Mapping
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 import requests
 from requests.auth import AuthBase
@@ -119,7 +120,7 @@ class Http:
                         raise status_error(url, resp, attempts=attempt)
                     return consume(resp)
             except requests.RequestException as e:
-                cause, hint, transient = describe_exception(e, self.timeout)
+                cause, hint, transient = describe_exception(e, self.timeout, url)
                 if transient and not last:
                     self._sleep(attempt)
                     continue
@@ -168,9 +169,10 @@ def _chain(e: BaseException) -> str:
     return " | ".join(parts).lower()
 
 
-def describe_exception(e: requests.RequestException, timeout: float) -> tuple[str, str, bool]:
+def describe_exception(e: requests.RequestException, timeout: float, url: str) -> tuple[str, str, bool]:
     """(cause, what to check, transient?) for a requests exception."""
     chain = _chain(e)
+    host = urlsplit(url).hostname or url
     if isinstance(e, requests.exceptions.SSLError):
         return (
             f"TLS error ({e})",
@@ -179,7 +181,7 @@ def describe_exception(e: requests.RequestException, timeout: float) -> tuple[st
         )
     if "nameresolution" in chain or "name or service not known" in chain or "getaddrinfo" in chain:
         return (
-            "DNS lookup failed",
+            f"DNS lookup failed for {host}",
             "Check the host name in pins.toml and the network/DNS configuration",
             False,
         )
@@ -197,7 +199,7 @@ def describe_exception(e: requests.RequestException, timeout: float) -> tuple[st
         )
     if "connection refused" in chain:
         return (
-            "connection refused",
+            f"connection refused by {urlsplit(url).netloc}",
             "Check that the server is up and the host/port in pins.toml are right",
             False,
         )
