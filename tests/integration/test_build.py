@@ -59,6 +59,18 @@ def test_full_build_has_18_steps_labels_and_versions(
     assert code == 0, out
 
 
+def test_verify_passes_on_the_built_image(
+    built: dict[str, object], locked_pins: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CI's use of verify: every smoke check, the launcher's in-image dry run included."""
+    junit = tmp_path / "junit.xml"
+    assert main(["verify", TAG, "--pins", str(locked_pins), "--junit", str(junit)]) == 0
+    out = capsys.readouterr().out
+    assert "PASSED" in out
+    assert "launcher 3/3" in out
+    assert junit.read_text().count("<testcase") >= 60
+
+
 def test_second_build_is_fully_cached(built: dict[str, object], locked_pins: Path, tmp_path: Path) -> None:
     record = tmp_path / "again.json"
     assert build(locked_pins, record, "--tag", TAG) == 0

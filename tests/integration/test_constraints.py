@@ -27,11 +27,10 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 PIP_VERSIONS = ("23.0.1", "25.3", "26.3")
 
 
-def base_with_pip(world: World, version: str) -> str:
-    """The sample base with another pip, pushed to the sample registry; returns its tag."""
-    tag = f"pip-{version}"
+def derived_base(world: World, tag: str, requirement: str) -> str:
+    """The sample base with ``requirement`` installed, pushed to the sample registry; returns its tag."""
     ref = f"{world.base_image.rsplit(':', 1)[0]}:{tag}"
-    dockerfile = f"FROM {world.base_image}\nRUN python3 -m pip install --no-cache-dir pip=={version}\n"
+    dockerfile = f"FROM {world.base_image}\nRUN python3 -m pip install --no-cache-dir {requirement}\n"
     subprocess.run(
         ["docker", "build", "--quiet", "--network", "host", "-t", ref, "-"],
         input=dockerfile,
@@ -48,12 +47,17 @@ def pins_for_pip(
     request: pytest.FixtureRequest, world: World, locked_pins: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[str, Path]:
     version: str = request.param
-    tag = base_with_pip(world, version)
-    path = tmp_path_factory.mktemp(f"pip-{version}") / "pins.toml"
+    tag = derived_base(world, f"pip-{version}", f"pip=={version}")
+    return version, pins_for_base(world, tag, tmp_path_factory.mktemp(f"pip-{version}"))
+
+
+def pins_for_base(world: World, tag: str, directory: Path) -> Path:
+    """The sample pins with the base image tag replaced, locked by `imagebuild lock`."""
+    path = directory / "pins.toml"
     text = world.pins_path.read_text().replace('tag = "ci_base-', f'tag = "{tag}" # was ci_base-', 1)
     path.write_text(text)
     assert main(["lock", "--pins", str(path)]) == 0
-    return version, path
+    return path
 
 
 def build(pins: Path, mode: ConstraintMode, tmp_path: Path, engine: DockerEngine) -> str:
@@ -90,3 +94,16 @@ def test_without_the_mechanism_the_mori_step_fails(
     message = str(failure.value)
     assert "step 4/18 'Constraint proof, then MoRI from source' failed" in message
     assert "setuptools 80." in message
+
+
+def test_a_base_with_setuptools_80_is_fixed_before_the_no_isolation_build(
+    world: World, tmp_path: Path, engine: DockerEngine
+) -> None:
+    """The vLLM step builds with the image's own setuptools: the guard brings it under the constraint."""
+    tag = derived_base(world, "setuptools-80", "setuptools==80.9.0")
+    pins = pins_for_base(world, tag, tmp_path)
+    image = build(pins, ConstraintMode.ON, tmp_path, engine)
+    code, out = engine.run(image, ["python3", "-c", "import setuptools; print(setuptools.__version__)"])
+    assert code == 0
+    assert out.strip().startswith("79."), out
+    assert "setuptools 80.9.0 violates setuptools<80" in (tmp_path / "build.log").read_text()
