@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from collections import deque
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from imagebuild import __version__
 from imagebuild.context import context_files, make_context
 from imagebuild.engine import BuildRequest, Engine
 from imagebuild.errors import BuildError, ConfigError
+from imagebuild.lock.git import GitError, run_git
 from imagebuild.log import format_duration
 from imagebuild.pins import write_atomically
 from imagebuild.project import Inputs, Project
@@ -97,13 +97,11 @@ def image_labels(project: Project, inputs: Inputs) -> dict[str, str]:
 
 
 def _git(root: Path, *args: str) -> str:
+    """Output of a git query about the checkout, or '' (labels fall back; a build never fails on them)."""
     try:
-        out = subprocess.run(
-            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        return run_git(["-C", str(root), *args], url=str(root), timeout=10).strip()
+    except GitError:
         return ""
-    return out.stdout.strip() if out.returncode == 0 else ""
 
 
 class _Progress:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from imagebuild import __version__
-from imagebuild.errors import ConfigError, ImageBuildError
+from imagebuild.errors import ImageBuildError
 from imagebuild.log import format_duration, logger, setup_logging
 from imagebuild.project import Inputs, Project, find_project
 from imagebuild.render import Dockerfile, RenderOptions, render
@@ -253,6 +253,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("imagebuild: interrupted", file=sys.stderr)
         return 130
     return code
-
-
-__all__ = ["ConfigError", "main"]

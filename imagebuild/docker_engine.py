@@ -7,6 +7,7 @@ and the TLS variables, else the current docker context, else the local socket.
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -65,7 +66,7 @@ class DockerEngine(Engine):
     def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
         try:
             stream: Iterator[dict[str, Any]] = self._api.build(
-                fileobj=_BytesReader(request.context),
+                fileobj=io.BytesIO(request.context),
                 custom_context=True,
                 decode=True,
                 rm=True,
@@ -169,18 +170,6 @@ class DockerEngine(Engine):
             msg = f"could not create a container of {image}: {_reason(e)}"
             raise EngineError(msg) from e
         return str(container["Id"])
-
-
-class _BytesReader:
-    """A file object over bytes that docker-py can stream as the build context."""
-
-    def __init__(self, data: bytes) -> None:
-        import io
-
-        self._io = io.BytesIO(data)
-
-    def read(self, size: int = -1) -> bytes:
-        return self._io.read(size)
 
 
 def _reason(e: Exception) -> str:
