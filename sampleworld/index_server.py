@@ -21,6 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from sampleworld.layout import PORTS
+
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 HTML_TYPE = "application/vnd.pypi.simple.v1+html"
 PACKAGES = "packages"
@@ -237,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sampleworld.index_server", description=__doc__)
     parser.add_argument("--root", type=Path, required=True, help="directory to serve (packages/ inside it)")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=55080)
+    parser.add_argument("--port", type=int, default=PORTS.index)
     args = parser.parse_args(argv)
     server = _IndexHTTPServer((args.host, args.port), args.root, quiet=False)
     server.serve_forever()

@@ -1,6 +1,9 @@
-"""Fixed names of the sample world: ports, image references, repositories, paths.
+"""Names of the sample world: ports, image references, repositories, paths.
 
-The ports are fixed because sampleworld/pins.toml points at them (a pin is a URL, not a lookup).
+The default ports are the ones sampleworld/pins.toml names. IMAGEBUILD_SAMPLEWORLD_PORT_BASE moves all
+three (registry = base, git = base + 418, index = base + 80) so that several checkouts can each run a
+world on one machine; `up` then writes a copy of the pins with those ports into the state dir
+(World.pins_path), which is what tests and scripts use.
 """
 
 from __future__ import annotations
@@ -23,7 +26,24 @@ class Ports:
     index: int = 55080
 
 
-PORTS = Ports()
+DEFAULT_PORTS = Ports()
+PORT_BASE_ENV = "IMAGEBUILD_SAMPLEWORLD_PORT_BASE"
+
+
+def ports_from_env() -> Ports:
+    text = os.environ.get(PORT_BASE_ENV, "").strip()
+    if not text:
+        return DEFAULT_PORTS
+    if not text.isdigit() or not 1024 <= int(text) <= 65000:
+        # Read at import, before any command runs: exit with one line rather than a traceback.
+        msg = f"sampleworld: error: {PORT_BASE_ENV}={text!r}: expected a port number from 1024 to 65000"
+        raise SystemExit(msg)
+    base = int(text)
+    offset = base - DEFAULT_PORTS.registry
+    return Ports(registry=base, git=DEFAULT_PORTS.git + offset, index=DEFAULT_PORTS.index + offset)
+
+
+PORTS = ports_from_env()
 REGISTRY = f"{HOST}:{PORTS.registry}"
 GIT_BASE_URL = f"git://{HOST}:{PORTS.git}"
 INDEX_URL = f"http://{HOST}:{PORTS.index}"
@@ -47,7 +67,7 @@ BAD_SHA = "deadbeefdeadbeefdeadbeefdeadbeefdeadbeef"
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
 SOURCES_DIR = PACKAGE_DIR / "sources"
-PINS_PATH = PACKAGE_DIR / "pins.toml"
+PINS_PATH = PACKAGE_DIR / "pins.toml"  # written for DEFAULT_PORTS; World.pins_path has the live ports
 DEFAULT_STATE_DIR = REPO_ROOT / ".sampleworld"
 ENSURE_DOCKER = REPO_ROOT / "scripts" / "ensure-docker.sh"
 
@@ -89,6 +109,10 @@ class StateDir:
     @property
     def build(self) -> Path:
         return self.root / "build"
+
+    @property
+    def pins(self) -> Path:
+        return self.root / "pins.toml"
 
     @property
     def world_file(self) -> Path:

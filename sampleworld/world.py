@@ -19,6 +19,7 @@ from sampleworld.layout import (
     BAD_SHA,
     BASE_REPOSITORY,
     BASE_TAG,
+    DEFAULT_PORTS,
     DEFAULT_STATE_DIR,
     DONOR_REPOSITORY,
     DONOR_TAG,
@@ -127,6 +128,20 @@ def _check_pins(refs: dict[str, dict[str, str]], wheel_sha256: dict[str, str]) -
     return commits
 
 
+def _write_pins(state: StateDir) -> Path:
+    """sampleworld/pins.toml with this world's ports (the same text when they are the defaults)."""
+    text = PINS_PATH.read_text()
+    for default, live in zip(
+        (DEFAULT_PORTS.registry, DEFAULT_PORTS.git, DEFAULT_PORTS.index),
+        (PORTS.registry, PORTS.git, PORTS.index),
+        strict=True,
+    ):
+        text = text.replace(f"127.0.0.1:{default}", f"127.0.0.1:{live}")
+    if not state.pins.is_file() or state.pins.read_text() != text:
+        state.pins.write_text(text)
+    return state.pins
+
+
 def _push_images(state: StateDir) -> None:
     from sampleworld import base_image, dockerutil, donor_image  # docker-py only when images are wanted
 
@@ -171,7 +186,7 @@ def up(state_dir: Path | None = None, *, images: bool = True) -> World:
             index_url=INDEX_URL,
             simple_url=SIMPLE_URL,
             aiter_url=AITER_URL,
-            pins_path=PINS_PATH,
+            pins_path=_write_pins(state),
             base_image=f"{BASE_REPOSITORY}:{BASE_TAG}",
             donor_image=f"{DONOR_REPOSITORY}:{DONOR_TAG}",
             refs=refs,

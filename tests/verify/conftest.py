@@ -16,9 +16,10 @@ from verify_support import REPO, build, context_tar, dockerfile, good_files, goo
 from imagebuild.engine import Engine
 from imagebuild.project import find_project
 from imagebuild.verify.expectations import Expectations, build_expectations
+from sampleworld.layout import BASE_REPOSITORY
 
 # Local images with python3 >= 3.11 (the launcher needs tomllib), best first: the sample world's.
-BASE_CANDIDATES = ("sampleworld/base:", "127.0.0.1:55000/rocm/vllm-dev:ci_base-")
+BASE_CANDIDATES = ("sampleworld/base:", f"{BASE_REPOSITORY}:ci_base-")
 PY_PROBE = (
     "import site, sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}', site.getsitepackages()[0])"
 )
