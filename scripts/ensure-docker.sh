@@ -17,7 +17,7 @@ LOGFILE=${IMAGEBUILD_DOCKERD_LOG:-/var/log/imagebuild-dockerd.log}
 LOCKFILE=/run/imagebuild-dockerd.lock
 DOCKER_PIDFILE=/var/run/docker.pid
 TIMEOUT=${IMAGEBUILD_DOCKERD_TIMEOUT:-90}
-PACKAGES=(docker.io docker-registry debootstrap)
+PACKAGES=(docker.io docker-registry debootstrap iproute2)
 
 say() { echo "ensure-docker: $*" >&2; }
 die() { say "ERROR: $*"; exit 1; }

@@ -4,6 +4,8 @@ Use it from any test tree by importing it into a conftest (or the test module):
 
     from sampleworld_fixtures import sample_world  # noqa: F401  (registers the fixture)
 
+`node_engines` gives extra Docker engines (sampleworld/engines.py), one per sample cluster node.
+
 It brings the world up through the package API (idempotent; the base image is cached by recipe, so only
 a machine's first session runs debootstrap) and, at the end of the session, stops only the servers that
 this session started: a world someone already had running is left as it was. The state dir defaults to
@@ -13,13 +15,14 @@ the repository's .sampleworld/; IMAGEBUILD_SAMPLEWORLD_STATE overrides it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from sampleworld import World, down, up
-from sampleworld.layout import DEFAULT_STATE_DIR
+from sampleworld.engines import NodeEngine, ensure_engine, node_engine, stop_engine
+from sampleworld.layout import DEFAULT_STATE_DIR, StateDir
 
 
 def sample_world_state_dir() -> Path:
@@ -36,3 +39,26 @@ def sample_world() -> Iterator[World]:
     finally:
         if world.started:
             down(world.state_dir, only=world.started)
+
+
+@pytest.fixture(scope="session")
+def node_engines() -> Iterator[Callable[[str], NodeEngine]]:
+    """A function giving a running extra Docker engine by name ("node1", ...): one per cluster node.
+
+    Engines keep their data root (and images) in the state dir between sessions; a test that needs an
+    engine without some image removes it first. At the end, only the engines this session started stop.
+    """
+    state = StateDir(sample_world_state_dir().resolve())
+    started: list[NodeEngine] = []
+
+    def get(name: str) -> NodeEngine:
+        engine = node_engine(state, name)
+        if ensure_engine(engine):
+            started.append(engine)
+        return engine
+
+    try:
+        yield get
+    finally:
+        for engine in started:
+            stop_engine(engine)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sampleworld_fixtures import node_engines  # noqa: F401  (registers the fixture)
 
 from imagebuild.cli import main
 from imagebuild.docker_engine import DockerEngine

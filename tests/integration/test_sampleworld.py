@@ -6,6 +6,7 @@ import hashlib
 import subprocess
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -23,6 +24,11 @@ from sampleworld.world import GIT_PINS
 sample_world = sampleworld_fixtures.sample_world
 
 PINS = tomllib.loads((Path(__file__).resolve().parents[2] / "sampleworld" / "pins.toml").read_text())
+
+
+def live_pins(world: World) -> dict[str, Any]:
+    """The pins the running world serves (its ports may differ from sampleworld/pins.toml's)."""
+    return tomllib.loads(world.pins_path.read_text())
 
 
 def manifest(world: World, image: str) -> dict[str, object]:
@@ -68,15 +74,16 @@ def test_registry_serves_both_images(sample_world: World, which: str) -> None:
 
 @pytest.mark.docker
 def test_git_daemon_serves_the_pinned_refs(sample_world: World) -> None:
-    mori = ls_remote(PINS["mori"]["url"])
-    assert mori["refs/tags/v1.2.2^{}"] == PINS["mori"]["commit"]
+    pins = live_pins(sample_world)
+    mori = ls_remote(pins["mori"]["url"])
+    assert mori["refs/tags/v1.2.2^{}"] == pins["mori"]["commit"]
     assert "refs/tags/v1.2.1^{}" in mori
-    assert mori["refs/tags/v1.2.2"] != PINS["mori"]["commit"]  # annotated: the tag object is not the commit
-    vllm = ls_remote(PINS["vllm"]["url"])
-    assert vllm[f"refs/heads/{PINS['vllm']['branch']}"] == PINS["vllm"]["commit"]
-    assert vllm["refs/heads/main"] != PINS["vllm"]["commit"]
-    router = ls_remote(PINS["router"]["url"])
-    assert router[f"refs/heads/{PINS['router']['branch']}"] == PINS["router"]["commit"]
+    assert mori["refs/tags/v1.2.2"] != pins["mori"]["commit"]  # annotated: the tag object is not the commit
+    vllm = ls_remote(pins["vllm"]["url"])
+    assert vllm[f"refs/heads/{pins['vllm']['branch']}"] == pins["vllm"]["commit"]
+    assert vllm["refs/heads/main"] != pins["vllm"]["commit"]
+    router = ls_remote(pins["router"]["url"])
+    assert router[f"refs/heads/{pins['router']['branch']}"] == pins["router"]["commit"]
     assert "HEAD" in router
     for refs in (mori, vllm, router):
         assert sample_world.bad_sha not in refs.values()
@@ -85,16 +92,18 @@ def test_git_daemon_serves_the_pinned_refs(sample_world: World) -> None:
 
 @pytest.mark.docker
 def test_world_matches_its_pins_file(sample_world: World) -> None:
-    assert sample_world.commits == {name: PINS[name]["commit"] for name in ("mori", "vllm", "router")}
-    assert sample_world.wheel_sha256[PINS["flydsl"]["filename"]] == PINS["flydsl"]["sha256"]
-    assert PINS["aiter"]["url"] == sample_world.aiter_url
-    assert PINS["base"]["image"] == sample_world.base_image.rsplit(":", 1)[0]
-    assert PINS["donor"]["image"] == sample_world.donor_image.rsplit(":", 1)[0]
+    pins = live_pins(sample_world)
+    assert sample_world.commits == {name: pins[name]["commit"] for name in ("mori", "vllm", "router")}
+    assert sample_world.wheel_sha256[pins["flydsl"]["filename"]] == pins["flydsl"]["sha256"]
+    assert pins["aiter"]["url"] == sample_world.aiter_url
+    assert pins["base"]["image"] == sample_world.base_image.rsplit(":", 1)[0]
+    assert pins["donor"]["image"] == sample_world.donor_image.rsplit(":", 1)[0]
 
 
 @pytest.mark.docker
 def test_blobless_clone_checks_out_the_pinned_commit(sample_world: World, tmp_path: Path) -> None:
-    url, commit = PINS["router"]["url"], PINS["router"]["commit"]
+    pins = live_pins(sample_world)
+    url, commit = pins["router"]["url"], pins["router"]["commit"]
     subprocess.run(
         ["git", "clone", "-q", "--filter=blob:none", url, str(tmp_path / "r")], check=True, timeout=60
     )
@@ -111,6 +120,7 @@ def test_blobless_clone_checks_out_the_pinned_commit(sample_world: World, tmp_pa
 
 @pytest.mark.docker
 def test_index_serves_pep691_json_and_pep503_html(sample_world: World) -> None:
+    pins = live_pins(sample_world)
     listing = requests.get(sample_world.simple_url, headers={"Accept": JSON_TYPE}, timeout=10)
     assert listing.headers["Content-Type"] == JSON_TYPE
     projects = {p["name"] for p in listing.json()["projects"]}
@@ -119,10 +129,10 @@ def test_index_serves_pep691_json_and_pep503_html(sample_world: World) -> None:
         f"{sample_world.simple_url}flydsl/", headers={"Accept": JSON_TYPE}, timeout=10
     ).json()
     files = {f["filename"]: f for f in flydsl["files"]}
-    wanted = files[PINS["flydsl"]["filename"]]
-    assert wanted["hashes"]["sha256"] == PINS["flydsl"]["sha256"]
+    wanted = files[pins["flydsl"]["filename"]]
+    assert wanted["hashes"]["sha256"] == pins["flydsl"]["sha256"]
     body = requests.get(sample_world.index_url + wanted["url"], timeout=10).content
-    assert hashlib.sha256(body).hexdigest() == PINS["flydsl"]["sha256"]
+    assert hashlib.sha256(body).hexdigest() == pins["flydsl"]["sha256"]
     html = requests.get(f"{sample_world.simple_url}setuptools/", headers={"Accept": "text/html"}, timeout=10)
     assert html.headers["Content-Type"].startswith("application/vnd.pypi.simple.v1+html")
     assert "setuptools-79.0.1-py3-none-any.whl#sha256=" in html.text
@@ -148,7 +158,8 @@ def test_mori_isolated_build_fails_on_setuptools_80_and_holds_with_the_constrain
     sample_world: World,
 ) -> None:
     """The world can fail: unconstrained, pip's isolated build takes setuptools 80.9.0 from the index."""
-    spec = f"git+{PINS['mori']['url']}@{PINS['mori']['commit']}"
+    pins = live_pins(sample_world)
+    spec = f"git+{pins['mori']['url']}@{pins['mori']['commit']}"
     code, out = run_in_base(sample_world, f"pip install '{spec}'", {"BUILD_UMBP": "OFF"})
     assert code != 0
     assert "AssertionError: run() must precede build_extension()" in out

@@ -1,0 +1,202 @@
+"""Extra Docker engines on this machine, one per sample cluster node.
+
+A cluster node has its own engine: an image loaded on node1 must really be absent on node2 until node2
+pulls or imports it. Each engine here is a second `dockerd` with its own data root, exec root, pid file,
+socket and (empty) config file, and no iptables rules (containers use host networking, as the cluster job
+runs them). The data root lives in the state dir, so an engine keeps its images between runs; the socket
+and exec root live under /run, because unix socket paths are limited to about 100 bytes.
+
+Its default bridge is a bridge of its own (`ib<key>`, created here, deleted on stop), never `--bridge=none`:
+a dockerd started with `--bridge=none` DELETES the host's docker0 at start-up (moby's
+removeDefaultBridgeInterface), which breaks every bridge-network container of the machine's main engine
+(seen here: "could not find bridge docker0").
+
+Lifecycle like the world's servers: `ensure_engine` starts one unless ours already answers, `stop_engine`
+stops only a dockerd this state dir recorded (by pid, checked against its command line).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sampleworld import log, proc
+from sampleworld.errors import SampleWorldError
+from sampleworld.layout import StateDir
+
+RUN_ROOT = Path("/run/imagebuild-engines")
+START_TIMEOUT_S = 90
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeEngine:
+    name: str
+    root: Path  # persistent: data root, config, log
+    run_dir: Path  # short path: socket, exec root, pid file
+
+    @property
+    def bridge(self) -> str:
+        return "ib" + self.run_dir.name[:12]  # interface names are limited to 15 bytes
+
+    @property
+    def socket(self) -> Path:
+        return self.run_dir / "docker.sock"
+
+    @property
+    def host(self) -> str:
+        """What DOCKER_HOST takes."""
+        return f"unix://{self.socket}"
+
+    @property
+    def data_root(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def exec_root(self) -> Path:
+        return self.run_dir / "exec"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.run_dir / "dockerd.pid"
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / "daemon.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "dockerd.log"
+
+    def argv(self, storage_driver: str) -> tuple[str, ...]:
+        return (
+            "dockerd",
+            f"--config-file={self.config_file}",  # not /etc/docker/daemon.json: the main engine's
+            f"--data-root={self.data_root}",
+            f"--exec-root={self.exec_root}",
+            f"--pidfile={self.pid_file}",
+            f"--host={self.host}",
+            f"--storage-driver={storage_driver}",
+            f"--bridge={self.bridge}",
+            "--iptables=false",
+            "--ip6tables=false",
+        )
+
+
+def node_engine(state: StateDir, name: str) -> NodeEngine:
+    key = hashlib.sha256(f"{state.root}\0{name}".encode()).hexdigest()[:12]
+    return NodeEngine(name=name, root=state.root / "engines" / name, run_dir=RUN_ROOT / key)
+
+
+def ping(engine: NodeEngine, timeout: float = 2) -> bool:
+    """True when the engine answers GET /_ping on its socket."""
+    conn = _UnixHTTPConnection(engine.socket, timeout)
+    try:
+        conn.request("GET", "/_ping")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+def running_pid(engine: NodeEngine) -> int | None:
+    """The dockerd this state dir started for `engine`, while it still runs."""
+    try:
+        pid = int(engine.pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if proc.pid_alive(pid) and f"--data-root={engine.data_root}" in proc.cmdline(pid):
+        return pid
+    return None
+
+
+def ensure_engine(engine: NodeEngine, *, storage_driver: str | None = None) -> bool:
+    """Start the engine unless ours already answers; True when this call started it."""
+    if running_pid(engine) is not None and ping(engine):
+        return False
+    if running_pid(engine) is None:
+        for path in (engine.data_root, engine.exec_root):
+            path.mkdir(parents=True, exist_ok=True)
+        engine.config_file.write_text("{}\n")
+        engine.socket.unlink(missing_ok=True)  # a stale socket from a killed dockerd
+        driver = storage_driver or main_storage_driver()
+        _ensure_bridge(engine)
+        proc.spawn(engine.argv(driver), log_path=engine.log_file)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not ping(engine):
+        if time.monotonic() > deadline:
+            msg = f"engine {engine.name} does not answer on {engine.socket} after {START_TIMEOUT_S}s; see {engine.log_file}"
+            raise SampleWorldError(msg)
+        time.sleep(0.2)
+    log.info(f"engine {engine.name}: pid {running_pid(engine)} answering at {engine.host}")
+    return True
+
+
+def stop_engine(engine: NodeEngine) -> bool:
+    """Stop the dockerd we started for `engine` (its containers stop with it); True when one was stopped."""
+    pid = running_pid(engine)
+    if pid is None:
+        return False
+    proc.stop_pid(pid, timeout=30)
+    _release_host_state(engine)
+    log.info(f"engine {engine.name}: stopped pid {pid}")
+    return True
+
+
+def _ensure_bridge(engine: NodeEngine) -> None:
+    """The engine's own bridge with a /24 no other interface uses (dockerd needs an address on it)."""
+    if Path(f"/sys/class/net/{engine.bridge}").exists():
+        return
+    used = proc.run(["ip", "-o", "-4", "addr", "show"])
+    first = int(engine.run_dir.name[:4], 16) % 250
+    for n in ((first + i) % 250 + 1 for i in range(250)):
+        if f" 10.213.{n}." not in used:
+            break
+    else:
+        msg = "no free /24 in 10.213.0.0/16 for a sample engine's bridge; stop some engines"
+        raise SampleWorldError(msg)
+    proc.run(["ip", "link", "add", engine.bridge, "type", "bridge"])
+    proc.run(["ip", "addr", "add", f"10.213.{n}.1/24", "dev", engine.bridge])
+    proc.run(["ip", "link", "set", engine.bridge, "up"])
+
+
+def _release_host_state(engine: NodeEngine) -> None:
+    """What a stopped dockerd leaves on the host: namespace mounts under its exec root, and our bridge."""
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for mount in sorted((m for m in mounts if m.startswith(f"{engine.run_dir}/")), reverse=True):
+        proc.run(["umount", "-l", mount])
+    if Path(f"/sys/class/net/{engine.bridge}").exists():
+        proc.run(["ip", "link", "del", engine.bridge])
+
+
+def main_storage_driver() -> str:
+    """The storage driver of the machine's main engine, so extra engines behave (and perform) alike."""
+    try:
+        out = proc.run(["docker", "info", "--format", "{{json .Driver}}"], timeout=30)
+        driver = json.loads(out)
+    except (SampleWorldError, ValueError):
+        return "overlay2"
+    return driver if isinstance(driver, str) and driver else "overlay2"
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over the engine's unix socket (the standard library has no such connection class)."""
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(str(self._path))
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
