@@ -11,6 +11,7 @@ import difflib
 import json
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from imagebuild import __version__
@@ -83,27 +84,56 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_lock(args: argparse.Namespace) -> int:
-    from imagebuild.lock import LockOptions, lock
+    from imagebuild.lock import LockOptions, LockResult, lock
+    from imagebuild.lock.python import PythonLockOptions, PythonLockResult, check_python_options, lock_python
+    from imagebuild.lock.report import Mode
+    from imagebuild.lock.uv import UvResolver
 
     project = _project(args)
-    arch = project.load(args.arch).arch
+    inputs = project.load(args.arch)
+    pin_names = set(inputs.pins.names())
+    mode: Mode = "check" if args.check else "dry-run" if args.dry_run else "write"
     options = LockOptions(
         pins_path=project.pins_path,
-        arch=arch,
+        arch=inputs.arch,
         upgrade=args.upgrade,
-        upgrade_pins=tuple(args.upgrade_pin),
+        upgrade_pins=tuple(n for n in args.upgrade_pin if n in pin_names),
         dry_run=args.dry_run,
         check=args.check,
         jobs=args.jobs,
     )
-    result = lock(options, progress=logger.debug)
+    python_options = PythonLockOptions(
+        lock_path=project.python_lock_path,
+        definition=inputs.definition,
+        pins=inputs.pins,
+        arch=inputs.arch,
+        constraints=inputs.constraints,
+        upgrade=args.upgrade,
+        upgrade_packages=tuple(n for n in args.upgrade_pin if n not in pin_names),
+        mode=mode,
+    )
+    check_python_options(python_options)
+    results: list[LockResult | PythonLockResult] = []
+    if args.only != "python":
+        pins_result = lock(options, progress=logger.debug)
+        results.append(pins_result)
+        # The python lock reads the base pin's python and the PyPI pins as they are now on disk.
+        if pins_result.wrote:
+            python_options = replace(python_options, pins=project.load(args.arch).pins)
+    if args.only != "pins":
+        results.append(lock_python(python_options, UvResolver()))
     if args.json:
-        json.dump(result.to_json(), sys.stdout, indent=2)
+        data: dict[str, object] = {}
+        for r in results:
+            data.update(r.to_json() if isinstance(r, LockResult) else {"python": r.to_json()})
+        json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(result.format_table() + "\n")
-    if args.check and result.stale:
-        logger.error("%s is stale or incomplete; run `imagebuild lock`", project.pins_path)
+        sys.stdout.write("\n\n".join(r.format_table() for r in results) + "\n")
+    stale = [r for r in results if r.stale]
+    if args.check and stale:
+        names = [str(r.pins_path if isinstance(r, LockResult) else r.lock_path) for r in stale]
+        logger.error("%s stale or incomplete; run `imagebuild lock`", " and ".join(names))
         return 1
     return 0
 
@@ -208,13 +238,22 @@ def _parser() -> argparse.ArgumentParser:
     p = add("lock", cmd_lock, "resolve tags, branches and URLs in pins.toml to immutable identities")
     p.add_argument("--upgrade", action="store_true", help="re-resolve every pin")
     p.add_argument(
-        "--upgrade-pin", action="append", default=[], metavar="NAME", help="re-resolve this pin (repeatable)"
+        "--upgrade-pin",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="re-resolve this pin or locked python package (repeatable)",
     )
     p.add_argument("--dry-run", action="store_true", help="show what would change; write nothing")
     p.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 when pins.toml is stale or incomplete"
     )
     p.add_argument("--jobs", type=int, default=8, help="sources resolved at once (default 8)")
+    p.add_argument(
+        "--only",
+        choices=("pins", "python"),
+        help="lock only the pins file or only the python lock (pylock.toml beside it)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = add("build", cmd_build, "render and build the image through the Docker engine")

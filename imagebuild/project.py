@@ -10,6 +10,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from imagebuild.arch import ArchProfile, load_arch
 from imagebuild.errors import ConfigError
 from imagebuild.pins import PinSet, load_pins
+from imagebuild.python_lock import lock_path_for
 from imagebuild.stages import ImageDefinition, load_stages
 
 
@@ -33,6 +34,11 @@ class Project:
     @property
     def docker_dir(self) -> Path:
         return self.root / "docker"
+
+    @property
+    def python_lock_path(self) -> Path:
+        """pylock.toml beside the pins file: the sample pins have their own."""
+        return lock_path_for(self.pins_path)
 
     def committed_dockerfile(self, arch: str) -> Path:
         return self.docker_dir / f"{arch}.Dockerfile"

@@ -18,6 +18,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from imagebuild.errors import ConfigError
 from imagebuild.schema import Table, read_toml, suggest
 
@@ -103,10 +106,16 @@ class Step:
     dest: str | None = None  # COPY
     from_pin: str | None = None  # COPY --from the stage of this pin
     commands: tuple[Command, ...] = ()  # RUN
+    python_packages: tuple[str, ...] = ()  # requirements this step installs from the python lock
 
     @property
     def label(self) -> str:
         return f"step {self.number} ({self.source.name})"
+
+    @property
+    def lock_group(self) -> str:
+        """This step's dependency group in the python lock, e.g. '04-mori'."""
+        return f"{self.number:02d}-{self.slug}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +129,8 @@ class ImageSpec:
     shell: tuple[str, ...]
     base_env: tuple[str, ...]
     args: tuple[tuple[str, str], ...]  # build tunables and their defaults
+    build_requires: tuple[str, ...] = ()  # build dependencies of pip's isolated builds
+    guard_requires: tuple[str, ...] = ()  # what the setuptools guard may install
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,14 +138,24 @@ class ImageDefinition:
     spec: ImageSpec
     steps: tuple[Step, ...]
 
+    def lock_groups(self) -> dict[str, tuple[str, ...]]:
+        """Dependency group of the python lock -> the requirements declared for it, in file order."""
+        groups = {s.lock_group: s.python_packages for s in self.steps if s.python_packages}
+        groups[BUILD_GROUP] = self.spec.build_requires
+        groups[GUARD_GROUP] = self.spec.guard_requires
+        return {name: reqs for name, reqs in groups.items() if reqs}
+
 
 _STEP_KEYS: dict[Instruction, tuple[str, ...]] = {
     Instruction.FROM: ("image",),
     Instruction.WORKDIR: ("path",),
     Instruction.COPY: ("src", "dest", "from"),
-    Instruction.RUN: ("commands",),
+    Instruction.RUN: ("commands", "python_packages"),
 }
 _COMMON_STEP_KEYS = ("title", "why", "instruction", "env", "env_after")
+# Dependency groups of the python lock that belong to no single step.
+BUILD_GROUP = "build"  # build dependencies of isolated builds: exact versions in the build constraint
+GUARD_GROUP = "guard"  # the setuptools the guard installs before a no-isolation build
 _COMMAND_KEYS = {
     "pip": ("pip", "build_isolation", "env"),
     "git": ("git", "into", "submodules", "blobless"),
@@ -150,6 +171,31 @@ def _env_pairs(t: Table, key: str) -> tuple[tuple[str, str], ...]:
             msg = f"{t.where}: {key} name '{name}' must be UPPER_SNAKE_CASE"
             raise ConfigError(msg)
     return tuple(pairs.items())
+
+
+def _requirements(t: Table, key: str) -> tuple[str, ...]:
+    """PEP 508 names with optional extras and version specifiers: what the python lock resolves.
+
+    URLs, paths and markers are refused: a source is a pin, and the lock is resolved for one target.
+    """
+    found: list[str] = []
+    seen: set[str] = set()
+    for text in t.strings(key):
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as e:
+            msg = f"{t.where}: {key} entry {text!r} is not a requirement ({str(e).splitlines()[0]})"
+            raise ConfigError(msg) from e
+        if req.url or req.marker:
+            msg = f"{t.where}: {key} entry {text!r} has a URL or marker; name a package and versions only (sources belong in pins.toml)"
+            raise ConfigError(msg)
+        name = canonicalize_name(req.name)
+        if name in seen:
+            msg = f"{t.where}: {key} names '{req.name}' twice; merge the entries"
+            raise ConfigError(msg)
+        seen.add(name)
+        found.append(str(req))
+    return tuple(found)
 
 
 def _check_shell(text: str, where: str) -> None:
@@ -255,12 +301,12 @@ def _parse_step(path: Path, number: int, slug: str) -> Step:
         msg = f"{path}: a RUN step needs a non-empty 'commands' list"
         raise ConfigError(msg)
     commands = tuple(_parse_command(c, f"{path} commands[{i}]") for i, c in enumerate(raw))
-    return Step(**common, commands=commands)
+    return Step(**common, commands=commands, python_packages=_requirements(t, "python_packages"))
 
 
 def _load_spec(path: Path) -> ImageSpec:
     t = Table(read_toml(path), str(path))
-    t.check_keys(("donor_stage", "final_stage", "args"))
+    t.check_keys(("donor_stage", "final_stage", "args", "python"))
     donor = t.table("donor_stage")
     donor.check_keys(("name", "pin"))
     final = t.table("final_stage")
@@ -270,6 +316,8 @@ def _load_spec(path: Path) -> ImageSpec:
         if not ENV_NAME_RE.fullmatch(name):
             msg = f"{path} [args]: '{name}' must be UPPER_SNAKE_CASE"
             raise ConfigError(msg)
+    python = Table(t.data.get("python") or {}, f"{path} [python]")
+    python.check_keys(("build_requires", "guard_requires"))
     return ImageSpec(
         source=path,
         donor_stage=donor.string("name"),
@@ -278,6 +326,8 @@ def _load_spec(path: Path) -> ImageSpec:
         shell=tuple(final.strings("shell")),
         base_env=tuple(final.strings("base_env")),
         args=tuple(args.items()),
+        build_requires=_requirements(python, "build_requires"),
+        guard_requires=_requirements(python, "guard_requires"),
     )
 
 

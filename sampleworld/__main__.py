@@ -1,4 +1,4 @@
-"""python -m sampleworld up|down|status [--state DIR]"""
+"""python -m sampleworld up|down|status|save-lock [--state DIR]"""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 from sampleworld.errors import SampleWorldError
 from sampleworld.layout import DEFAULT_STATE_DIR
-from sampleworld.world import down, load, status, up
+from sampleworld.world import down, load, save_lock, status, up
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sampleworld", description=__doc__)
-    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("command", choices=("up", "down", "status", "save-lock"))
     parser.add_argument(
         "--state", type=Path, default=DEFAULT_STATE_DIR, help=f"state dir (default {DEFAULT_STATE_DIR})"
     )
@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             # stdout carries data: the World as JSON, for scripts.
             sys.stdout.write(up(args.state, images=not args.no_images).to_json())
+        elif args.command == "save-lock":
+            # After `imagebuild lock --pins <state>/pins.toml`: keep its python lock, with the default ports.
+            print(f"wrote {save_lock(args.state)}")
         elif args.command == "down":
             stopped = down(args.state)
             print("stopped: " + (", ".join(stopped) or "nothing (none of ours was running)"))

@@ -68,6 +68,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
 SOURCES_DIR = PACKAGE_DIR / "sources"
 PINS_PATH = PACKAGE_DIR / "pins.toml"  # written for DEFAULT_PORTS; World.pins_path has the live ports
+PYLOCK_PATH = PACKAGE_DIR / "pylock.toml"  # the sample pins' python lock, also for DEFAULT_PORTS
 DEFAULT_STATE_DIR = REPO_ROOT / ".sampleworld"
 ENSURE_DOCKER = REPO_ROOT / "scripts" / "ensure-docker.sh"
 
@@ -113,6 +114,10 @@ class StateDir:
     @property
     def pins(self) -> Path:
         return self.root / "pins.toml"
+
+    @property
+    def pylock(self) -> Path:
+        return self.root / "pylock.toml"
 
     @property
     def world_file(self) -> Path:

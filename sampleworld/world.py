@@ -27,6 +27,7 @@ from sampleworld.layout import (
     INDEX_URL,
     PINS_PATH,
     PORTS,
+    PYLOCK_PATH,
     REGISTRY,
     REPO_ROOT,
     SIMPLE_URL,
@@ -128,18 +129,31 @@ def _check_pins(refs: dict[str, dict[str, str]], wheel_sha256: dict[str, str]) -
     return commits
 
 
-def _write_pins(state: StateDir) -> Path:
-    """sampleworld/pins.toml with this world's ports (the same text when they are the defaults)."""
-    text = PINS_PATH.read_text()
-    for default, live in zip(
-        (DEFAULT_PORTS.registry, DEFAULT_PORTS.git, DEFAULT_PORTS.index),
-        (PORTS.registry, PORTS.git, PORTS.index),
-        strict=True,
+def _move_ports(text: str, source: Ports, target: Ports) -> str:
+    for old, new in zip(
+        (source.registry, source.git, source.index), (target.registry, target.git, target.index), strict=True
     ):
-        text = text.replace(f"127.0.0.1:{default}", f"127.0.0.1:{live}")
-    if not state.pins.is_file() or state.pins.read_text() != text:
-        state.pins.write_text(text)
+        text = text.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
+    return text
+
+
+def _write_pins(state: StateDir) -> Path:
+    """sampleworld/pins.toml and its python lock with this world's ports (unchanged for the defaults)."""
+    for committed, live in ((PINS_PATH, state.pins), (PYLOCK_PATH, state.pylock)):
+        text = _move_ports(committed.read_text(), DEFAULT_PORTS, PORTS)
+        if not live.is_file() or live.read_text() != text:
+            live.write_text(text)
     return state.pins
+
+
+def save_lock(state_dir: Path | None = None) -> Path:
+    """Copy the world's python lock (after `imagebuild lock --pins WORLD_PINS`) back to sampleworld/."""
+    state = _state(state_dir)
+    if not state.pylock.is_file():
+        msg = f"{state.pylock} is missing; run `python -m sampleworld up` first"
+        raise SampleWorldError(msg)
+    PYLOCK_PATH.write_text(_move_ports(state.pylock.read_text(), PORTS, DEFAULT_PORTS))
+    return PYLOCK_PATH
 
 
 def _push_images(state: StateDir) -> None:

@@ -1,0 +1,312 @@
+"""``imagebuild lock`` for the Python packages that are not sources: pylock.toml.
+
+Inputs are declared, not coded: each step's ``python_packages``, and
+``[python] build_requires / guard_requires`` in stages/image.toml. A
+requirement naming a PyPI pin's project (``flydsl``) takes the pin's version,
+so the lock locks the pin's dependencies and cannot disagree with it. The
+target is the base pin's python on manylinux for the arch profile's machine;
+the index is the one the pins file's PyPI pins use (one per pins file).
+
+Policy, as for the pins (plan.py): conservative. The previous lock is uv's
+preference, so every version that still satisfies the stages stays; versions
+move only when the stages ask for it or ``--upgrade`` / ``--upgrade-pin NAME``
+does. A locked wheel whose bytes changed on the index under the same name is
+MOVED: kept as recorded (the file stays stale, ``--check`` fails) until an
+upgrade of that package accepts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from imagebuild.arch import ArchProfile
+from imagebuild.errors import ConfigError, LockError
+from imagebuild.lock.report import Mode
+from imagebuild.lock.uv import Resolver, ResolveRequest
+from imagebuild.pins import PinSet, PypiPin, write_atomically
+from imagebuild.python_lock import LockedPackage, PythonLock, read_python_lock, render_python_lock
+from imagebuild.stages import ImageDefinition
+
+PYPI = "https://pypi.org/simple/"
+PackageStatus = Literal["unchanged", "added", "removed", "updated", "regrouped", "moved"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PythonLockOptions:
+    lock_path: Path
+    definition: ImageDefinition
+    pins: PinSet
+    arch: ArchProfile
+    constraints: str
+    upgrade: bool = False
+    upgrade_packages: tuple[str, ...] = ()
+    mode: Mode = "write"
+    timeout: float = 120.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackageChange:
+    name: str
+    old: str | None  # "version (sha256 prefix)"
+    new: str | None
+    status: PackageStatus
+    applied: bool
+    groups: tuple[str, ...]
+
+    @property
+    def pending(self) -> bool:
+        return self.status != "unchanged"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "old": self.old,
+            "new": self.new,
+            "status": self.status,
+            "applied": self.applied,
+            "groups": list(self.groups),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class PythonLockResult:
+    lock_path: Path
+    changes: tuple[PackageChange, ...]
+    wrote: bool
+    stale: bool
+    mode: Mode
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lock_path": str(self.lock_path),
+            "mode": self.mode,
+            "wrote": self.wrote,
+            "stale": self.stale,
+            "changes": [c.to_json() for c in self.changes],
+        }
+
+    def format_table(self) -> str:
+        rows = [("PACKAGE", "LOCKED", "GROUPS", "STATUS")]
+        for c in self.changes:
+            locked = c.new if c.old == c.new else f"{c.old or '(none)'} -> {c.new or '(none)'}"
+            status: str = "MOVED !!" if c.status == "moved" else c.status
+            if c.pending and not c.applied:
+                status += f" (kept: needs --upgrade-pin {c.name})"
+            elif c.pending and self.mode != "write":
+                status += f" (not written: {self.mode})"
+            rows.append((c.name, locked or "", ", ".join(c.groups), status))
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        lines = [
+            "  ".join(cell.ljust(w) for cell, w in zip(r[:3], widths, strict=True)) + "  " + r[3]
+            for r in rows
+        ]
+        for c in self.changes:
+            if c.status == "moved":
+                lines.append(
+                    f"!! MOVED: {c.name} {c.old} is now served with sha256 {c.new}: a wheel replaced under "
+                    "the same name is a supply-chain signal; find out why before accepting it"
+                    + ("" if c.applied else f" with `imagebuild lock --upgrade-pin {c.name}`")
+                    + "."
+                )
+        lines += ["", self.summary()]
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        pending = [c for c in self.changes if c.pending]
+        applied = [c for c in pending if c.applied]
+        if self.wrote:
+            head = f"wrote {self.lock_path}: {len(applied)} package(s) changed"
+        elif self.mode == "dry-run":
+            head = f"dry run: {self.lock_path} left untouched ({len(applied)} package(s) would change)"
+        elif self.mode == "check":
+            head = f"check: {self.lock_path} is {'STALE' if self.stale else 'up to date'}"
+        else:
+            head = f"{self.lock_path} not rewritten"
+        kept = [c.name for c in pending if not c.applied]
+        if kept:
+            head += f"; STALE: {', '.join(kept)} kept as recorded (accept with `imagebuild lock --upgrade-pin NAME`)"
+        return head
+
+
+def declared_groups(definition: ImageDefinition, pins: PinSet) -> dict[str, tuple[str, ...]]:
+    """Group -> requirements, with a PyPI pin's project taking the pin's exact version."""
+    pinned = {canonicalize_name(p.project): p for p in pins if isinstance(p, PypiPin)}
+    groups: dict[str, tuple[str, ...]] = {}
+    for group, requirements in definition.lock_groups().items():
+        resolved = []
+        for declared in requirements:
+            req = Requirement(declared)
+            pin = pinned.get(canonicalize_name(req.name))
+            if pin is not None:
+                if req.specifier:
+                    msg = (
+                        f"{_where(definition, group)}: '{declared}' gives a version, but {req.name}'s version "
+                        f"comes from its pin [{pin.name}] in {pins.path}; write '{req.name}'"
+                    )
+                    raise ConfigError(msg)
+                extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+                resolved.append(f"{req.name}{extras}=={pin.version}")
+            else:
+                resolved.append(declared)
+        groups[group] = tuple(resolved)
+    return groups
+
+
+def _where(definition: ImageDefinition, group: str) -> str:
+    step = next((s for s in definition.steps if s.lock_group == group), None)
+    return str(step.source) if step else f"{definition.spec.source} [python]"
+
+
+def lock_index(pins: PinSet) -> str:
+    """The index of the pins file's PyPI pins (PyPI when it has none); one index per pins file."""
+    indexes = sorted({p.index for p in pins if isinstance(p, PypiPin)})
+    if len(indexes) > 1:
+        msg = f"{pins.path}: PyPI pins use several indexes ({', '.join(indexes)}); the python lock resolves from one, so use one"
+        raise ConfigError(msg)
+    return indexes[0] if indexes else PYPI
+
+
+def target_python(pins: PinSet) -> str:
+    base = pins.image("base")
+    return base.python
+
+
+def check_upgrade_names(
+    names: tuple[str, ...], previous: PythonLock | None, declared: Collection[str]
+) -> None:
+    known = set(previous.names() if previous else ()) | set(declared)
+    for name in names:
+        if canonicalize_name(name) not in known:
+            from imagebuild.schema import suggest
+
+            msg = f"--upgrade-pin {name}: neither a pin nor a locked python package.{suggest(name, known)}"
+            raise ConfigError(msg)
+
+
+def check_python_options(options: PythonLockOptions) -> None:
+    """Everything about the arguments that can be checked without the index."""
+    groups = declared_groups(options.definition, options.pins)
+    declared = {canonicalize_name(Requirement(r).name) for reqs in groups.values() for r in reqs}
+    check_upgrade_names(options.upgrade_packages, read_python_lock(options.lock_path), declared)
+    lock_index(options.pins)
+    target_python(options.pins)
+
+
+def lock_python(options: PythonLockOptions, resolver: Resolver) -> PythonLockResult:
+    check_python_options(options)
+    path = options.lock_path
+    previous = read_python_lock(path)
+    original = path.read_bytes() if previous is not None else None
+    groups = declared_groups(options.definition, options.pins)
+    upgrading = {canonicalize_name(n) for n in options.upgrade_packages}
+    request = ResolveRequest(
+        groups=groups,
+        constraints=options.constraints,
+        index=lock_index(options.pins),
+        python=target_python(options.pins),
+        machine=options.arch.machine,
+        previous=previous,
+        upgrade=options.upgrade,
+        upgrade_packages=tuple(sorted(upgrading)),
+        timeout=options.timeout,
+    )
+    resolution = resolver.resolve(request)
+    _check_pins_agree(resolution.packages, options.pins)
+    changes, packages = _judge(previous, resolution.packages, options.upgrade, upgrading)
+    lock = PythonLock(
+        index=request.index,
+        python=request.python,
+        platform=request.platform,
+        # Keep the recorded resolver when nothing else changed: a uv upgrade alone is no lock change.
+        resolver=previous.resolver
+        if previous is not None and previous.packages == packages
+        else resolution.resolver,
+        groups=tuple(sorted(groups)),
+        packages=packages,
+    )
+    text = render_python_lock(lock)
+    differs = original is None or text.encode("utf-8") != original
+    wrote = False
+    if options.mode == "write" and differs:
+        current = path.read_bytes() if path.exists() else None
+        if current != original:
+            msg = f"{path} changed on disk while locking; nothing written. Run `imagebuild lock` again"
+            raise LockError(msg)
+        write_atomically(path, text)
+        wrote = True
+    kept = any(c.pending and not c.applied for c in changes)
+    stale = kept or (differs and not wrote)
+    return PythonLockResult(lock_path=path, changes=changes, wrote=wrote, stale=stale, mode=options.mode)
+
+
+def _check_pins_agree(packages: tuple[LockedPackage, ...], pins: PinSet) -> None:
+    """A pinned project the lock also resolved must be the very file the pin names."""
+    for pin in pins:
+        if not isinstance(pin, PypiPin) or pin.sha256 is None:
+            continue
+        locked = next((p for p in packages if p.name == canonicalize_name(pin.project)), None)
+        if locked is not None and (locked.filename, locked.sha256) != (pin.filename, pin.sha256):
+            msg = (
+                f"{pins.path} [{pin.name}] names {pin.filename} ({pin.sha256[:12]}) but the python lock "
+                f"resolved {locked.filename} ({locked.sha256[:12]}) for the target; relock the pin with "
+                f"`imagebuild lock --upgrade-pin {pin.name}`"
+            )
+            raise LockError(msg)
+
+
+_NONE = LockedPackage(name="", version="", groups=(), filename="", url="", size=None, sha256="")
+
+
+def _label(p: LockedPackage | None) -> str | None:
+    return f"{p.version} ({p.sha256[:12]})" if p else None
+
+
+def _judge(
+    previous: PythonLock | None,
+    resolved: tuple[LockedPackage, ...],
+    upgrade_all: bool,
+    upgrading: Collection[str],
+) -> tuple[tuple[PackageChange, ...], tuple[LockedPackage, ...]]:
+    """Each package's change, and the packages to record (a MOVED wheel stays until accepted)."""
+    old = {p.name: p for p in previous.packages} if previous else {}
+    new = {p.name: p for p in resolved}
+    changes: list[PackageChange] = []
+    keep: list[LockedPackage] = []
+    for name in sorted(old.keys() | new.keys()):
+        before, after = old.get(name), new.get(name)
+        status: PackageStatus
+        if before is None:
+            status = "added"
+        elif after is None:
+            status = "removed"
+        elif (before.version, before.filename) != (after.version, after.filename):
+            status = "updated"
+        elif before.sha256 != after.sha256:
+            status = "moved"
+        elif before.groups != after.groups:
+            status = "regrouped"
+        else:
+            status = "unchanged"
+        applied = status != "moved" or upgrade_all or name in upgrading
+        record = after if applied else before
+        if record is not None:
+            if not applied and after is not None and before is not None:
+                record = replace(before, groups=after.groups)
+            keep.append(record)
+        changes.append(
+            PackageChange(
+                name=name,
+                old=_label(before),
+                new=_label(after),
+                status=status,
+                applied=applied and status != "unchanged",
+                groups=(after or before or _NONE).groups,
+            )
+        )
+    return tuple(changes), tuple(keep)
