@@ -61,10 +61,25 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from imagebuild.plan import CONSTRAINT_MECHANISM, format_plan, invalidated_steps
+    from imagebuild.plan import (
+        CONSTRAINT_MECHANISM,
+        format_plan,
+        invalidated_steps,
+        package_invalidated_steps,
+    )
+    from imagebuild.python_lock import read_python_lock
 
-    dockerfile = _render(_project(args).load(args.arch), allow_unpinned=True)
-    steps = invalidated_steps(dockerfile, args.changed) if args.changed else list(dockerfile.steps)
+    project = _project(args)
+    inputs = project.load(args.arch)
+    dockerfile = _render(inputs, allow_unpinned=True)
+    steps = list(dockerfile.steps)
+    if args.changed:
+        consumed = {p for line in dockerfile.lines for p in line.pins}
+        lock = read_python_lock(project.python_lock_path)
+        if args.changed in consumed or lock is None:
+            steps = invalidated_steps(dockerfile, args.changed)
+        else:
+            steps = package_invalidated_steps(dockerfile, inputs.definition, lock, args.changed)
     if args.json:
         rows = [
             {"step": s.number, "instruction": s.instruction.value, "title": s.title, "pins": list(s.pins)}
@@ -74,9 +89,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     if args.changed:
-        logger.info(
-            "A change of pin '%s' rebuilds steps %d-%d:", args.changed, steps[0].number, steps[-1].number
-        )
+        logger.info("A change of '%s' rebuilds steps %d-%d:", args.changed, steps[0].number, steps[-1].number)
     sys.stdout.write(format_plan(steps) + "\n")
     if not args.changed:
         sys.stdout.write("\n" + CONSTRAINT_MECHANISM + "\n")
@@ -231,7 +244,9 @@ def _parser() -> argparse.ArgumentParser:
 
     p = add("plan", cmd_plan, "show the build steps, or which steps a pin change rebuilds")
     p.add_argument(
-        "--changed", metavar="PIN", help="list the steps whose layer cache a change of PIN invalidates"
+        "--changed",
+        metavar="NAME",
+        help="list the steps whose layer cache a change of pin or locked python package NAME invalidates",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 

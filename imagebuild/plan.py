@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from packaging.utils import canonicalize_name
+
 from imagebuild.errors import ConfigError
-from imagebuild.render import Dockerfile, RenderedStep
+from imagebuild.python_lock import PythonLock
+from imagebuild.render import CONSTRAINT_FILE, Dockerfile, RenderedStep
 from imagebuild.schema import suggest
+from imagebuild.stages import ImageDefinition
 
 CONSTRAINT_MECHANISM = """\
 Build-toolchain constraint (constraints/ -> /etc/pip-constraints.txt, step 3):
@@ -32,6 +36,30 @@ def invalidated_steps(dockerfile: Dockerfile, pin: str) -> list[RenderedStep]:
         for line in dockerfile.lines
         if line.final_stage and pin in line.pins and line.step is not None
     )
+    return [s for s in dockerfile.steps if s.number >= first]
+
+
+def package_invalidated_steps(
+    dockerfile: Dockerfile, definition: ImageDefinition, lock: PythonLock, package: str
+) -> list[RenderedStep]:
+    """Steps whose layer cache a change of a locked python package invalidates.
+
+    A step's own packages reach its RUN line, so a change rebuilds from the first
+    step that installs the package. The build and guard groups reach the image
+    with the constraint file, at the step that sets PIP_CONSTRAINT.
+    """
+    locked = lock.get(package)
+    if locked is None:
+        pins = sorted({p for line in dockerfile.lines for p in line.pins})
+        known = [*pins, *lock.names()]
+        msg = (
+            f"'{package}' is neither a pin nor a locked python package of the {dockerfile.arch} image."
+            f"{suggest(canonicalize_name(package), known)} Pins: {', '.join(pins)}; packages: {', '.join(lock.names())}"
+        )
+        raise ConfigError(msg)
+    by_group = {s.lock_group: s.number for s in definition.steps if s.python_packages}
+    constraint_step = next(s.number for s in definition.steps if CONSTRAINT_FILE in dict(s.env).values())
+    first = min(by_group.get(group, constraint_step) for group in locked.groups)
     return [s for s in dockerfile.steps if s.number >= first]
 
 

@@ -34,3 +34,23 @@ def test_plan_table_and_mechanism(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "vLLM fork, full source compile" in out
     assert "PIP_BUILD_CONSTRAINT" in out
+
+
+def test_locked_package_change_rebuilds_from_the_step_that_installs_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert plan(capsys, "--changed", "tqdm") == list(range(4, 19))
+    # wcwidth is no declaration of any step: prettytable (step 4) pulls it in.
+    assert plan(capsys, "--changed", "wcwidth")[0] == 4
+
+
+def test_build_dependency_change_rebuilds_from_the_constraint_step(capsys: pytest.CaptureFixture[str]) -> None:
+    assert plan(capsys, "--changed", "wheel")[0] == 3
+    assert plan(capsys, "--changed", "setuptools")[0] == 3
+
+
+def test_unknown_change_names_pins_and_packages(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--changed", "tqmd"]) == 2
+    err = capsys.readouterr().err
+    assert "Perhaps you meant 'tqdm'?" in err
+    assert "packages: flydsl, meson" in err
