@@ -14,12 +14,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from imagebuild import __version__
+from imagebuild.attestations import AttestationPaths, BuildFacts, attestation_labels, write_attestations
 from imagebuild.context import context_files, make_context
 from imagebuild.engine import BuildRequest, Engine
-from imagebuild.errors import BuildError, ConfigError
+from imagebuild.errors import AttestationError, BuildError, ConfigError
 from imagebuild.lock.git import GitError, run_git
 from imagebuild.log import format_duration
 from imagebuild.pins import write_atomically
@@ -63,6 +65,10 @@ class BuildRecord:
     total_seconds: float
     all_cached: bool
     log: str
+    started_at: str  # ISO 8601, UTC
+    finished_at: str
+    sbom: str  # CycloneDX 1.6 JSON, next to the record
+    provenance: str  # in-toto Statement with a SLSA v1 provenance predicate
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -184,17 +190,19 @@ def build_image(
         inputs.constraints,
         RenderOptions(build_args=options.build_args, constraint_mode=options.constraint_mode),
     )
-    labels = image_labels(project, inputs)
     tag = options.tag or f"{DEFAULT_REPOSITORY}:{inputs.arch.name}"
     build_dir = project.root / "build"
     log_path = options.log_path or build_dir / f"{inputs.arch.name}.build.log"
     record_path = options.record_path or build_dir / f"{inputs.arch.name}.build.json"
+    attestations = AttestationPaths.beside(record_path, inputs.arch.name)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     context = make_context(context_files(dockerfile, inputs))
+    labels = image_labels(project, inputs) | attestation_labels(attestations, context)
     report(f"building {tag} for {inputs.arch.name} on {engine.address} ({len(context) // 1024} KiB context)")
 
     progress = _Progress(dockerfile, report, echo)
     started = time.monotonic()
+    started_at = datetime.now(UTC)
     image_id: str | None = None
     error: str | None = None
     with log_path.open("w", encoding="utf-8") as log:
@@ -218,6 +226,7 @@ def build_image(
             )
         )
     progress.finish()
+    finished_at = datetime.now(UTC)
     engine.tag(image_id, tag)
     record = BuildRecord(
         image_id=image_id,
@@ -229,8 +238,29 @@ def build_image(
         total_seconds=round(time.monotonic() - started, 3),
         all_cached=all(t.cached for t in progress.timings) and len(progress.timings) == len(dockerfile.steps),
         log=str(log_path),
+        started_at=started_at.isoformat(),
+        finished_at=finished_at.isoformat(),
+        sbom=str(attestations.sbom),
+        provenance=str(attestations.provenance),
     )
     write_atomically(record_path, json.dumps(record.to_json(), indent=2) + "\n")
+    facts = BuildFacts(
+        image_id=image_id,
+        tag=tag,
+        started=started_at,
+        finished=finished_at,
+        context=context,
+        dockerfile_text=dockerfile.text,
+        build_args=options.build_args,
+        no_cache=options.no_cache,
+        network=options.network,
+    )
+    try:
+        write_attestations(project, inputs, facts, engine, attestations)
+    except AttestationError as e:
+        msg = f"{tag} ({image_id}) was built and tagged, but its SBOM and provenance were not written: {e}"
+        raise AttestationError(msg) from e
+    report(f"SBOM: {attestations.sbom}; provenance: {attestations.provenance}")
     return record
 
 

@@ -63,6 +63,13 @@ class DockerEngine(Engine):
     def close(self) -> None:
         self._client.close()
 
+    def version(self) -> str:
+        try:
+            return str(self._api.version().get("Version", "unknown"))
+        except docker.errors.DockerException as e:
+            msg = f"could not ask the Docker engine at {self._address} for its version: {_reason(e)}"
+            raise EngineError(msg) from e
+
     def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
         try:
             stream: Iterator[dict[str, Any]] = self._api.build(

@@ -70,5 +70,9 @@ class Engine(ABC):
     def remove(self, container_id: str) -> None:
         """Force-remove a container; a missing one is not an error."""
 
+    def version(self) -> str:
+        """The engine's version, for the provenance; engines that cannot tell say so."""
+        return "unknown"
+
     def close(self) -> None:  # noqa: B027 - optional hook, most engines hold nothing
         """Release connections."""

@@ -47,3 +47,9 @@ class VerifyError(ImageBuildError):
     """The image failed its smoke checks."""
 
     exit_code = 6
+
+
+class AttestationError(ImageBuildError):
+    """The image was built and tagged, but its SBOM or provenance could not be made."""
+
+    exit_code = 7

@@ -41,6 +41,7 @@ def locked_pins(world: World, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The sample world's pins, locked by `imagebuild lock` into a working copy."""
     path = tmp_path_factory.mktemp("pins") / "pins.toml"
     shutil.copy(world.pins_path, path)
+    shutil.copy(world.pins_path.with_name("pylock.toml"), path.with_name("pylock.toml"))
     assert main(["lock", "--pins", str(path)]) == 0
     return path
 

@@ -11,6 +11,7 @@ from imagebuild.cli import main
 from imagebuild.docker_engine import DockerEngine
 from imagebuild.errors import EngineError
 from imagebuild.pins import load_pins
+from imagebuild.sbom import validate_sbom
 from sampleworld.layout import BAD_SHA
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
@@ -57,6 +58,39 @@ def test_full_build_has_18_steps_labels_and_versions(
         ["python3", "/opt/imagebuild/launcher/serve.py", "--help"],
     )
     assert code == 0, out
+
+
+def test_sbom_and_provenance_describe_the_built_image(
+    built: dict[str, object], locked_pins: Path, engine: DockerEngine
+) -> None:
+    sbom_text = Path(str(built["sbom"])).read_text()
+    validate_sbom(sbom_text)
+    sbom = json.loads(sbom_text)
+    provenance = json.loads(Path(str(built["provenance"])).read_text())
+    info = engine.inspect_image(TAG)
+    # The labels name the documents: the SBOM's file and the digest of the build inputs.
+    assert info.labels["io.imagebuild.sbom"] == Path(str(built["sbom"])).name
+    digest = info.labels["io.imagebuild.inputs-digest"]
+    properties = {p["name"]: p["value"] for p in sbom["metadata"]["component"]["properties"]}
+    assert properties["imagebuild:inputs-digest"] == digest
+    files = {
+        d["name"]: d["digest"] for d in provenance["predicate"]["buildDefinition"]["resolvedDependencies"]
+    }
+    assert files["build-context.tar"] == {"sha256": digest.removeprefix("sha256:")}
+    # The provenance's subject is the image itself.
+    assert provenance["subject"][0]["digest"] == {"sha256": info.id.removeprefix("sha256:")}
+    assert sbom["metadata"]["component"]["version"] == info.id
+    components = {c["bom-ref"]: c for c in sbom["components"]}
+    for pin in load_pins(locked_pins):
+        assert components[f"pin:{pin.name}"]["version"] in (pin.identity, getattr(pin, "version", None))
+        assert f"pin:{pin.name}" in files
+    installed = {
+        c["name"]
+        for c in sbom["components"]
+        if {"name": "imagebuild:installed", "value": "true"} in c.get("properties", [])
+    }
+    # Read from the image: step 4's tools, the pinned flydsl, MoRI built from its git source.
+    assert {"tqdm", "prettytable", "meson", "flydsl", "amd-mori"} <= installed
 
 
 def test_verify_passes_on_the_built_image(

@@ -44,7 +44,9 @@ def test_locked_package_change_rebuilds_from_the_step_that_installs_it(
     assert plan(capsys, "--changed", "wcwidth")[0] == 4
 
 
-def test_build_dependency_change_rebuilds_from_the_constraint_step(capsys: pytest.CaptureFixture[str]) -> None:
+def test_build_dependency_change_rebuilds_from_the_constraint_step(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert plan(capsys, "--changed", "wheel")[0] == 3
     assert plan(capsys, "--changed", "setuptools")[0] == 3
 

@@ -1,0 +1,57 @@
+"""Fixed inputs for the SBOM and provenance tests: the sample pins with every identity filled."""
+
+from __future__ import annotations
+
+import tomllib
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from imagebuild.pins import PinSet, parse_pins
+from imagebuild.python_lock import PythonLock, read_python_lock
+from imagebuild.sbom import InstalledDistribution, SbomInputs
+from tests.conftest import REPO
+
+IMAGE_ID = "sha256:" + "9" * 64
+INPUTS = "sha256:" + "8" * 64
+STARTED = datetime(2026, 11, 30, 11, 40, 5, tzinfo=UTC)
+FINISHED = datetime(2026, 11, 30, 12, 1, 30, tzinfo=UTC)
+INVENTORY = (
+    InstalledDistribution(name="tqdm", version="4.70.1"),
+    InstalledDistribution(name="flydsl", version="0.2.4"),
+    InstalledDistribution(name="amd_aiter", version="0.1.19"),
+    InstalledDistribution(name="amd-mori", version="1.2.2"),
+    InstalledDistribution(name="pip", version="23.0.1"),
+)
+
+
+def pin_data() -> dict[str, Any]:
+    data = tomllib.loads((REPO / "sampleworld" / "pins.toml").read_text())
+    data["base"].update(digest="sha256:" + "1" * 64, platform_digest="sha256:" + "2" * 64)
+    data["donor"].update(digest="sha256:" + "3" * 64, platform_digest="sha256:" + "3" * 64)
+    data["aiter"].update(sha256="4" * 64, size=1234)
+    return data
+
+
+def pins(data: dict[str, Any] | None = None) -> PinSet:
+    return parse_pins(data or pin_data(), Path("sampleworld/pins.toml"))
+
+
+def lock() -> PythonLock:
+    found = read_python_lock(REPO / "sampleworld" / "pylock.toml")
+    assert found is not None
+    return found
+
+
+def sbom_inputs(pinset: PinSet | None = None) -> SbomInputs:
+    return SbomInputs(
+        image_id=IMAGE_ID,
+        tag="imagebuild/kimi-k3:gfx942",
+        arch="gfx942",
+        finished=FINISHED,
+        inputs_digest=INPUTS,
+        tool_version="0.1.0",
+        pins=pinset or pins(),
+        lock=lock(),
+        inventory=INVENTORY,
+    )

@@ -1,0 +1,102 @@
+"""Gathering for the SBOM and provenance: the image's pip inventory, input files, labels."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from imagebuild.attestations import (
+    INPUTS_LABEL,
+    INVENTORY_SCRIPT,
+    SBOM_LABEL,
+    AttestationPaths,
+    attestation_labels,
+    input_files,
+    read_inventory,
+)
+from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo
+from imagebuild.errors import AttestationError
+from imagebuild.project import find_project
+from imagebuild.sbom import InstalledDistribution
+
+
+class RunOnlyEngine(Engine):
+    """Answers `run` with a fixed exit code and output; the build calls are not used here."""
+
+    def __init__(self, code: int, output: str) -> None:
+        self.code, self.output = code, output
+        self.commands: list[list[str]] = []
+
+    @property
+    def address(self) -> str:
+        return "fake://"
+
+    def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
+        raise NotImplementedError
+
+    def tag(self, image_id: str, name: str) -> None:
+        raise NotImplementedError
+
+    def inspect_image(self, ref: str) -> ImageInfo:
+        raise NotImplementedError
+
+    def run(self, image: str, command: list[str], *, network_mode: str | None = None) -> tuple[int, str]:
+        self.commands.append(command)
+        return self.code, self.output
+
+    def start(self, image: str, *, network_mode: str | None = None) -> str:
+        raise NotImplementedError
+
+    def remove(self, container_id: str) -> None:
+        raise NotImplementedError
+
+
+def test_inventory_is_read_by_the_image_python_ignoring_noise() -> None:
+    engine = RunOnlyEngine(0, 'some warning\nimagebuild-inventory:[["pip", "23.0.1"], ["tqdm", "4.70.1"]]\n')
+    assert read_inventory(engine, "sha256:abc") == (
+        InstalledDistribution(name="pip", version="23.0.1"),
+        InstalledDistribution(name="tqdm", version="4.70.1"),
+    )
+    assert engine.commands[0][:3] == ["python3", "-I", "-c"]
+
+
+def test_inventory_script_runs_on_a_real_python() -> None:
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", INVENTORY_SCRIPT], capture_output=True, text=True, check=True
+    ).stdout
+    inventory = read_inventory(RunOnlyEngine(0, out), "host")
+    assert InstalledDistribution(name="packaging", version=version("packaging")) in inventory
+
+
+def test_inventory_failure_names_the_image_and_the_cause() -> None:
+    engine = RunOnlyEngine(127, "exec: python3: not found\n")
+    with pytest.raises(
+        AttestationError, match=r"pip inventory of img for the SBOM \(exit 127: exec: python3: not found\)"
+    ):
+        read_inventory(engine, "img")
+
+
+def test_labels_carry_what_is_known_before_the_build(tmp_path: Path) -> None:
+    paths = AttestationPaths.beside(tmp_path / "gfx942.build.json", "gfx942")
+    assert paths.sbom == tmp_path / "gfx942.sbom.cdx.json"
+    assert paths.provenance == tmp_path / "gfx942.provenance.intoto.json"
+    labels = attestation_labels(paths, b"context bytes")
+    assert labels[SBOM_LABEL] == "gfx942.sbom.cdx.json"
+    assert labels[INPUTS_LABEL] == "sha256:" + hashlib.sha256(b"context bytes").hexdigest()
+
+
+def test_input_files_name_pins_lock_stages_arch_constraints_dockerfile_context(project: Path) -> None:
+    found = find_project(project)
+    (project / "pylock.toml").write_text("")
+    names = [f.name for f in input_files(found, found.load("gfx942"), "FROM x\n", b"tar")]
+    assert names[:3] == ["pins.toml", "pylock.toml", "stages/01-base.toml"]
+    assert "stages/image.toml" in names
+    assert "stages/arch/gfx942.toml" in names
+    assert "constraints/build.txt" in names
+    assert names[-2:] == ["Dockerfile", "build-context.tar"]

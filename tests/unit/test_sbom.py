@@ -1,0 +1,98 @@
+"""The CycloneDX SBOM: valid, every pin with its identity, one pin change is one component change."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from imagebuild.errors import AttestationError
+from imagebuild.sbom import make_sbom, validate_sbom
+from tests.unit.attest_support import IMAGE_ID, INPUTS, lock, pin_data, pins, sbom_inputs
+
+
+def components(text: str) -> dict[str, dict[str, Any]]:
+    return {c["bom-ref"]: c for c in json.loads(text)["components"]}
+
+
+def properties(component: dict[str, Any]) -> dict[str, str]:
+    return {p["name"]: p["value"] for p in component.get("properties", [])}
+
+
+def test_sbom_is_valid_cyclonedx_16_and_deterministic() -> None:
+    text = make_sbom(sbom_inputs())
+    validate_sbom(text)
+    doc = json.loads(text)
+    assert (doc["bomFormat"], doc["specVersion"]) == ("CycloneDX", "1.6")
+    assert make_sbom(sbom_inputs()) == text
+    image = doc["metadata"]["component"]
+    assert image["version"] == IMAGE_ID
+    assert properties(image)["imagebuild:inputs-digest"] == INPUTS
+    assert doc["metadata"]["timestamp"] == "2026-11-30T12:01:30+00:00"
+
+
+def test_every_pin_appears_with_its_identity() -> None:
+    found = components(make_sbom(sbom_inputs()))
+    pinset = pins()
+    for pin in pinset:
+        component = found[f"pin:{pin.name}"]
+        assert properties(component)["imagebuild:pin"] == pin.name
+    assert found["pin:base"]["purl"].startswith("pkg:oci/vllm-dev@sha256:1111")
+    assert found["pin:base"]["hashes"] == [{"alg": "SHA-256", "content": "1" * 64}]
+    mori = found["pin:mori"]
+    assert mori["version"] == pinset.get("mori").identity
+    assert mori["hashes"] == [{"alg": "SHA-1", "content": pinset.get("mori").identity}]
+    assert "vcs_url=git%2Bgit://127.0.0.1:55418/ROCm/mori.git" in mori["purl"]
+    assert found["pin:aiter"]["hashes"] == [{"alg": "SHA-256", "content": "4" * 64}]
+    assert found["pin:flydsl"]["purl"].startswith(
+        "pkg:pypi/flydsl@0.2.4?file_name=flydsl-0.2.4-py3-none-any.whl"
+    )
+    assert found["pin:rust"]["version"] == "1.88.0"
+
+
+def test_every_locked_package_has_purl_and_sha256() -> None:
+    found = components(make_sbom(sbom_inputs()))
+    for package in lock().packages:
+        if package.name == "flydsl":  # the pin's component, with the lock's groups
+            assert properties(found["pin:flydsl"])["imagebuild:lock-groups"] == "05-aiter"
+            continue
+        component = found[f"pylock:{package.name}"]
+        assert component["purl"].startswith(f"pkg:pypi/{package.name}@{package.version}?file_name=")
+        assert component["hashes"] == [{"alg": "SHA-256", "content": package.sha256}]
+        assert properties(component)["imagebuild:lock-groups"] == ",".join(package.groups)
+
+
+def test_inventory_marks_what_the_image_holds() -> None:
+    found = components(make_sbom(sbom_inputs()))
+    assert properties(found["pylock:tqdm"])["imagebuild:installed"] == "true"
+    assert properties(found["pylock:wheel"])["imagebuild:installed"] == "false"  # isolated builds only
+    assert properties(found["pin:aiter"])["imagebuild:installed"] == "true"  # amd_aiter, normalised
+    mori = found["installed:amd-mori@1.2.2"]
+    assert mori["purl"] == "pkg:pypi/amd-mori@1.2.2"
+    assert properties(mori)["imagebuild:origin"] == "image inventory, not locked"
+    assert "installed:pip@23.0.1" in found
+
+
+@pytest.mark.parametrize(
+    ("pin", "field", "value"),
+    [
+        ("mori", "commit", "f" * 40),
+        ("base", "digest", "sha256:" + "5" * 64),
+        ("aiter", "sha256", "6" * 64),
+    ],
+)
+def test_changing_one_pin_changes_exactly_that_component(pin: str, field: str, value: str) -> None:
+    before = components(make_sbom(sbom_inputs()))
+    data = pin_data()
+    data[pin][field] = value
+    after = components(make_sbom(sbom_inputs(pins(data))))
+    assert before.keys() == after.keys()
+    assert [ref for ref in before if before[ref] != after[ref]] == [f"pin:{pin}"]
+
+
+def test_invalid_document_is_refused() -> None:
+    doc = json.loads(make_sbom(sbom_inputs()))
+    doc["components"][0]["type"] = "spaceship"
+    with pytest.raises(AttestationError, match=r"not valid CycloneDX 1.6"):
+        validate_sbom(json.dumps(doc))
