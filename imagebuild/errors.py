@@ -52,4 +52,4 @@ class VerifyError(ImageBuildError):
 class AttestationError(ImageBuildError):
     """The image was built and tagged, but its SBOM or provenance could not be made."""
 
-    exit_code = 7
+    exit_code = 9  # 7 and 8 are the archive-integrity and registry errors of publish/export/import
