@@ -3,21 +3,26 @@
 docker-py's errors become EngineError with the address tried and what to do.
 The engine is taken from the environment like the docker CLI does: DOCKER_HOST
 and the TLS variables, else the current docker context, else the local socket.
+Registry credentials are read here too (:func:`registry_credentials`), by
+docker-py's own auth module, so they resolve exactly as docker resolves them.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import docker.auth
 import docker.errors
+import docker.utils.config
 from docker.context import ContextAPI
 
 import docker
 from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo
-from imagebuild.errors import EngineError
+from imagebuild.errors import ConfigError, EngineError
 
 START_HINT = "start one with `bash scripts/ensure-docker.sh` (or `systemctl start docker`), or point DOCKER_HOST at a remote engine"
 
@@ -182,3 +187,34 @@ class DockerEngine(Engine):
 def _reason(e: Exception) -> str:
     text = str(e).strip() or type(e).__name__
     return text.splitlines()[0]
+
+
+def registry_credentials(registry: str) -> tuple[str, str] | None:
+    """The (user, secret) docker would use for ``registry`` (host[:port]; ``docker.io`` for Docker Hub).
+
+    docker-py reads the docker config (DOCKER_CONFIG, else ~/.docker/config.json)
+    as the CLI does: a ``credHelpers`` entry for the registry, else the
+    ``credsStore``, else the inline ``auths`` entry. An identity token comes
+    back as ``("<token>", token)``, the credential helpers' convention. None
+    when docker has no credentials for the registry.
+    """
+    where = docker.utils.config.find_config_file() or "the docker config"
+    try:
+        with warnings.catch_warnings():
+            # docker-py warns when a helper is missing, then raises StoreError: report that once.
+            warnings.simplefilter("ignore")
+            entry = docker.auth.load_config().resolve_authconfig(registry)
+    except docker.errors.DockerException as e:
+        msg = f"{where}: cannot read the credentials for {registry} ({_reason(e)}); fix the docker config or run `docker login {registry}`"
+        raise ConfigError(msg) from e
+    # An auths entry that is not base64 of 'user:password', or a helper's bad JSON:
+    except (KeyError, ValueError) as e:
+        msg = f"{where}: the credentials for {registry} are malformed ({type(e).__name__}: {e}); run `docker login {registry}` again"
+        raise ConfigError(msg) from e
+    if not entry:
+        return None
+    if entry.get("IdentityToken"):
+        return docker.auth.TOKEN_USERNAME, str(entry["IdentityToken"])
+    user = entry.get("username") or entry.get("Username")
+    secret = entry.get("password") or entry.get("Password")
+    return (str(user), str(secret)) if user and secret else None

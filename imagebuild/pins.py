@@ -381,7 +381,9 @@ def write_atomically(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` so readers see the old or the new file, never half.
 
     The temporary file lives beside the target (same file system, so rename is
-    atomic) and is removed on any failure, Ctrl-C included.
+    atomic) and is removed on any failure, Ctrl-C included. The directory is
+    fsynced after the rename, so a crash right after cannot bring back the old
+    file (or none) on a file system that reorders metadata.
     """
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -395,3 +397,8 @@ def write_atomically(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -3,21 +3,25 @@
 git itself speaks every URL scheme (https, ssh, git://, file://) and uses the
 user's credential helpers, so the lock shells out to it instead of talking to
 any forge's API. Every git call goes through :func:`run_git`: found with
-shutil.which, a timeout, no terminal prompts (a lock must fail, not hang on a
-password prompt), and an error that names the command and the cause.
+shutil.which, a timeout, its own process group (so a timeout or Ctrl-C
+kills git's network helpers too), no terminal prompts (a lock must fail, not
+hang on a password prompt), and an error that names the command and the cause.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import shutil
+import signal
 import subprocess
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from imagebuild.lock.http import Cancelled
+from imagebuild.lock.http import DEADLINE_HINT
+from imagebuild.retry import NO_DEADLINE, Cancelled, Deadline, RetryHook, RetryPolicy, Transient, retry_call
 
 
 class GitError(Exception):
@@ -89,7 +93,7 @@ _GIT_FAILURES: tuple[tuple[tuple[str, ...], str, str, bool], ...] = (
         False,
     ),
     (
-        ("connection reset", "early eof", "rpc failed", "returned error: 5", "timed out", "broken pipe"),
+        ("connection reset", "early eof", "rpc failed", "returned error: 5", "broken pipe"),
         "connection failed",
         "Retry; if it persists check the network and the server",
         True,
@@ -105,29 +109,97 @@ def git_env() -> dict[str, str]:
     return env
 
 
-def run_git(args: Sequence[str], *, url: str, timeout: float) -> str:
-    """Run ``git ARGS`` and return stdout; GitError on failure or timeout."""
+class GitProcesses:
+    """The git commands running for one lock, each in its own process group.
+
+    git hands the network to helpers (``git-remote-https``, ssh), so killing
+    git alone would orphan them; each command gets a session of its own and
+    a timeout, Ctrl-C or the deadline kills the whole group. Once
+    :meth:`kill_all` ran, no new command starts.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: set[int] = set()
+        self.closed = False
+
+    def start(self, cmd: Sequence[str]) -> subprocess.Popen[str]:
+        with self._lock:
+            if self.closed:
+                raise Cancelled
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=git_env(),
+                start_new_session=True,  # its own process group, out of reach of the terminal's Ctrl-C
+            )
+            self._live.add(proc.pid)
+            return proc
+
+    def finished(self, proc: subprocess.Popen[str]) -> None:
+        with self._lock:
+            self._live.discard(proc.pid)
+
+    def kill_all(self) -> None:
+        with self._lock:
+            self.closed = True
+            for pid in self._live:
+                kill_group(pid)
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group led by ``pid`` (git and every helper it started)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def run_git(args: Sequence[str], *, url: str, timeout: float, processes: GitProcesses | None = None) -> str:
+    """Run ``git ARGS`` and return stdout; GitError on failure or timeout.
+
+    On timeout, or any exception in this thread (Ctrl-C), git's whole
+    process group is killed before this returns.
+    """
     git = shutil.which("git")
     if git is None:
         raise GitError(url, "git is not installed", "Install git and make sure it is on PATH")
-    cmd = [git, *args]
+    group = processes or GitProcesses()
+    proc = group.start([git, *args])
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, env=git_env(), check=False
-        )
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as e:
+        _reap(proc)
         raise GitError(
             url,
             f"`git {' '.join(args)}` timed out after {timeout:g}s",
             "The server is slow or unreachable: retry, or raise --timeout",
-            transient=True,
         ) from e
+    except BaseException:
+        _reap(proc)
+        raise
+    finally:
+        group.finished(proc)
+    if group.closed:
+        raise Cancelled  # killed by kill_all: the lock is being cancelled
     if proc.returncode != 0:
-        stderr = proc.stderr.strip()
+        stderr = stderr.strip()
         cause, hint, transient = classify_git_failure(stderr)
         last = stderr.splitlines()[-1] if stderr else f"exit status {proc.returncode}"
         raise GitError(url, f"{cause} (`git {args[0]}`: {last})", hint, transient=transient)
-    return proc.stdout
+    return stdout
+
+
+def _reap(proc: subprocess.Popen[str]) -> None:
+    kill_group(proc.pid)
+    try:
+        proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:  # a helper left its own group and holds the pipes
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
 
 
 def classify_git_failure(stderr: str) -> tuple[str, str, bool]:
@@ -138,46 +210,64 @@ def classify_git_failure(stderr: str) -> tuple[str, str, bool]:
     return "git failed", "Check the url in pins.toml and run `git ls-remote URL` by hand", False
 
 
-def ls_remote(
-    url: str,
-    patterns: Sequence[str],
-    *,
-    timeout: float,
-    attempts: int = 3,
-    backoff: float = 0.25,
-    cancel: threading.Event | None = None,
-) -> dict[str, str]:
-    """{full ref name: sha} for the refs matching ``patterns`` (all when empty)."""
-    for attempt in range(1, attempts + 1):
-        if cancel is not None and cancel.is_set():
-            raise Cancelled
-        try:
-            out = run_git(["ls-remote", "--", url, *patterns], url=url, timeout=timeout)
-        except GitError as e:
-            if e.transient and attempt < attempts:
-                # Wake early on Ctrl-C instead of sleeping out the backoff.
-                if (cancel or threading.Event()).wait(backoff * 2 ** (attempt - 1)):
-                    raise Cancelled from e
-                continue
-            raise
-        refs: dict[str, str] = {}
-        for line in out.splitlines():
-            sha, _, ref = line.partition("\t")
-            if ref:
-                refs[ref] = sha
-        return refs
-    msg = "unreachable"
-    raise AssertionError(msg)  # pragma: no cover
+@dataclass(frozen=True, kw_only=True)
+class GitOptions:
+    """How one lock runs git: timeout per command, deadline, retries, cancellation."""
+
+    timeout: float
+    deadline: Deadline = NO_DEADLINE
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    cancel: threading.Event | None = None
+    processes: GitProcesses | None = None
+    on_retry: RetryHook | None = None
+
+    def command_timeout(self, url: str) -> float:
+        timeout = min(self.timeout, self.deadline.remaining())
+        if timeout <= 0:
+            raise GitError(url, "the overall deadline passed before git ran", DEADLINE_HINT)
+        return timeout
 
 
-def resolve_ref(
-    url: str,
-    *,
-    tag: str | None,
-    branch: str | None,
-    timeout: float,
-    cancel: threading.Event | None = None,
-) -> RefResolution:
+def ls_remote(url: str, patterns: Sequence[str], options: GitOptions) -> dict[str, str]:
+    """{full ref name: sha} for the refs matching ``patterns`` (all when empty).
+
+    A ref the remote lists twice with different SHAs is an error naming
+    both: which one is meant is for a human to find out, not for us to guess.
+    """
+
+    def once(attempt: int) -> str:
+        return run_git(
+            ["ls-remote", "--", url, *patterns],
+            url=url,
+            timeout=options.command_timeout(url),
+            processes=options.processes,
+        )
+
+    out = retry_call(
+        once,
+        classify=lambda e: Transient() if isinstance(e, GitError) and e.transient else None,
+        policy=options.policy,
+        deadline=options.deadline,
+        cancel=options.cancel,
+        on_retry=options.on_retry,
+    )
+    refs: dict[str, str] = {}
+    for line in out.splitlines():
+        sha, _, ref = line.partition("\t")
+        if not ref:
+            continue
+        if refs.get(ref, sha) != sha:
+            raise GitError(
+                url,
+                f"the remote lists {ref} twice, as {refs[ref]} and {sha}",
+                "Refusing to guess which one is meant: ask the repository's maintainers, "
+                "then pin the right commit",
+            )
+        refs[ref] = sha
+    return refs
+
+
+def resolve_ref(url: str, *, tag: str | None, branch: str | None, options: GitOptions) -> RefResolution:
     """The commit a tag (peeled) or branch names on the remote.
 
     Both refs/tags/NAME and refs/heads/NAME are asked for: a name that is both
@@ -189,7 +279,7 @@ def resolve_ref(
         msg = "resolve_ref needs a tag or a branch"
         raise ValueError(msg)
     tag_ref, head_ref = f"refs/tags/{name}", f"refs/heads/{name}"
-    refs = ls_remote(url, [tag_ref, f"{tag_ref}^{{}}", head_ref], timeout=timeout, cancel=cancel)
+    refs = ls_remote(url, [tag_ref, f"{tag_ref}^{{}}", head_ref], options)
     has_tag, has_head = tag_ref in refs, head_ref in refs
     if has_tag and has_head:
         raise GitError(
@@ -206,18 +296,23 @@ def resolve_ref(
                 f"{wanted} '{name}' not found, but a {other} of that name exists",
                 f'Set `{other} = "{name}"` instead of `{wanted}` in pins.toml if that is what you mean',
             )
-        raise GitError(url, f"{wanted} '{name}' not found", _suggest_ref(url, name, wanted, timeout=timeout))
+        raise GitError(url, f"{wanted} '{name}' not found", _suggest_ref(url, name, wanted, options))
     if tag:
         peeled = refs.get(f"{tag_ref}^{{}}")
         return RefResolution(commit=peeled or refs[tag_ref], ref=tag_ref, annotated=peeled is not None)
     return RefResolution(commit=refs[head_ref], ref=head_ref, annotated=False)
 
 
-def _suggest_ref(url: str, name: str, wanted: str, *, timeout: float) -> str:
+def _suggest_ref(url: str, name: str, wanted: str, options: GitOptions) -> str:
     """'Perhaps you meant ...' from the remote's refs; best effort."""
     flag = "--tags" if wanted == "tag" else "--heads"
     try:
-        out = run_git(["ls-remote", flag, "--", url], url=url, timeout=timeout)
+        out = run_git(
+            ["ls-remote", flag, "--", url],
+            url=url,
+            timeout=options.command_timeout(url),
+            processes=options.processes,
+        )
     except GitError:
         return "Check the name in pins.toml"
     prefix = "refs/tags/" if wanted == "tag" else "refs/heads/"

@@ -2,10 +2,16 @@
 
 Every request of the lock (registries, package indexes, file downloads) goes
 through :class:`Http`: one ``requests.Session`` per worker thread (sessions
-are not documented as thread-safe), a connect/read timeout on every call, a
-few retries with backoff on transient failures (connection reset, 5xx, 429,
-timeouts, a stream cut short) and a :class:`FetchError` that names the URL,
-the cause (DNS, TLS, 404, 401/403, timeout, ...) and what to check next.
+are not documented as thread-safe), a connect/read timeout on every call
+(``--timeout``, never past the overall ``--deadline``), retries with backoff
+through :func:`imagebuild.retry.retry_call` on transient failures
+(connection reset, 5xx, 429, a body cut short), honouring Retry-After up to
+a cap, and a :class:`FetchError` that names the URL, the cause (DNS, TLS,
+404, 401/403, timeout, ...) and what to check next.
+
+A timeout is not retried: a server that accepted the connection and sent
+nothing for ``--timeout`` seconds fails the lock after that long, not after
+three times that long.
 """
 
 from __future__ import annotations
@@ -18,26 +24,46 @@ from urllib.parse import urlsplit
 import requests
 from requests.auth import AuthBase
 
+from imagebuild.retry import (
+    NO_DEADLINE,
+    Cancelled,
+    Deadline,
+    RetryHook,
+    RetryPolicy,
+    Transient,
+    parse_retry_after,
+    retry_call,
+)
+
 T = TypeVar("T")
 
 CHUNK_SIZE = 1 << 20
 USER_AGENT = "imagebuild-lock (+requests)"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+RETRY_AFTER_CAP = 60.0  # the longest Retry-After the lock waits out
+DEADLINE_HINT = "Raise --deadline if the sources are just slow, or check the network"
 
 
 class FetchError(Exception):
     """A URL could not be fetched: the URL, the cause, and what to check."""
 
-    def __init__(self, url: str, cause: str, hint: str, *, status: int | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        cause: str,
+        hint: str,
+        *,
+        status: int | None = None,
+        transient: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(f"{url}: {cause}. {hint}")
         self.url = url
         self.cause = cause
         self.hint = hint
         self.status = status
-
-
-class Cancelled(Exception):
-    """The lock was interrupted; workers stop at their next chunk or retry."""
+        self.transient = transient
+        self.retry_after = retry_after
 
 
 class Http:
@@ -49,15 +75,19 @@ class Http:
         timeout: float,
         attempts: int = 3,
         backoff: float = 0.25,
+        deadline: Deadline = NO_DEADLINE,
         cancel: threading.Event | None = None,
+        on_retry: RetryHook | None = None,
     ) -> None:
         self.timeout = timeout
-        self.attempts = max(1, attempts)
-        self.backoff = backoff
+        self.policy = RetryPolicy(attempts=max(1, attempts), backoff=backoff, max_wait=RETRY_AFTER_CAP)
+        self.deadline = deadline
         self.cancel = cancel or threading.Event()
+        self.on_retry = on_retry
         self._local = threading.local()
         self._sessions: list[requests.Session] = []
         self._lock = threading.Lock()
+        self._closed = False
 
     def __enter__(self) -> Http:
         return self
@@ -66,7 +96,9 @@ class Http:
         self.close()
 
     def close(self) -> None:
+        """Close every session; a worker still running (after Ctrl-C) gets Cancelled, not a new one."""
         with self._lock:
+            self._closed = True
             for session in self._sessions:
                 session.close()
             self._sessions.clear()
@@ -78,11 +110,13 @@ class Http:
     def _session(self) -> requests.Session:
         session: requests.Session | None = getattr(self._local, "session", None)
         if session is None:
-            session = requests.Session()
-            session.headers["User-Agent"] = USER_AGENT
-            self._local.session = session
             with self._lock:
+                if self._closed:
+                    raise Cancelled
+                session = requests.Session()
+                session.headers["User-Agent"] = USER_AGENT
                 self._sessions.append(session)
+            self._local.session = session
         return session
 
     def request(
@@ -93,51 +127,61 @@ class Http:
         method: str = "GET",
         headers: Mapping[str, str] | None = None,
         auth: AuthBase | tuple[str, str] | None = None,
+        data: Mapping[str, str] | None = None,
         accept: Collection[int] = (200,),
     ) -> T:
         """Send a request and hand the streamed response to ``consume``.
 
-        ``consume`` runs inside the retry loop, so a body cut short or a read
-        that times out mid-stream is retried from the start like any other
-        transient failure. Statuses outside ``accept`` raise FetchError.
+        ``consume`` runs inside the retry loop, so a body cut short is
+        retried from the start like any other transient failure. Statuses
+        outside ``accept`` raise FetchError.
         """
-        for attempt in range(1, self.attempts + 1):
+
+        def once(attempt: int) -> T:
             self.check_cancelled()
-            last = attempt == self.attempts
+            timeout = min(self.timeout, self.deadline.remaining())
+            if timeout <= 0:
+                raise FetchError(url, "the overall deadline passed before the request", DEADLINE_HINT)
             try:
                 with self._session().request(
                     method,
                     url,
                     headers=dict(headers or {}),
                     auth=auth,
+                    data=data,
                     stream=True,
-                    timeout=(self.timeout, self.timeout),
+                    timeout=(timeout, timeout),
                 ) as resp:
                     if resp.status_code not in accept:
-                        if resp.status_code in RETRY_STATUSES and not last:
-                            self._sleep(attempt)
-                            continue
                         raise status_error(url, resp, attempts=attempt)
                     return consume(resp)
             except requests.RequestException as e:
-                cause, hint, transient = describe_exception(e, self.timeout, url)
-                if transient and not last:
-                    self._sleep(attempt)
-                    continue
+                cause, hint, transient = describe_exception(e, timeout, url)
+                if timeout < self.timeout and self.deadline.passed:
+                    cause, hint, transient = "stopped at the overall deadline", DEADLINE_HINT, False
                 tries = f" (after {attempt} attempts)" if attempt > 1 else ""
-                raise FetchError(url, cause + tries, hint) from e
-        msg = "unreachable"
-        raise AssertionError(msg)  # pragma: no cover
+                raise FetchError(url, cause + tries, hint, transient=transient) from e
 
-    def _sleep(self, attempt: int) -> None:
-        # Wake early on Ctrl-C instead of sleeping out the backoff.
-        if self.cancel.wait(self.backoff * 2 ** (attempt - 1)):
-            raise Cancelled
+        return retry_call(
+            once,
+            classify=_transient,
+            policy=self.policy,
+            deadline=self.deadline,
+            cancel=self.cancel,
+            on_retry=self.on_retry,
+        )
+
+
+def _transient(e: Exception) -> Transient | None:
+    if isinstance(e, FetchError) and e.transient:
+        return Transient(after=e.retry_after)
+    return None
 
 
 def status_error(url: str, resp: requests.Response, *, attempts: int = 1) -> FetchError:
     status = resp.status_code
     text = f"HTTP {status} {resp.reason or ''}".strip()
+    retry_after = parse_retry_after(resp.headers.get("Retry-After"))
     if status == 401:
         hint = "Authentication required: check the credentials (docker login / ~/.docker/config.json)"
     elif status == 403:
@@ -150,8 +194,19 @@ def status_error(url: str, resp: requests.Response, *, attempts: int = 1) -> Fet
         hint = "The server failed: retry later or check the service's status"
     else:
         hint = "Unexpected answer: check the URL in pins.toml"
+    if retry_after is not None and retry_after > RETRY_AFTER_CAP:
+        text += (
+            f"; it asks to retry after {retry_after:.0f}s, longer than the {RETRY_AFTER_CAP:.0f}s lock waits"
+        )
     tries = f" (after {attempts} attempts)" if attempts > 1 else ""
-    return FetchError(url, text + tries, hint, status=status)
+    return FetchError(
+        url,
+        text + tries,
+        hint,
+        status=status,
+        transient=status in RETRY_STATUSES,
+        retry_after=retry_after,
+    )
 
 
 def _chain(e: BaseException) -> str:
@@ -186,10 +241,11 @@ def describe_exception(e: requests.RequestException, timeout: float, url: str) -
             False,
         )
     if isinstance(e, requests.Timeout) or "timed out" in chain or "timeout" in chain:
+        # Not retried: a server silent for the whole timeout rarely answers the next try.
         return (
             f"timed out after {timeout:g}s",
             "The server is slow or unreachable: retry, or raise --timeout",
-            True,
+            False,
         )
     if isinstance(e, requests.exceptions.ChunkedEncodingError) or "incompleteread" in chain:
         return (
@@ -206,3 +262,6 @@ def describe_exception(e: requests.RequestException, timeout: float, url: str) -
     if isinstance(e, requests.ConnectionError):
         return ("connection failed or reset", "Check the network, proxy settings and the server", True)
     return (f"request failed ({type(e).__name__}: {e})", "Check the URL in pins.toml", False)
+
+
+__all__ = ["CHUNK_SIZE", "Cancelled", "FetchError", "Http", "status_error"]

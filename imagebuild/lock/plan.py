@@ -7,10 +7,10 @@ Policy (conservative, as pip-tools' ``compile`` is):
 * An empty identity is filled, always.
 * git tags/branches and image tags are always resolved (one cheap request):
   a tag that now names another commit or digest is MOVED, a branch that
-  moved on is UPDATED. Neither is rewritten without ``--upgrade`` or
-  ``--upgrade-pin NAME``: the recorded identity is what was reviewed and
-  built, and a force-pushed tag is a supply-chain signal a human must look
-  at. Until accepted the result is stale (``--check`` fails).
+  moved on is UPDATED. Neither is rewritten without ``-U/--upgrade`` or
+  ``-P/--upgrade-package NAME``: the recorded identity is what was reviewed
+  and built, and a force-pushed tag is a supply-chain signal a human must
+  look at. Until accepted the result is stale (``--check`` fails).
 * Wheel URLs and PyPI files are re-hashed only when their identity is empty
   or an upgrade asks for it (re-downloading a 1 GB wheel on every lock would
   be silly). On upgrade, other bytes under a recorded URL or filename are
@@ -96,7 +96,9 @@ def classify(pin: Pin, new: IdentityFields) -> Status:
     return "moved"  # a wheel URL that now serves other bytes
 
 
-def judge(pin: Pin, new: IdentityFields, *, upgrade: bool, detail: str = "") -> PinChange:
+def judge(
+    pin: Pin, new: IdentityFields, *, upgrade: bool, detail: str = "", yanked: str | None = None
+) -> PinChange:
     """The change a resolved pin makes; moved/updated apply only on upgrade."""
     status = classify(pin, new)
     applied = status == "filled" or (status in ("updated", "moved") and upgrade)
@@ -112,6 +114,7 @@ def judge(pin: Pin, new: IdentityFields, *, upgrade: bool, detail: str = "") -> 
         old_fields=identity_fields(pin),
         new_fields=dict(new),
         detail=detail,
+        yanked=yanked,
     )
 
 

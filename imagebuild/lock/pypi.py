@@ -6,11 +6,15 @@ it, PEP 503 HTML otherwise. The target is the base image's python (from the
 release's wheels, the one whose best tag comes first in packaging's priority
 order wins, as pip would choose. A release without a matching wheel is an
 error listing what exists (sdists are never chosen: the image build must not
-compile a pinned dependency behind our back).
+compile a pinned dependency behind our back). A yanked file (PEP 592) is
+still chosen when nothing else fits, as pip installs an exactly pinned yanked
+release, but it is marked so the report can say so. A page that breaks the
+simple API's schema is the index's fault and is reported as such.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any
@@ -26,6 +30,8 @@ from imagebuild.lock.http import FetchError, Http
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{JSON_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 MANYLINUX_MINORS = range(40, 16, -1)  # manylinux_2_40 .. manylinux_2_17, newest first as pip orders
+_SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
+BROKEN_INDEX_HINT = "The index is at fault: report it to its maintainers, or point `index` at another one"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +39,7 @@ class DistFile:
     filename: str
     url: str
     sha256: str | None  # None when the index does not publish one
+    yanked: str | None = None  # the reason ("" when none is given); None: not yanked
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,15 +88,14 @@ def list_files(http: Http, index: str, project: str) -> list[DistFile]:
     def consume(resp: requests.Response) -> list[DistFile]:
         content_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
         base = resp.url or url
-        if content_type == JSON_TYPE:
-            try:
+        try:
+            if content_type == JSON_TYPE:
                 return _parse_json(resp.json(), base)
-            except (ValueError, KeyError, TypeError) as e:
-                raise FetchError(
-                    url, f"the index sent an invalid PEP 691 page ({e})", "Check the index"
-                ) from e
-        if content_type in ("text/html", "application/vnd.pypi.simple.v1+html"):
-            return _parse_html(resp.text, base)
+            if content_type in ("text/html", "application/vnd.pypi.simple.v1+html"):
+                return _parse_html(resp.text, base)
+        except ValueError as e:
+            kind = "PEP 691 JSON" if content_type == JSON_TYPE else "PEP 503 HTML"
+            raise FetchError(url, f"the index sent an invalid {kind} page ({e})", BROKEN_INDEX_HINT) from e
         raise FetchError(
             url,
             f"the index answered with '{content_type or 'no content type'}', not a simple-API page",
@@ -100,55 +106,108 @@ def list_files(http: Http, index: str, project: str) -> list[DistFile]:
 
 
 def _parse_json(data: Any, base: str) -> list[DistFile]:
+    """The files of a PEP 691 page; ValueError naming the first entry that breaks the schema."""
+    entries = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        msg = "no 'files' list"
+        raise ValueError(msg)
     files: list[DistFile] = []
-    for f in data["files"]:
-        sha = f.get("hashes", {}).get("sha256")
-        files.append(DistFile(filename=f["filename"], url=urljoin(base, f["url"]), sha256=sha or None))
+    for i, f in enumerate(entries):
+        where = f"files[{i}]"
+        if not isinstance(f, dict):
+            msg = f"{where} is not an object"
+            raise ValueError(msg)
+        filename, link, hashes = f.get("filename"), f.get("url"), f.get("hashes", {})
+        if not isinstance(filename, str) or not filename or not isinstance(link, str) or not link:
+            msg = f"{where} has no 'filename' or 'url' string"
+            raise ValueError(msg)
+        where = f"{where} ({filename})"
+        if not isinstance(hashes, dict):
+            msg = f"{where}: 'hashes' is {_json_type(hashes)}, not an object"
+            raise ValueError(msg)
+        yanked = f.get("yanked", False)
+        if not isinstance(yanked, bool | str):
+            msg = f"{where}: 'yanked' is {_json_type(yanked)}, not a boolean or a string"
+            raise ValueError(msg)
+        files.append(
+            DistFile(
+                filename=filename,
+                url=urljoin(base, link),
+                sha256=_sha256(hashes.get("sha256"), where),
+                yanked=(yanked if isinstance(yanked, str) else "") if yanked is not False else None,
+            )
+        )
     return files
+
+
+def _json_type(value: Any) -> str:
+    names = {list: "a list", dict: "an object", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def _sha256(value: Any, where: str) -> str | None:
+    """The index's sha256 of a file, lowercased; ValueError when it is not one."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not _SHA256_RE.fullmatch(value):
+        msg = f"{where}: sha256 {value!r} is not 64 hex digits"
+        raise ValueError(msg)
+    return value.lower()
+
+
+@dataclass(frozen=True)
+class _Anchor:
+    href: str
+    text: str
+    yanked: str | None  # data-yanked's value; None without the attribute
 
 
 class _AnchorParser(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.anchors: list[tuple[str, str]] = []
-        self._href: str | None = None
+        self.anchors: list[_Anchor] = []
+        self._attrs: dict[str, str | None] | None = None
         self._text: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._href = dict(attrs).get("href")
+        if tag == "a" and dict(attrs).get("href"):
+            self._attrs = dict(attrs)
             self._text = []
 
     def handle_data(self, data: str) -> None:
-        if self._href is not None:
+        if self._attrs is not None:
             self._text.append(data)
 
     def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._href is not None:
-            self.anchors.append((self._href, "".join(self._text).strip()))
-            self._href = None
+        if tag == "a" and self._attrs is not None:
+            attrs = self._attrs
+            yanked = (attrs["data-yanked"] or "") if "data-yanked" in attrs else None
+            self.anchors.append(_Anchor(str(attrs["href"]), "".join(self._text).strip(), yanked))
+            self._attrs = None
 
 
 def _parse_html(text: str, base: str) -> list[DistFile]:
     parser = _AnchorParser()
     parser.feed(text)
     files: list[DistFile] = []
-    for href, label in parser.anchors:
-        link, fragment = urldefrag(urljoin(base, href))
+    for anchor in parser.anchors:
+        link, fragment = urldefrag(urljoin(base, anchor.href))
         algo, _, value = fragment.partition("=")
-        filename = label or link.rsplit("/", 1)[-1]
-        files.append(
-            DistFile(filename=filename, url=link, sha256=value if algo == "sha256" and value else None)
-        )
+        filename = anchor.text or link.rsplit("/", 1)[-1]
+        sha256 = _sha256(value, f"the link to {filename}") if algo == "sha256" else None
+        files.append(DistFile(filename=filename, url=link, sha256=sha256, yanked=anchor.yanked))
     return files
 
 
 def choose_wheel(files: list[DistFile], project: str, version: str, tags: list[Tag]) -> WheelChoice:
-    """The release's wheel whose best tag ranks first in ``tags``."""
+    """The release's wheel whose best tag ranks first in ``tags``; a yanked one only as a last resort.
+
+    pip ranks a yanked file below every other candidate, whatever its tags.
+    """
     rank = {tag: i for i, tag in enumerate(tags)}
     want_name, want_version = canonicalize_name(project), Version(version)
     release: list[str] = []
-    best: tuple[int, int, DistFile, Tag] | None = None
+    best: tuple[bool, int, int, DistFile, Tag] | None = None
     for f in files:
         if not f.filename.endswith(".whl"):
             if _sdist_version(f.filename, want_name) == want_version:
@@ -166,15 +225,16 @@ def choose_wheel(files: list[DistFile], project: str, version: str, tags: list[T
             continue
         position, tag = min(ranked)
         build_number = -build[0] if build else 0
-        if best is None or (position, build_number) < best[:2]:
-            best = (position, build_number, f, tag)
+        key = (f.yanked is not None, position, build_number)
+        if best is None or key < best[:3]:
+            best = (*key, f, tag)
     if best is None:
         msg = (
             f"no wheel of {project}=={version} matches {tags[0]} (or a compatible tag); "
             f"the release has: {', '.join(sorted(release)) or 'no files'}"
         )
         raise NoMatchingWheel(msg)
-    return WheelChoice(file=best[2], tag=best[3], candidates=tuple(sorted(release)))
+    return WheelChoice(file=best[3], tag=best[4], candidates=tuple(sorted(release)))
 
 
 def _sdist_version(filename: str, want_name: str) -> Version | None:

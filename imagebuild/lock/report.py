@@ -34,6 +34,7 @@ class PinChange:
     old_fields: IdentityFields = field(default_factory=dict)
     new_fields: IdentityFields = field(default_factory=dict)
     detail: str = ""
+    yanked: str | None = None  # the index yanked the chosen file: its reason ("" if none given)
 
     @property
     def pending(self) -> bool:
@@ -53,6 +54,8 @@ class PinChange:
             "old_fields": dict(self.old_fields),
             "new_fields": dict(self.new_fields),
             "detail": self.detail,
+            "yanked": self.yanked is not None,
+            "yanked_reason": self.yanked or None,
         }
 
 
@@ -63,6 +66,7 @@ class LockResult:
     wrote: bool
     stale: bool
     mode: Mode = "write"
+    diff: str = ""  # unified diff of pins.toml: what was (or, on a dry run, would be) written
 
     def change(self, name: str) -> PinChange:
         for c in self.changes:
@@ -80,8 +84,13 @@ class LockResult:
             "mode": self.mode,
             "wrote": self.wrote,
             "stale": self.stale,
+            "diff": self.diff,
             "changes": [c.to_json() for c in self.changes],
         }
+
+    @property
+    def yanked(self) -> tuple[PinChange, ...]:
+        return tuple(c for c in self.changes if c.yanked is not None)
 
     def format_table(self) -> str:
         rows = [("PIN", "KIND", "TRACKED", "IDENTITY", "STATUS")]
@@ -101,8 +110,16 @@ class LockResult:
                     f"!! MOVED: [{c.name}] {c.tracked} was {c.old} and is now {c.new}. "
                     "A tag or file that changes under the same name is a supply-chain signal: "
                     "find out why before accepting it"
-                    + ("" if c.applied else f" with `imagebuild lock --upgrade-pin {c.name}`")
+                    + ("" if c.applied else f" with `imagebuild lock -P {c.name}`")
                     + "."
+                )
+            if c.yanked is not None:
+                reason = f" ({c.yanked})" if c.yanked else ""
+                lines.append("")
+                lines.append(
+                    f"!! YANKED: [{c.name}] {c.new_fields.get('filename', c.tracked)} was yanked from the "
+                    f"index{reason}. pip installs a yanked file only when pinned exactly, as here: "
+                    "find out why it was pulled before building with it."
                 )
             if c.detail and c.status != "unchanged":
                 lines.append(f"   [{c.name}] {c.detail}")
@@ -125,7 +142,7 @@ class LockResult:
         if unapplied:
             head += (
                 f"; STALE: {', '.join(unapplied)} changed upstream and stay as recorded "
-                f"(accept with `imagebuild lock --upgrade-pin NAME`)"
+                f"(accept with `imagebuild lock -P NAME`)"
             )
         return head
 
@@ -133,12 +150,12 @@ class LockResult:
 _UNCHECKED = {
     "git": "pinned by commit",
     "toolchain": "exact version",
-    "wheel": "not re-hashed; --upgrade-pin to verify",
-    "pypi": "not re-hashed; --upgrade-pin to verify",
+    "wheel": "not re-hashed; -P NAME to verify",
+    "pypi": "not re-hashed; -P NAME to verify",
 }
 
 
-def _short(identity: str | None) -> str:
+def short_identity(identity: str | None) -> str:
     if not identity:
         return "(none)"
     if identity.startswith("sha256:"):
@@ -152,16 +169,18 @@ def _clip(text: str, width: int) -> str:
 
 def _identity_cell(c: PinChange) -> str:
     if c.old == c.new:
-        return _short(c.old)
-    return f"{_short(c.old)} -> {_short(c.new)}"
+        return short_identity(c.old)
+    return f"{short_identity(c.old)} -> {short_identity(c.new)}"
 
 
 def _status_cell(c: PinChange, mode: str) -> str:
-    label = "MOVED !!" if c.status == "moved" else c.status
+    label: str = "MOVED !!" if c.status == "moved" else c.status
+    if c.yanked is not None:
+        label += ", YANKED !!"
     if not c.checked and c.status == "unchanged":
         return f"{label} ({_UNCHECKED.get(c.kind, 'not re-checked')})"
     if c.pending and not c.applied:
-        return f"{label} (kept: needs --upgrade-pin {c.name})"
+        return f"{label} (kept: needs -P {c.name})"
     if c.pending and mode != "write":
         return f"{label} (not written: {mode})"
     return label

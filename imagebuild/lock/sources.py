@@ -2,21 +2,23 @@
 
 Dispatches on the pin's kind to git, the registry, the file hasher or the
 package index, and turns their errors into a :class:`SourceError` that names
-the pin, the URL, the cause and what to check.
+the pin, the URL, the cause and what to check. Every identity a source
+returns is checked against the form pins.toml requires before it is used, so
+a source that answers garbage is blamed, not the pins file it would corrupt.
 """
 
 from __future__ import annotations
 
-import threading
+import re
 from dataclasses import dataclass
 
 from imagebuild.arch import ArchProfile
 from imagebuild.lock.files import hash_url
-from imagebuild.lock.git import GitError, resolve_ref
+from imagebuild.lock.git import GitError, GitOptions, resolve_ref
 from imagebuild.lock.http import FetchError, Http
 from imagebuild.lock.pypi import NoMatchingWheel, choose_wheel, list_files, project_url, target_tags
 from imagebuild.lock.registry import RegistryClient, parse_image_name
-from imagebuild.pins import GitPin, ImagePin, Pin, PypiPin, WheelPin
+from imagebuild.pins import COMMIT_RE, DIGEST_RE, SHA256_RE, GitPin, ImagePin, Pin, PypiPin, WheelPin
 
 
 class SourceError(Exception):
@@ -34,37 +36,71 @@ class SourceError(Exception):
 class Resolved:
     fields: dict[str, str | int]
     detail: str = ""
+    yanked: str | None = None  # a PyPI file's yank reason ("" when none given); None: not yanked
 
 
 @dataclass(frozen=True, kw_only=True)
 class SourceContext:
     http: Http
     registry: RegistryClient
+    git: GitOptions
     arch: ArchProfile
     python: str | None  # the base image's python, for wheel tags
-    timeout: float
-    cancel: threading.Event
+
+
+def source_url(pin: Pin) -> str:
+    """Where the pin's identity comes from, for messages."""
+    if isinstance(pin, GitPin | WheelPin):
+        return pin.url
+    if isinstance(pin, ImagePin):
+        return f"{pin.image}:{pin.tag}"
+    if isinstance(pin, PypiPin):
+        return project_url(pin.index, pin.project)
+    return pin.name
 
 
 def resolve_pin(pin: Pin, ctx: SourceContext) -> Resolved:
     try:
         if isinstance(pin, GitPin):
-            return _git(pin, ctx)
-        if isinstance(pin, ImagePin):
-            return _image(pin, ctx)
-        if isinstance(pin, WheelPin):
-            digest = hash_url(ctx.http, pin.url)
-            return Resolved(fields={"sha256": digest.sha256, "size": digest.size})
-        if isinstance(pin, PypiPin):
-            return _pypi(pin, ctx)
+            resolved = _git(pin, ctx)
+        elif isinstance(pin, ImagePin):
+            resolved = _image(pin, ctx)
+        elif isinstance(pin, WheelPin):
+            digest = hash_url(ctx.http, pin.url, zip_required=True)
+            resolved = Resolved(fields={"sha256": digest.sha256, "size": digest.size})
+        elif isinstance(pin, PypiPin):
+            resolved = _pypi(pin, ctx)
+        else:
+            msg = f"nothing to resolve for a {pin.kind} pin"
+            raise AssertionError(msg)
     except (FetchError, GitError) as e:
         raise SourceError(pin, e.url, e.cause, e.hint) from e
-    msg = f"nothing to resolve for a {pin.kind} pin"
-    raise AssertionError(msg)
+    _check_identity(pin, resolved)
+    return resolved
+
+
+_FORMS: dict[str, tuple[re.Pattern[str], str]] = {
+    "commit": (COMMIT_RE, "a 40-hex commit SHA"),
+    "digest": (DIGEST_RE, "a sha256 digest"),
+    "platform_digest": (DIGEST_RE, "a sha256 digest"),
+    "sha256": (SHA256_RE, "a 64-hex sha256"),
+}
+
+
+def _check_identity(pin: Pin, resolved: Resolved) -> None:
+    for key, value in resolved.fields.items():
+        form = _FORMS.get(key)
+        if form is not None and not (isinstance(value, str) and form[0].fullmatch(value)):
+            raise SourceError(
+                pin,
+                source_url(pin),
+                f"the source answered {key} = {value!r}, which is not {form[1]}",
+                "The source is at fault; pins.toml was left as it was",
+            )
 
 
 def _git(pin: GitPin, ctx: SourceContext) -> Resolved:
-    ref = resolve_ref(pin.url, tag=pin.tag, branch=pin.branch, timeout=ctx.timeout, cancel=ctx.cancel)
+    ref = resolve_ref(pin.url, tag=pin.tag, branch=pin.branch, options=ctx.git)
     detail = f"{ref.ref} (annotated, peeled)" if ref.annotated else ref.ref
     return Resolved(fields={"commit": ref.commit}, detail=detail)
 
@@ -101,8 +137,9 @@ def _pypi(pin: PypiPin, ctx: SourceContext) -> Resolved:
         ) from e
     sha256 = choice.file.sha256
     if sha256 is None:  # an index without hashes: hash the file ourselves
-        sha256 = hash_url(ctx.http, choice.file.url).sha256
+        sha256 = hash_url(ctx.http, choice.file.url, zip_required=True).sha256
     return Resolved(
         fields={"filename": choice.file.filename, "sha256": sha256},
         detail=f"best tag {choice.tag} of {len(choice.candidates)} file(s)",
+        yanked=choice.file.yanked,
     )

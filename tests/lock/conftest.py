@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,6 +30,7 @@ import pytest
 import requests
 
 from imagebuild.arch import ArchProfile
+from imagebuild.lock import LockOptions
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -60,6 +63,15 @@ def port_open(port: int) -> bool:
         return False
 
 
+def zip_bytes(*members: tuple[str, bytes]) -> bytes:
+    """A real zip archive (what a wheel is), in memory."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in members or (("pkg/__init__.py", b""),):
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
 def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -74,6 +86,14 @@ def make_arch(platform: str = "linux/amd64") -> ArchProfile:
         mori_gpu_archs="gfx942",
         nic_arch="cx7",
     )
+
+
+def options(path: Path, arch: ArchProfile, **kw: Any) -> LockOptions:
+    """LockOptions for tests: short limits, since every server is local."""
+    kw.setdefault("jobs", 8)
+    kw.setdefault("timeout", 5.0)
+    kw.setdefault("deadline", 60.0)
+    return LockOptions(pins_path=path, arch=arch, **kw)
 
 
 @pytest.fixture
@@ -452,6 +472,11 @@ class FileServer:
     hits: dict[str, int] = field(default_factory=dict)
     headers: dict[str, dict[str, str]] = field(default_factory=dict)
     delay: float = 0.0
+    # path -> answers (status, headers) to give before the file, one per request
+    script: dict[str, list[tuple[int, dict[str, str]]]] = field(default_factory=dict)
+    busy: int = 0  # requests being answered right now
+    most_busy: int = 0  # the most ever answered at once
+    _count: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, path: str, body: bytes, content_type: str = "application/octet-stream") -> str:
         self.files[path] = body
@@ -462,6 +487,16 @@ class FileServer:
 def _file_handler(state: dict[str, FileServer]) -> Handler:
     def handle(h: BaseHTTPRequestHandler) -> None:
         fs = state["fs"]
+        with fs._count:
+            fs.busy += 1
+            fs.most_busy = max(fs.most_busy, fs.busy)
+        try:
+            answer(fs, h)
+        finally:
+            with fs._count:
+                fs.busy -= 1
+
+    def answer(fs: FileServer, h: BaseHTTPRequestHandler) -> None:
         path = h.path.split("?")[0]
         fs.hits[path] = fs.hits.get(path, 0) + 1
         if fs.delay:
@@ -472,6 +507,10 @@ def _file_handler(state: dict[str, FileServer]) -> Handler:
         if fs.fail_first.get(path, 0) > 0:
             fs.fail_first[path] -= 1
             send(h, 500, b"boom")
+            return
+        if fs.script.get(path):
+            status, headers = fs.script[path].pop(0)
+            send(h, status, b"try later", headers)
             return
         if path not in fs.files:
             send(h, 404, b"not found")
@@ -545,3 +584,108 @@ def serve_index(
         )
         fs.add(page, f"<!DOCTYPE html><html><body>{links}</body></html>".encode(), "text/html")
     return f"{fs.server.url}/{flavour}/simple/"
+
+
+# --- servers that misbehave at the socket level --------------------------------
+
+
+class SilentServer:
+    """Accepts every connection and never answers: the worst upstream there is."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = int(self.sock.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.connections: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # shut down by close()
+                return
+            self.connections.append(conn)  # held open, never read, never answered
+
+    def wait_for_connections(self, count: int, timeout: float = 10.0) -> None:
+        wait_for(
+            lambda: len(self.connections) >= count, f"{count} connection(s) to the silent server", timeout
+        )
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        self._thread.join(timeout=5)
+        self.sock.close()
+        for conn in self.connections:
+            conn.close()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[SilentServer]:
+    server = SilentServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def pkt_line(text: str) -> bytes:
+    data = text.encode()
+    return f"{len(data) + 4:04x}".encode() + data
+
+
+def git_advertisement(refs: list[tuple[str, str]]) -> bytes:
+    """A smart-HTTP ref advertisement (protocol v0), exactly as listed: duplicates and all."""
+    body = pkt_line("# service=git-upload-pack\n") + b"0000"
+    for i, (sha, ref) in enumerate(refs):
+        body += pkt_line(f"{sha} {ref}" + ("\0symref=HEAD:refs/heads/main\n" if i == 0 else "\n"))
+    return body + b"0000"
+
+
+@dataclass
+class GitHttpServer:
+    """A git smart-HTTP server that advertises whatever refs a test gives it."""
+
+    server: LocalServer
+    refs: list[tuple[str, str]] = field(default_factory=list)
+
+    def url(self, name: str = "repo") -> str:
+        return f"{self.server.url}/{name}"
+
+
+@pytest.fixture
+def git_http() -> Iterator[GitHttpServer]:
+    state: dict[str, GitHttpServer] = {}
+
+    def handle(h: BaseHTTPRequestHandler) -> None:
+        if not h.path.endswith("/info/refs?service=git-upload-pack"):
+            send(h, 404, b"not found")
+            return
+        body = git_advertisement(state["git"].refs)
+        send(h, 200, body, {"Content-Type": "application/x-git-upload-pack-advertisement"})
+
+    server = LocalServer(handle)
+    state["git"] = GitHttpServer(server=server)
+    try:
+        yield state["git"]
+    finally:
+        server.close()
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that contain ``text`` (e.g. a server's port)."""
+    found: list[str] = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{proc.name}: {cmdline.strip()}")
+    return found

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import json
-from pathlib import Path
-
 import pytest
 
 from imagebuild.errors import ConfigError
@@ -15,7 +11,6 @@ from imagebuild.lock.registry import (
     ImageName,
     RegistryClient,
     is_loopback,
-    load_docker_credentials,
     parse_image_name,
 )
 from tests.lock.conftest import DOCKER_LIST, OCI_MANIFEST, Registry, TokenProxy
@@ -69,24 +64,6 @@ def test_bad_image_names_are_config_errors(bad: str) -> None:
 )
 def test_loopback_detection(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
-
-
-def test_docker_config_credentials(tmp_path: Path) -> None:
-    auth = base64.b64encode(b"me:s3cret").decode()
-    (tmp_path / "config.json").write_text(
-        json.dumps(
-            {
-                "auths": {
-                    "https://index.docker.io/v1/": {"auth": auth},
-                    "127.0.0.1:5000": {"auth": auth},
-                    "ghcr.io": {},
-                }
-            }
-        ),
-        encoding="utf-8",
-    )
-    creds = load_docker_credentials({"DOCKER_CONFIG": str(tmp_path)})
-    assert creds == {"docker.io": ("me", "s3cret"), "127.0.0.1:5000": ("me", "s3cret")}
 
 
 def test_single_manifest_digest_is_its_own_platform_digest(registry: Registry) -> None:
