@@ -1,6 +1,7 @@
-"""Benchmark ``imagebuild lock``: concurrency and constant-memory hashing.
+"""Benchmark ``imagebuild lock``: concurrency, constant-memory hashing, failing fast.
 
     python benchmarks/bench_lock.py [--sources 20] [--delay 0.2] [--jobs 8] [--size-mb 1024]
+                                    [--fault-timeouts 2,30]
 
 1. Wall time to lock N sources (1 image, pypi pins, wheel URLs) served by a
    local server that delays every answer by --delay seconds. Target with 20
@@ -8,6 +9,11 @@
 2. Peak memory of a child process that hashes a --size-mb file streamed from
    a local server: tracemalloc peak (Python allocations) and ru_maxrss (the
    whole process, interpreter included). Target: under 100 MB for 1 GB.
+3. `imagebuild lock` (a fresh process, as a user runs it) against a source
+   that accepts the connection and never answers: time to fail with each
+   --timeout of --fault-timeouts (target: about one timeout, not three), and
+   the time from Ctrl-C (SIGINT) to exit while a download and a git helper
+   wait on it (target: about a second; pins.toml byte-identical).
 
 A script, not a test: it prints numbers and exits 0.
 """
@@ -16,13 +22,17 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import resource
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -34,7 +44,16 @@ from imagebuild.arch import ArchProfile  # noqa: E402
 from imagebuild.lock import LockOptions, lock  # noqa: E402
 
 CHUNK = bytes(range(256)) * 4096  # 1 MiB
-WHEEL = b"wheel bytes " * 1000
+
+
+def _zip(data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("pkg/__init__.py", data)
+    return buffer.getvalue()
+
+
+WHEEL = _zip(b"wheel bytes " * 1000)  # a wheel download must be a zip
 INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
 ARCH = ArchProfile(
     name="bench",
@@ -157,7 +176,7 @@ def bench_concurrency(sources: int, delay: float, jobs: int) -> float:
             path = Path(tmp) / "pins.toml"
             path.write_text(_pins(host, sources), encoding="utf-8")
             started = time.perf_counter()
-            result = lock(LockOptions(pins_path=path, arch=ARCH, jobs=jobs, timeout=10))
+            result = lock(LockOptions(pins_path=path, arch=ARCH, jobs=jobs, timeout=10, deadline=60))
             elapsed = time.perf_counter() - started
             assert result.wrote
             assert len(result.changes) == sources
@@ -218,6 +237,70 @@ def bench_memory(size_mb: int) -> dict[str, Any]:
     return report
 
 
+class _Silent:
+    """Accepts connections and never answers; counts them."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = int(self.sock.getsockname()[1])
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                self.held.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+def _lock_process(pins: Path, timeout: float) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "imagebuild", "lock", "--pins", str(pins), "--timeout", f"{timeout:g}"]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def bench_faults(timeouts: list[float]) -> tuple[list[tuple[float, float, int]], float, bool]:
+    """([(timeout, seconds to fail, exit code)], seconds from SIGINT to exit, pins unchanged?)."""
+    silent = _Silent()
+    url = f"http://127.0.0.1:{silent.port}"
+    failing: list[tuple[float, float, int]] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            pins = Path(tmp) / "pins.toml"
+            pins.write_text(
+                f'[aiter]\nkind = "wheel"\nurl = "{url}/a.whl"\nversion = "1"\nsha256 = ""\nsize = 0\n',
+                encoding="utf-8",
+            )
+            for timeout in timeouts:
+                started = time.perf_counter()
+                proc = _lock_process(pins, timeout)
+                proc.communicate()
+                failing.append((timeout, time.perf_counter() - started, proc.returncode))
+            with pins.open("a", encoding="utf-8") as f:
+                f.write(f'\n[mori]\nkind = "git"\nurl = "{url}/mori.git"\ntag = "v1"\ncommit = ""\n')
+            before = pins.read_bytes()
+            connected = len(silent.held)
+            proc = _lock_process(pins, 30)
+            while len(silent.held) < connected + 2:  # the download and git's helper are waiting
+                time.sleep(0.01)
+            started = time.perf_counter()
+            proc.send_signal(signal.SIGINT)
+            proc.communicate()
+            latency = time.perf_counter() - started
+            unchanged = pins.read_bytes() == before and proc.returncode == 130
+    finally:
+        silent.close()
+    return failing, latency, unchanged
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -226,6 +309,7 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.2)
     parser.add_argument("--jobs", type=int, default=8)
     parser.add_argument("--size-mb", type=int, default=1024)
+    parser.add_argument("--fault-timeouts", default="2,30", help="--timeout values to fail against")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -245,6 +329,16 @@ def main() -> None:
         f"tracemalloc peak {mem['tracemalloc_peak'] / mb:.1f} MiB, "
         f"child ru_maxrss {mem['maxrss_kb'] / 1024:.1f} MiB "
         f"(interpreter + imports before hashing: {mem['maxrss_kb_before'] / 1024:.1f} MiB; target < 100 MB)"
+    )
+    failing, latency, unchanged = bench_faults([float(t) for t in args.fault_timeouts.split(",")])
+    for timeout, seconds, code in failing:
+        print(
+            f"lock against a source that never answers, --timeout {timeout:g}: failed (exit {code}) "
+            f"after {seconds:.2f} s, interpreter start-up included (target: about one timeout)"
+        )
+    print(
+        f"Ctrl-C during a lock waiting on a silent download and git: exited after {latency:.2f} s "
+        f"(target: about 1 s); pins.toml byte-identical and exit 130: {unchanged}"
     )
 
 
