@@ -263,7 +263,8 @@ class _Silent:
 
 
 def _lock_process(pins: Path, timeout: float) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "imagebuild", "lock", "--pins", str(pins), "--timeout", f"{timeout:g}"]
+    cmd = [sys.executable, "-m", "imagebuild", "lock", "--only", "pins", "--pins", str(pins)]
+    cmd += ["--timeout", f"{timeout:g}"]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -35,7 +35,7 @@ def pins_with_wheel(tmp_path: Path, url: str, sha256: str = "", size: int = 0) -
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["lock", *argv])
+    code = main(["lock", "--only", "pins", *argv])  # these pins files have no base image for the python lock
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -139,7 +139,18 @@ def test_ctrl_c_ends_lock_at_once_leaving_pins_and_no_git_behind(
         )
     before = path.read_bytes()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "imagebuild", "lock", "--pins", str(path), "--timeout", "30"],
+        [
+            sys.executable,
+            "-m",
+            "imagebuild",
+            "lock",
+            "--only",
+            "pins",
+            "--pins",
+            str(path),
+            "--timeout",
+            "30",
+        ],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -167,7 +178,7 @@ def test_a_silent_source_fails_the_cli_within_its_timeout(
     path = pins_with_wheel(tmp_path, f"{silent_server.url}/aiter.whl")
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "imagebuild", "lock", "--pins", str(path), "--timeout", "1"],
+        [sys.executable, "-m", "imagebuild", "lock", "--only", "pins", "--pins", str(path), "--timeout", "1"],
         cwd=REPO,
         capture_output=True,
         text=True,
