@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -16,7 +17,9 @@ from sampleworld.layout import BAD_SHA
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 
-TAG = "imagebuild-test/kimi-k3:gfx942"
+# Per checkout: several checkouts share one Docker engine, and a shared tag would be overwritten.
+CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]
+TAG = f"imagebuild-test/kimi-k3:gfx942-{CHECKOUT}"
 
 
 def build(pins: Path, record: Path, *extra: str) -> int:

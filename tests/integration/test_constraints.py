@@ -9,6 +9,7 @@ setuptools 80.x in the message, so these tests are known to be able to fail.
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from pathlib import Path
 
@@ -60,11 +61,15 @@ def pins_for_base(world: World, tag: str, directory: Path) -> Path:
     return path
 
 
+CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]
+
+
 def build(pins: Path, mode: ConstraintMode, tmp_path: Path, engine: DockerEngine) -> str:
     project = find_project(Path(__file__).resolve().parents[2], pins)
     options = BuildOptions(
         arch="gfx942",
-        tag=f"imagebuild-test/constraints:{mode.value}",
+        # Per checkout: several checkouts share one Docker engine, and a shared tag would be overwritten.
+        tag=f"imagebuild-test/constraints:{mode.value}-{CHECKOUT}",
         network="host",
         record_path=tmp_path / "record.json",
         log_path=tmp_path / "build.log",
