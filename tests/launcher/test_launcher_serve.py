@@ -15,11 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from launcher_support import alive, log_dir, stub_record, wait_for
+from launcher_support import BarrierPeer, alive, log_dir, stub_record, wait_for
 
 from imagebuild.launcher import serve
+from imagebuild.launcher.plan import resolve_plan
 
 Launch = Callable[..., subprocess.Popen[str]]
+Peer = Callable[[dict[str, str], int], BarrierPeer]
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 15) -> tuple[int, str, str]:
@@ -32,37 +34,66 @@ def assert_all_stopped(env: dict[str, str]) -> None:
     wait_for(lambda: not any(alive(pid) for pid in pids), 2, f"stand-in vllm processes {pids} to end")
 
 
-def test_head_serves_runs_the_benchmark_and_tears_down(node_env: dict[str, str], launched: Launch) -> None:
+def test_head_serves_runs_the_benchmark_and_tears_down(
+    node_env: dict[str, str], launched: Launch, barrier_peer: Peer
+) -> None:
     seen = Path(node_env["HOME"]) / "benchmark.json"
-    names = ("SERVED_MODEL_NAME", "NIAH_MODEL")
-    check = f"import json, os; json.dump({{k: os.environ[k] for k in {names!r}}}, open({str(seen)!r}, 'w'))"
+    names = (
+        "SERVED_MODEL_NAME",
+        "NIAH_MODEL",
+        "BENCHMARK_PORT",
+        "xP",
+        "yD",
+        "PERF_DEPLOYMENT_TYPE",
+        "PERF_TAGS",
+    )
+    # Like the reference's benchmarks: read the exports, write perf.csv in the job's log directory.
+    check = (f"import json, os; json.dump({{k: os.environ[k] for k in {names!r}}}, open({str(seen)!r}, 'w')); "
+             f"open({str(log_dir(node_env) / 'perf.csv')!r}, 'w').write('model,throughput\\n')")  # fmt: skip
     env = {
         **node_env,
         "VARIANT": "moriep",
         "GPU_MEMORY_UTILIZATION": "0.5",
         "BENCHMARK_CMD": json.dumps([sys.executable, "-c", check]),
     }
+    worker = barrier_peer(env, 1)
     code, out, err = finish(launched(env))
     assert code == 0, err
-    assert json.loads(seen.read_text()) == {"SERVED_MODEL_NAME": "kimi-k3", "NIAH_MODEL": "kimi-k3"}
+    assert worker.outcome is True
+    assert json.loads(seen.read_text()) == {
+        "SERVED_MODEL_NAME": "kimi-k3",
+        "NIAH_MODEL": "kimi-k3",
+        "BENCHMARK_PORT": env["SERVE_PORT"],
+        "xP": "1",
+        "yD": "0",
+        "PERF_DEPLOYMENT_TYPE": "colocated_pp2xtp8",
+        "PERF_TAGS": "vllm_multinode,colocated,ep_mori_low_latency",
+    }
+    assert f"benchmark results: {log_dir(env) / 'perf.csv'}" in err
     assert "SERVED_MODEL_NAME=kimi-k3 NIAH_MODEL=kimi-k3" in err
     assert (log_dir(env) / ".shutdown").exists()
     assert_all_stopped(env)
 
     record = stub_record(env)
-    assert tuple(record["argv"][1:]) == serve.resolve_plan(env).argv[1:]
+    assert tuple(record["argv"][1:]) == resolve_plan(env).argv[1:]
     assert record["env"]["GPU_MEMORY_UTILIZATION"] == "0.5"  # submit time wins
     assert record["env"]["VLLM_ROCM_USE_AITER_MLA"] == "0"  # recipe env applied
     assert record["env"]["NIAH_MODEL"] == "kimi-k3"
     # vLLM's output reaches both the console and the per-node log.
     assert "Application startup complete" in out
-    assert "Application startup complete" in (log_dir(env) / "vllm-node0.log").read_text()
+    assert "Application startup complete" in (log_dir(env) / "colocated_NODE0.log").read_text()
 
 
 def test_head_is_ready_on_health_probe_without_the_log_line(
-    node_env: dict[str, str], launched: Launch
+    node_env: dict[str, str], launched: Launch, barrier_peer: Peer
 ) -> None:
-    env = {**node_env, "STUB_VLLM_MODE": "health", "BENCHMARK_CMD": f"{sys.executable} -c pass"}
+    env = {
+        **node_env,
+        "STUB_VLLM_MODE": "health",
+        "BENCHMARK_CMD": f"{sys.executable} -c pass",
+        "BENCHMARK_RESULTS": "none",
+    }
+    barrier_peer(env, 1)
     code, _, err = finish(launched(env))
     assert code == 0, err
     assert "vLLM is ready" in err
@@ -70,9 +101,10 @@ def test_head_is_ready_on_health_probe_without_the_log_line(
 
 
 def test_vllm_dying_early_fails_the_head_with_the_log_tail(
-    node_env: dict[str, str], launched: Launch
+    node_env: dict[str, str], launched: Launch, barrier_peer: Peer
 ) -> None:
     env = {**node_env, "STUB_VLLM_MODE": "die"}
+    barrier_peer(env, 1)
     started = time.monotonic()
     code, _, err = finish(launched(env))
     assert time.monotonic() - started < 5
@@ -84,19 +116,23 @@ def test_vllm_dying_early_fails_the_head_with_the_log_tail(
     assert (log_dir(env) / ".shutdown").exists()
 
 
-def test_readiness_timeout_fails_the_head_and_stops_vllm(node_env: dict[str, str], launched: Launch) -> None:
-    env = {**node_env, "STUB_VLLM_MODE": "hang", "READY_TIMEOUT_S": "1"}
+def test_readiness_timeout_fails_the_head_and_stops_vllm(
+    node_env: dict[str, str], launched: Launch, barrier_peer: Peer
+) -> None:
+    env = {**node_env, "STUB_VLLM_MODE": "hang", "LOG_WAIT_TIMEOUT_SECONDS": "1"}
+    barrier_peer(env, 1)
     code, _, err = finish(launched(env))
     assert code == 1
-    assert "vLLM was not ready after 1 s: read the log or raise READY_TIMEOUT_S" in err
+    assert "vLLM was not ready after 1 s: read the log or raise LOG_WAIT_TIMEOUT_SECONDS" in err
     assert (log_dir(env) / ".shutdown").exists()
     assert_all_stopped(env)
 
 
 def test_sigterm_on_the_head_raises_the_sentinel_and_stops_vllm(
-    node_env: dict[str, str], launched: Launch
+    node_env: dict[str, str], launched: Launch, barrier_peer: Peer
 ) -> None:
-    env = {**node_env, "STUB_VLLM_MODE": "hang", "READY_TIMEOUT_S": "60"}
+    env = {**node_env, "STUB_VLLM_MODE": "hang", "LOG_WAIT_TIMEOUT_SECONDS": "60"}
+    barrier_peer(env, 1)
     proc = launched(env)
     wait_for(Path(env["STUB_VLLM_RECORD"]).exists, 5, "the stand-in vllm to start")
     proc.send_signal(signal.SIGTERM)
@@ -107,8 +143,11 @@ def test_sigterm_on_the_head_raises_the_sentinel_and_stops_vllm(
     assert_all_stopped(env)
 
 
-def test_failing_benchmark_fails_the_head(node_env: dict[str, str], launched: Launch) -> None:
+def test_failing_benchmark_fails_the_head(
+    node_env: dict[str, str], launched: Launch, barrier_peer: Peer
+) -> None:
     env = {**node_env, "BENCHMARK_CMD": f"{sys.executable} -c 'raise SystemExit(7)'"}
+    barrier_peer(env, 1)
     code, _, err = finish(launched(env))
     assert code == 1
     assert "BENCHMARK_CMD exited with code 7" in err
@@ -116,21 +155,28 @@ def test_failing_benchmark_fails_the_head(node_env: dict[str, str], launched: La
     assert_all_stopped(env)
 
 
-def test_stale_sentinel_is_cleared_when_the_head_starts(node_env: dict[str, str], launched: Launch) -> None:
+def test_stale_sentinel_is_cleared_when_the_head_starts(
+    node_env: dict[str, str], launched: Launch, barrier_peer: Peer
+) -> None:
     sentinel = log_dir(node_env) / ".shutdown"
     sentinel.parent.mkdir(parents=True)
     sentinel.write_text("from an earlier run\n")
-    env = {**node_env, "BENCHMARK_CMD": f"{sys.executable} -c pass"}
+    env = {**node_env, "BENCHMARK_CMD": f"{sys.executable} -c pass", "BENCHMARK_RESULTS": "none"}
+    barrier_peer(env, 1)
     code, _, err = finish(launched(env))
     assert code == 0, err
     assert "raised by the head" in sentinel.read_text()
 
 
-def test_worker_stops_vllm_when_the_sentinel_appears(node_env: dict[str, str], launched: Launch) -> None:
+def test_worker_stops_vllm_when_the_sentinel_appears(
+    node_env: dict[str, str], launched: Launch, barrier_peer: Peer
+) -> None:
     env = {**node_env, "NODE_RANK": "1"}
+    head = barrier_peer(env, 0)
     proc = launched(env)
     wait_for(Path(env["STUB_VLLM_RECORD"]).exists, 5, "the stand-in vllm to start")
     assert "--headless" in stub_record(env)["argv"]
+    assert head.outcome is True
     (log_dir(env) / ".shutdown").write_text("raised by the test\n")
     raised = time.monotonic()
     code, _, err = finish(proc, timeout=10)
@@ -140,8 +186,11 @@ def test_worker_stops_vllm_when_the_sentinel_appears(node_env: dict[str, str], l
     assert_all_stopped(env)
 
 
-def test_worker_kills_a_vllm_that_ignores_sigterm(node_env: dict[str, str], launched: Launch) -> None:
+def test_worker_kills_a_vllm_that_ignores_sigterm(
+    node_env: dict[str, str], launched: Launch, barrier_peer: Peer
+) -> None:
     env = {**node_env, "NODE_RANK": "1", "STUB_VLLM_MODE": "stubborn", "STOP_GRACE_S": "0.5"}
+    barrier_peer(env, 0)
     proc = launched(env)
     wait_for(Path(env["STUB_VLLM_RECORD"]).exists, 5, "the stand-in vllm to start")
     (log_dir(env) / ".shutdown").touch()
@@ -162,8 +211,11 @@ def test_worker_does_not_start_vllm_after_the_head_is_gone(
     assert not Path(env["STUB_VLLM_RECORD"]).exists()
 
 
-def test_worker_does_not_raise_the_sentinel(node_env: dict[str, str], launched: Launch) -> None:
+def test_worker_does_not_raise_the_sentinel(
+    node_env: dict[str, str], launched: Launch, barrier_peer: Peer
+) -> None:
     env = {**node_env, "NODE_RANK": "1", "STUB_VLLM_MODE": "die"}
+    barrier_peer(env, 0)
     code, _, err = finish(launched(env))
     assert code == 1
     assert "vLLM exited with code 3" in err
