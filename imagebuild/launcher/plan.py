@@ -139,7 +139,7 @@ def resolve_inputs(
         raise LauncherError(msg)
     extra_name, extra_raw = read_input(environ, "EXTRA_SERVE_ARGS")
     extra = split_command(extra_name, extra_raw)
-    refuse_managed(extra, extra_name)
+    refuse_managed(extra, f"{extra_name}={extra_raw!r}")
     refuse_managed(extra_args, "the command line after --")
     return Inputs(
         model_path=model_path,

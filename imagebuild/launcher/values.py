@@ -101,7 +101,11 @@ def parse_addresses(name: str, raw: str) -> tuple[str, ...]:
     if "" in words:
         msg = f"{name}={raw!r} has an empty entry: give one address per node, comma-separated, in rank order"
         raise LauncherError(msg)
-    return tuple(parse_address(name, word) for word in words)
+    for word in words:
+        if not _ADDRESS_RE.fullmatch(word):
+            msg = f"{name}={raw!r}: {word!r} is not a host name or IP address: fix {name}"
+            raise LauncherError(msg)
+    return tuple(words)
 
 
 def split_command(name: str, raw: str) -> tuple[str, ...]:
@@ -112,14 +116,19 @@ def split_command(name: str, raw: str) -> tuple[str, ...]:
         try:
             words = json.loads(text)
         except json.JSONDecodeError as error:
-            msg = f"{name} starts with '[' but is not a JSON array ({error}): fix its JSON"
+            msg = f"{name}={raw!r} starts with '[' but is not a JSON array ({error}): fix its JSON"
             raise LauncherError(msg) from error
         if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
-            msg = f"{name} must be a JSON array of strings"
+            msg = f"{name}={raw!r} must be a JSON array of strings: fix {name}"
             raise LauncherError(msg)
-        return tuple(check_printable(name, word) for word in words)
-    try:
-        return tuple(check_printable(name, word) for word in shlex.split(text))
-    except ValueError as error:
-        msg = f"{name} cannot be split into words ({error}): check its quotes"
-        raise LauncherError(msg) from error
+    else:
+        try:
+            words = shlex.split(text)
+        except ValueError as error:
+            msg = f"{name}={raw!r} cannot be split into words ({error}): check its quotes"
+            raise LauncherError(msg) from error
+    for word in words:
+        if _CONTROL_RE.search(word):
+            msg = f"{name}={raw!r} has a word with a control character ({word!r}): remove it from {name}"
+            raise LauncherError(msg)
+    return tuple(words)

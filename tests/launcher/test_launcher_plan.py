@@ -155,7 +155,10 @@ def test_topology_mismatch_is_rejected_before_anything_starts(capsys: pytest.Cap
         ({"VARIANT": "moriep", "ENABLE_EP": "0"}, "ENABLE_EP=0 contradicts variant 'moriep'"),
         ({"RECIPE": "kimi-k4"}, "unknown recipe 'kimi-k4'"),
         ({"GPU_MEMORY_UTILIZATION": "88"}, "GPU_MEMORY_UTILIZATION='88' must be a number in (0, 1]"),
-        ({"EXTRA_SERVE_ARGS": "--x 'unclosed"}, "EXTRA_SERVE_ARGS cannot be split into words"),
+        (
+            {"EXTRA_SERVE_ARGS": "--x 'unclosed"},
+            'EXTRA_SERVE_ARGS="--x \'unclosed" cannot be split into words',
+        ),
     ],
 )
 def test_bad_input_names_the_variable(

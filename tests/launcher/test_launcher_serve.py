@@ -7,6 +7,7 @@ groups) with timeouts of a few seconds, and checks that nothing it started is le
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -56,10 +57,16 @@ def test_head_serves_runs_the_benchmark_and_tears_down(
         "GPU_MEMORY_UTILIZATION": "0.5",
         "BENCHMARK_CMD": json.dumps([sys.executable, "-c", check]),
     }
+    stale_lock = Path(env["AITER_JIT_DIR"]) / "build" / "lock_module_moe_asm"
+    stale_lock.parent.mkdir(parents=True)
+    stale_lock.touch()
+    os.utime(stale_lock, (time.time() - 3600 * 2, time.time() - 3600 * 2))
     worker = barrier_peer(env, 1)
     code, out, err = finish(launched(env))
     assert code == 0, err
     assert worker.outcome is True
+    assert not stale_lock.exists()
+    assert f"removed a stale AITER JIT lock {stale_lock} (120 min old" in err
     assert json.loads(seen.read_text()) == {
         "SERVED_MODEL_NAME": "kimi-k3",
         "NIAH_MODEL": "kimi-k3",
@@ -240,3 +247,91 @@ def test_head_that_cannot_start_still_raises_the_sentinel(
     assert serve.main([], env) == 2
     assert message in capsys.readouterr().err
     assert (log_dir(env) / ".shutdown").exists()
+
+
+def test_two_nodes_meet_serve_and_stop_together(
+    node_env: dict[str, str], launched: Launch, tmp_path: Path
+) -> None:
+    results = log_dir(node_env) / "perf.csv"
+    worker_record = tmp_path / "worker-stub.json"
+    # A real head is ready only once the workers' vLLM joined; the stand-in is ready at once, so the
+    # benchmark waits for the worker's stand-in before it writes its results.
+    bench = (f"import pathlib, time; w = pathlib.Path({str(worker_record)!r}); "
+             "[time.sleep(0.05) for _ in range(200) if not w.exists()]; "
+             f"open({str(results)!r}, 'w').write('x\\n')")  # fmt: skip
+    head_env = {
+        **node_env,
+        "IPADDRS": "127.0.0.1,127.0.0.2",
+        "BENCHMARK_CMD": json.dumps([sys.executable, "-c", bench]),
+    }
+    worker_env = {**head_env, "NODE_RANK": "1", "STUB_VLLM_RECORD": str(worker_record)}
+    worker = launched(worker_env)  # the worker's container may well come up first
+    head = launched(head_env)
+    code, _, head_err = finish(head, timeout=30)
+    assert code == 0, head_err
+    code, _, worker_err = finish(worker, timeout=30)
+    assert code == 0, worker_err
+    assert "container barrier: node 1 (127.0.0.2) arrived (2 of 2)" in head_err
+    assert "container barrier: all 2 nodes arrived" in worker_err
+    assert "the head raised" in worker_err
+    assert "--headless" in stub_record(worker_env)["argv"]
+    assert (log_dir(node_env) / "colocated_NODE0.log").exists()
+    assert (log_dir(node_env) / "colocated_NODE1.log").exists()
+    assert_all_stopped(head_env)
+    assert_all_stopped(worker_env)
+
+
+def test_a_node_that_never_arrives_ends_every_node_before_vllm_starts(
+    node_env: dict[str, str], launched: Launch, tmp_path: Path
+) -> None:
+    three_nodes = {
+        **node_env,
+        "NNODES": "3",
+        "PP_SIZE": "3",
+        "IPADDRS": "127.0.0.1,127.0.0.2,127.0.0.3",
+        "BARRIER_TIMEOUT_S": "2",
+    }
+    head = launched(three_nodes)
+    worker = launched(
+        {**three_nodes, "NODE_RANK": "1", "STUB_VLLM_RECORD": str(tmp_path / "worker-stub.json")}
+    )
+    for proc in (head, worker):
+        code, _, err = finish(proc, timeout=30)
+        assert code == 1, err
+        errors = [line for line in err.splitlines() if line.startswith("serve: error:")]
+        assert errors == [
+            "serve: error: container barrier: node 2 (127.0.0.3) never arrived within 2 s: "
+            "read that node's container log, or raise BARRIER_TIMEOUT_S"
+        ]
+    assert not Path(three_nodes["STUB_VLLM_RECORD"]).exists()
+    assert not (tmp_path / "worker-stub.json").exists()
+    assert (log_dir(three_nodes) / ".shutdown").exists()
+
+
+def test_a_benchmark_that_writes_no_results_fails_the_run(
+    node_env: dict[str, str], launched: Launch, barrier_peer: Peer
+) -> None:
+    env = {**node_env, "BENCHMARK_CMD": f"{sys.executable} -c pass"}
+    barrier_peer(env, 1)
+    code, _, err = finish(launched(env))
+    assert code == 1
+    results = log_dir(env) / "perf.csv"
+    assert (
+        f"serve: error: BENCHMARK_CMD exited 0 but wrote no {results}: see its output above, "
+        "or set BENCHMARK_RESULTS=none if it writes no results file"
+    ) in err
+    assert (log_dir(env) / ".shutdown").exists()
+    assert_all_stopped(env)
+
+
+def test_an_earlier_runs_results_do_not_count(
+    node_env: dict[str, str], launched: Launch, barrier_peer: Peer
+) -> None:
+    results = log_dir(node_env) / "perf.csv"
+    results.parent.mkdir(parents=True)
+    results.write_text("from an earlier run\n")
+    env = {**node_env, "BENCHMARK_CMD": f"{sys.executable} -c pass"}
+    barrier_peer(env, 1)
+    code, _, err = finish(launched(env))
+    assert code == 1
+    assert f"BENCHMARK_CMD exited 0 but wrote no {results}" in err
