@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .flags import ENV_FLAG_HELP
-from .inputs import GROUPS, INPUTS
+from .inputs import GROUPS, HEAD_RANK, INPUTS
 from .messages import LauncherError
 from .node import run_node
 from .plan import Plan, log_dir_for, resolve_plan
@@ -17,7 +17,6 @@ from .process import signals_raise
 from .recipes import load_recipe, recipe_names, recipes_dir
 from .render import render_json, render_start, render_text
 from .sentinel import SENTINEL_NAME, raise_sentinel
-from .topology import HEAD_RANK
 from .values import given, parse_bool
 
 DESCRIPTION = """\

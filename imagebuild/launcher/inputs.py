@@ -1,5 +1,6 @@
 """The environment variables the launcher reads: one table that drives --help, recipe validation and
-the lookup of aliases (the reference's names next to the launcher's own)."""
+the lookup of aliases (the reference's names next to the launcher's own); and Inputs, their
+resolved values for one node."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Mapping
 
 from .messages import LauncherError
 from .values import given, parse_backend, parse_bool, parse_int
+
+HEAD_RANK = 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -120,3 +123,33 @@ def normalize_input(name: str, raw: str) -> object:
     if name in ("NNODES", "GPUS_PER_NODE", "TP_SIZE", "PP_SIZE"):
         return parse_int(name, raw, low=1)
     return raw
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Inputs:
+    model_path: str
+    served_name: str
+    node_rank: int
+    nnodes: int
+    master_addr: str
+    master_port: int
+    serve_port: int
+    gpus_per_node: int
+    tp_size: int
+    pp_size: int
+    enable_ep: bool
+    all2all_backend: str | None
+    extra_args: tuple[str, ...]
+    addresses: tuple[str, ...]  # every node's address in rank order; () when unknown
+
+    @property
+    def is_head(self) -> bool:
+        return self.node_rank == HEAD_RANK
+
+    def recipe_settable(self) -> dict[str, object]:
+        """The parsed values of RECIPE_INPUTS, to match them against a recipe's variants."""
+        return {
+            "MODEL_NAME": self.served_name, "NNODES": self.nnodes, "GPUS_PER_NODE": self.gpus_per_node,
+            "TP_SIZE": self.tp_size, "PP_SIZE": self.pp_size, "ENABLE_EP": self.enable_ep,
+            "ALL2ALL_BACKEND": self.all2all_backend,
+        }  # fmt: skip

@@ -7,14 +7,15 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .argv import build_argv, resolve_env
 from .barrier import BarrierSpec
-from .flags import CPU_TIMEOUT, OPTIONAL_ENV_FLAGS, REQUIRED_ENV_FLAGS, refuse_managed
-from .inputs import SPECS, normalize_input, read_input
+from .flags import refuse_managed
+from .inputs import SPECS, Inputs, normalize_input, read_input
 from .jit_locks import LockDir
 from .messages import LauncherError
 from .recipes import Recipe, load_recipe, recipes_dir
 from .sentinel import SENTINEL_NAME
-from .topology import HEAD_RANK, resolve_topology
+from .topology import resolve_topology
 from .values import (
     check_printable,
     given,
@@ -28,36 +29,6 @@ from .values import (
 )
 
 LOCAL_JOB = "local"
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Inputs:
-    model_path: str
-    served_name: str
-    node_rank: int
-    nnodes: int
-    master_addr: str
-    master_port: int
-    serve_port: int
-    gpus_per_node: int
-    tp_size: int
-    pp_size: int
-    enable_ep: bool
-    all2all_backend: str | None
-    extra_args: tuple[str, ...]
-    addresses: tuple[str, ...]  # every node's address in rank order; () when unknown
-
-    @property
-    def is_head(self) -> bool:
-        return self.node_rank == HEAD_RANK
-
-    def recipe_settable(self) -> dict[str, object]:
-        """The parsed values of RECIPE_INPUTS, to match them against a recipe's variants."""
-        return {
-            "MODEL_NAME": self.served_name, "NNODES": self.nnodes, "GPUS_PER_NODE": self.gpus_per_node,
-            "TP_SIZE": self.tp_size, "PP_SIZE": self.pp_size, "ENABLE_EP": self.enable_ep,
-            "ALL2ALL_BACKEND": self.all2all_backend,
-        }  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -159,58 +130,6 @@ def resolve_inputs(
         extra_args=extra + tuple(extra_args),
         addresses=topology.addresses,
     )
-
-
-def resolve_env(environ: Mapping[str, str], recipe: Recipe) -> tuple[dict[str, str], dict[str, str]]:
-    """The recipe env with submit-time values winning (skip-if-set), and what they replaced."""
-    env: dict[str, str] = {}
-    overridden: dict[str, str] = {}
-    for key, value in recipe.env.items():
-        submitted = check_printable(key, given(environ, key))
-        env[key] = submitted or value
-        if submitted and submitted != value:
-            overridden[key] = value
-    # Variables that become vLLM flags count when set at submit time even if the recipe lacks them.
-    for key in (*REQUIRED_ENV_FLAGS, CPU_TIMEOUT, *(variable for variable, _ in OPTIONAL_ENV_FLAGS)):
-        if key not in env and given(environ, key):
-            env[key] = check_printable(key, given(environ, key))
-    for key in REQUIRED_ENV_FLAGS:
-        if key not in env:
-            msg = f"{key} is not set: give it in the recipe's [env] ({recipe.path}) or at submit time"
-            raise LauncherError(msg)
-    parse_float("GPU_MEMORY_UTILIZATION", env["GPU_MEMORY_UTILIZATION"], high=1.0)
-    for key in ("DISTRIBUTED_TIMEOUT_SECONDS", CPU_TIMEOUT):
-        if key in env:
-            parse_int(key, env[key], low=1)
-    return env, overridden
-
-
-def build_argv(inputs: Inputs, env: Mapping[str, str], serve_flags: Sequence[str]) -> tuple[str, ...]:
-    """The vLLM command line, in the reference's order. Pure."""
-    argv = [
-        "vllm", "serve", inputs.model_path,
-        "--served-model-name", inputs.served_name,
-        "--tensor-parallel-size", str(inputs.tp_size),
-        "--pipeline-parallel-size", str(inputs.pp_size),
-        "--distributed-executor-backend", "mp",
-        "--nnodes", str(inputs.nnodes),
-        "--node-rank", str(inputs.node_rank),
-        "--master-addr", inputs.master_addr,
-        "--master-port", str(inputs.master_port),
-        "--trust-remote-code",
-        "--gpu-memory-utilization", env["GPU_MEMORY_UTILIZATION"],
-        "--distributed-timeout-seconds", env["DISTRIBUTED_TIMEOUT_SECONDS"],
-        "--cpu-distributed-timeout-seconds", env.get(CPU_TIMEOUT) or env["DISTRIBUTED_TIMEOUT_SECONDS"],
-    ]  # fmt: skip
-    for variable, flag in OPTIONAL_ENV_FLAGS:
-        if env.get(variable):
-            argv += [flag, env[variable]]
-    if inputs.enable_ep:
-        argv.append("--enable-expert-parallel")
-        if inputs.all2all_backend is not None:
-            argv += ["--all2all-backend", inputs.all2all_backend]
-    argv += ["--port", str(inputs.serve_port)] if inputs.is_head else ["--headless"]
-    return (*argv, *serve_flags, *inputs.extra_args)
 
 
 def resolve_benchmark_env(environ: Mapping[str, str], inputs: Inputs) -> dict[str, str]:

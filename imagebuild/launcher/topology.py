@@ -11,12 +11,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
-from .inputs import SPECS
+from .inputs import HEAD_RANK, SPECS
 from .messages import LauncherError
 from .slurm import Allocation, read_allocation
 from .values import given, parse_address, parse_addresses, parse_int
 
-HEAD_RANK = 0
 LOOPBACK = "127.0.0.1"
 
 
