@@ -28,27 +28,27 @@ other nodes run `vllm serve --headless` and stop when the sentinel appears. Befo
 node removes stale JIT locks and waits at a container barrier until all nodes are up. Configuration
 comes from environment variables (the names the cluster scripts already use) and one TOML recipe per
 model. Runs on the image's python3 with the standard library only."""
-NAME_WIDTH = 25
 
 
 def _help_epilog(environ: Mapping[str, str]) -> str:
+    width = max(len(name) for name in (*(spec.name for spec in INPUTS), *(name for name, _ in ENV_FLAG_HELP)))
     lines = ["inputs (environment variables; a value set at submit time wins over the recipe):"]
     for group, title in GROUPS.items():
         lines.append(f" {title}:")
         for spec in (spec for spec in INPUTS if spec.group == group):
             default = f" [{spec.default}]" if spec.default else ""
-            lines.append(f"  {spec.name:<{NAME_WIDTH}} {spec.help}{default}")
+            lines.append(f"  {spec.name:<{width}} {spec.help}{default}")
     lines.append(" recipe [env] variables that also become vLLM flags (a submit-time value wins):")
-    lines += [f"  {name:<{NAME_WIDTH}} {text}" for name, text in ENV_FLAG_HELP]
+    lines += [f"  {name:<{width}} {text}" for name, text in ENV_FLAG_HELP]
     directory = recipes_dir(environ)
     lines += ["", f"recipes (in {directory}):"]
     for name in recipe_names(directory):
         try:
             recipe = load_recipe(name, directory)
         except LauncherError as error:
-            lines.append(f"  {name:<{NAME_WIDTH}} cannot be read: {error}")
+            lines.append(f"  {name:<{width}} cannot be read: {error}")
             continue
-        lines.append(f"  {name:<{NAME_WIDTH}} {recipe.description}")
+        lines.append(f"  {name:<{width}} {recipe.description}")
         for variant, settings in recipe.variants.items():
             values = " ".join(f"{key}={value}" for key, value in settings.items())
             lines.append(f"    --variant {variant:<11} {values}")

@@ -37,8 +37,8 @@ GROUPS = {
 INPUTS: tuple[InputSpec, ...] = (
     InputSpec(name="NODE_RANK", default="", group="node",
               help="rank of this node; 0 is the head, others run --headless [SLURM_NODEID, else 0]"),
-    InputSpec(name="NNODES", default="1", group="node", in_recipe=True,
-              help="nodes in the job [SLURM_NNODES, else SLURM_JOB_NUM_NODES, else the recipe]"),
+    InputSpec(name="NNODES", default="", group="node", in_recipe=True,
+              help="nodes in the job [SLURM_NNODES, else SLURM_JOB_NUM_NODES, else the recipe, else 1]"),
     InputSpec(name="MASTER_ADDR", default="", group="node",
               help="head node address [IPADDRS' first, else SLURM_JOB_NODELIST's first host]"),
     InputSpec(name="MASTER_PORT", default="29500", group="node", help="port of vLLM's rendezvous on the head"),

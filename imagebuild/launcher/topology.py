@@ -51,7 +51,7 @@ def _resolve_nnodes(
                    f"but recipe {recipe_name} needs NNODES={needed}: submit with sbatch -N {needed}")  # fmt: skip
             raise LauncherError(msg)
         return alloc.nnodes, alloc.nnodes_source
-    return needed or int(SPECS["NNODES"].default), "NNODES"
+    return needed or 1, "NNODES"
 
 
 def _resolve_rank(environ: Mapping[str, str], alloc: Allocation, nnodes: int) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -335,3 +336,26 @@ def test_an_earlier_runs_results_do_not_count(
     code, _, err = finish(launched(env))
     assert code == 1
     assert f"BENCHMARK_CMD exited 0 but wrote no {results}" in err
+
+
+def test_sigterm_at_the_barrier_frees_the_port_and_raises_the_sentinel(
+    node_env: dict[str, str], launched: Launch
+) -> None:
+    env = {**node_env, "BARRIER_TIMEOUT_S": "60"}
+    proc = launched(env)
+    wait_for(lambda: _listening(env), 5, "the head to listen at the barrier")
+    proc.send_signal(signal.SIGTERM)
+    code, _, err = finish(proc, timeout=10)
+    assert code == 128 + signal.SIGTERM
+    assert "received SIGTERM" in err
+    assert (log_dir(env) / ".shutdown").exists()
+    assert not Path(env["STUB_VLLM_RECORD"]).exists()
+    assert not _listening(env)
+
+
+def _listening(env: dict[str, str]) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", int(env["CONTAINER_BARRIER_PORT"])), timeout=1).close()
+    except OSError:
+        return False
+    return True
