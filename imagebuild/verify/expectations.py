@@ -256,7 +256,8 @@ def setuptools_specifier(constraints: str) -> str:
 
 def launcher_cases(recipes_dir: Path) -> tuple[LauncherCase, ...]:
     """The K3 head and worker of a 2-node TP 8 x PP 2 job, as the host's launcher plans them."""
-    from imagebuild.launcher import serve
+    from imagebuild.launcher.messages import LauncherError
+    from imagebuild.launcher.plan import resolve_plan
 
     common = {
         "MODEL_PATH": "/models/kimi-k3",
@@ -270,8 +271,8 @@ def launcher_cases(recipes_dir: Path) -> tuple[LauncherCase, ...]:
     for name, rank in (("head", "0"), ("worker", "1")):
         env = {**common, "NODE_RANK": rank, "LAUNCHER_RECIPES_DIR": str(recipes_dir)}
         try:
-            plan = serve.resolve_plan(env)
-        except serve.LauncherError as e:
+            plan = resolve_plan(env)
+        except LauncherError as e:
             msg = f"the host's launcher cannot plan the K3 {name} ({e}); fix the recipe in {recipes_dir}"
             raise ConfigError(msg) from e
         env.pop("LAUNCHER_RECIPES_DIR")  # the bundled launcher uses the recipes beside it
@@ -280,9 +281,9 @@ def launcher_cases(recipes_dir: Path) -> tuple[LauncherCase, ...]:
 
 
 def build_expectations(inputs: Inputs, *, image: str, recipes_dir: Path | None = None) -> Expectations:
-    from imagebuild.launcher import serve
+    from imagebuild.launcher.recipes import recipes_dir as launcher_recipes_dir
 
-    recipes = recipes_dir or Path(serve.__file__).resolve().parent / "recipes"
+    recipes = recipes_dir or launcher_recipes_dir({})
     pins = inputs.pins
     base = pins.image("base")
     repinned = pins.get(REPINNED_PIN)

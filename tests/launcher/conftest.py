@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from launcher_support import STUB_DIR, free_port, k3_env, start_launcher
+from launcher_support import STUB_DIR, BarrierPeer, free_port, k3_env, start_launcher
 
 
 @pytest.fixture(autouse=True)
@@ -47,8 +47,12 @@ def node_env(tmp_path: Path) -> dict[str, str]:
         LOG_ROOT=str(tmp_path / "run_logs"),
         # A free port: a real server on 8000 answering /health would fake readiness.
         SERVE_PORT=str(free_port()),
-        READY_TIMEOUT_S="10",
+        LOG_WAIT_TIMEOUT_SECONDS="10",
         STOP_GRACE_S="2",
+        # A port of its own, so tests can run in parallel with each other and other worktrees.
+        CONTAINER_BARRIER_PORT=str(free_port()),
+        BARRIER_TIMEOUT_S="10",
+        AITER_JIT_DIR=str(tmp_path / "aiter_jit"),
         STUB_VLLM_RECORD=str(tmp_path / "stub.json"),
     )
 
@@ -73,3 +77,19 @@ def launched() -> Iterator[Callable[..., subprocess.Popen[str]]]:
             for pid in json.loads(record.read_text())["pids"]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def barrier_peer() -> Iterator[Callable[[dict[str, str], int], BarrierPeer]]:
+    """The other node of a 2-node job at the container barrier, in a thread of the test: lets one
+    launcher process get past the barrier through the real protocol."""
+    peers: list[BarrierPeer] = []
+
+    def start(env: dict[str, str], rank: int) -> BarrierPeer:
+        peer = BarrierPeer(env, rank)
+        peers.append(peer)
+        return peer
+
+    yield start
+    for peer in peers:
+        peer.thread.join(timeout=15)

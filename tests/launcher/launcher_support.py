@@ -7,12 +7,14 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from imagebuild.launcher import serve
+from imagebuild.launcher.barrier import BarrierSpec, wait_at_barrier
 
 LAUNCHER = Path(serve.__file__)
 STUB_DIR = Path(__file__).parent / "stub_vllm"
@@ -34,6 +36,13 @@ def k3_env(**overrides: str) -> dict[str, str]:
     }
     env.update(overrides)
     return env
+
+
+def argv_section(text: str) -> list[str]:
+    """The argv of a dry run, as the reference's tooling reads it: the lines between the markers."""
+    lines = text.splitlines()
+    start = next(index for index, line in enumerate(lines) if line.startswith("===DRYRUN "))
+    return lines[start + 1 : lines.index("===END===")]
 
 
 def free_port() -> int:
@@ -77,3 +86,27 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class BarrierPeer:
+    """Runs one side of the container barrier in a thread; `outcome` is True, False or the error."""
+
+    def __init__(self, env: dict[str, str], rank: int, *, nnodes: int = 2, timeout_s: float = 10) -> None:
+        self.spec = BarrierSpec(
+            port=int(env["CONTAINER_BARRIER_PORT"]),
+            timeout_s=timeout_s,
+            nnodes=nnodes,
+            rank=rank,
+            head_addr="127.0.0.1",
+            addresses=tuple(f"127.0.0.{rank + 1}" for rank in range(nnodes)),
+            job=env["SLURM_JOB_ID"],
+        )
+        self.outcome: object = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.outcome = wait_at_barrier(self.spec)
+        except Exception as error:  # handed to the test, which asserts on it
+            self.outcome = error

@@ -14,9 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from launcher_support import GOLDEN_DIR, LAUNCHER, LAUNCHER_PYTHON, k3_env
+from launcher_support import GOLDEN_DIR, LAUNCHER, LAUNCHER_PYTHON, argv_section, k3_env
 
 from imagebuild.launcher import serve
+from imagebuild.launcher.inputs import INPUTS, RECIPE_INPUTS
+from imagebuild.launcher.plan import resolve_plan
+from imagebuild.launcher.recipes import load_recipe, recipes_dir
 
 K3_ENV = {
     "EP_TP_SIZE": "2", "GPU_ARCHS": "gfx942", "VLLM_USE_V1": "1", "VLLM_ROCM_USE_AITER": "1",
@@ -46,11 +49,6 @@ def plan_json(capsys: pytest.CaptureFixture[str], env: dict[str, str], *args: st
     return document
 
 
-def argv_section(text: str) -> list[str]:
-    lines = text.splitlines()
-    return lines[lines.index("--- argv ---") + 1 : lines.index("--- end argv ---")]
-
-
 @pytest.mark.parametrize("role", ["head", "worker"])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_argv_matches_golden(capsys: pytest.CaptureFixture[str], variant: str, role: str) -> None:
@@ -76,7 +74,7 @@ def test_variants_differ_only_in_expert_parallel_flags(capsys: pytest.CaptureFix
             backend,
             *base[cut:],
         ]
-    recipe = serve.load_recipe("kimi-k3", serve.recipes_dir({}))
+    recipe = load_recipe("kimi-k3", recipes_dir({}))
     assert {name: dict(settings) for name, settings in recipe.variants.items()} == {
         "pp2xtp8": {"ENABLE_EP": "0", "ALL2ALL_BACKEND": "none"},
         "allgather": {"ENABLE_EP": "1", "ALL2ALL_BACKEND": "allgather_reducescatter"},
@@ -122,7 +120,7 @@ def test_submit_time_env_wins_over_the_recipe(capsys: pytest.CaptureFixture[str]
     }
     _, text, _ = dry_run(capsys, env)
     assert "# GPU_MEMORY_UTILIZATION: the submit-time value wins over the recipe's 0.88" in text
-    assert "GPU_MEMORY_UTILIZATION=0.8" in text.splitlines()
+    assert "===ENV GPU_MEMORY_UTILIZATION=0.8" in text.splitlines()
 
 
 def test_submit_time_inputs_win_over_recipe_inputs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -157,7 +155,10 @@ def test_topology_mismatch_is_rejected_before_anything_starts(capsys: pytest.Cap
         ({"VARIANT": "moriep", "ENABLE_EP": "0"}, "ENABLE_EP=0 contradicts variant 'moriep'"),
         ({"RECIPE": "kimi-k4"}, "unknown recipe 'kimi-k4'"),
         ({"GPU_MEMORY_UTILIZATION": "88"}, "GPU_MEMORY_UTILIZATION='88' must be a number in (0, 1]"),
-        ({"EXTRA_SERVE_ARGS": "--x 'unclosed"}, "EXTRA_SERVE_ARGS cannot be split into words"),
+        (
+            {"EXTRA_SERVE_ARGS": "--x 'unclosed"},
+            'EXTRA_SERVE_ARGS="--x \'unclosed" cannot be split into words',
+        ),
     ],
 )
 def test_bad_input_names_the_variable(
@@ -199,7 +200,7 @@ def test_dry_run_env_variable_equals_the_flag(capsys: pytest.CaptureFixture[str]
     by_env = capsys.readouterr().out
     _, by_flag, _ = dry_run(capsys, k3_env())
     assert by_env == by_flag
-    assert "--- env ---" in by_env
+    assert "===ENV VLLM_ROCM_USE_AITER_MLA=0" in by_env
     assert "# benchmark: none, wait for vLLM to exit" in by_env
 
 
@@ -212,15 +213,15 @@ def test_served_name_defaults_to_the_model_directory_name(capsys: pytest.Capture
 
 def test_log_dir_and_sentinel_follow_log_root_and_job(capsys: pytest.CaptureFixture[str]) -> None:
     plan = plan_json(capsys, k3_env(NODE_RANK="1", LOG_ROOT="/shared/logs"))
-    assert plan["log_file"] == "/shared/logs/12345/vllm-node1.log"
+    assert plan["log_file"] == "/shared/logs/12345/colocated_NODE1.log"
     assert plan["sentinel"] == "/shared/logs/12345/.shutdown"
     assert plan_json(capsys, k3_env(SLURM_JOB_ID=""))["sentinel"] == "/run_logs/local/.shutdown"
 
 
-def test_ready_timeout_defaults_to_the_engine_ready_timeout(capsys: pytest.CaptureFixture[str]) -> None:
-    assert plan_json(capsys, k3_env())["ready_timeout_s"] == 3600
-    assert plan_json(capsys, k3_env(VLLM_ENGINE_READY_TIMEOUT_S="60"))["ready_timeout_s"] == 60
-    assert plan_json(capsys, k3_env(READY_TIMEOUT_S="5"))["ready_timeout_s"] == 5
+def test_ready_timeout_is_the_references_log_wait_timeout(capsys: pytest.CaptureFixture[str]) -> None:
+    assert plan_json(capsys, k3_env())["ready_timeout_s"] == 4000
+    assert plan_json(capsys, k3_env(LOG_WAIT_TIMEOUT_SECONDS="60"))["ready_timeout_s"] == 60
+    assert plan_json(capsys, k3_env(READY_TIMEOUT_S="5"))["ready_timeout_s"] == 5  # the earlier name
 
 
 def write_recipe(directory: Path, text: str) -> dict[str, str]:
@@ -268,17 +269,25 @@ def test_a_recipe_may_leave_out_optional_kv_flags(capsys: pytest.CaptureFixture[
 
 
 def test_every_recipe_settable_input_can_be_matched_against_variants() -> None:
-    inputs = serve.resolve_plan(k3_env()).inputs
-    assert set(inputs.recipe_settable()) == set(serve.RECIPE_INPUTS)
+    inputs = resolve_plan(k3_env()).inputs
+    assert set(inputs.recipe_settable()) == set(RECIPE_INPUTS)
 
 
-def test_launcher_imports_only_the_standard_library() -> None:
-    tree = ast.parse(LAUNCHER.read_text())
-    modules = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-               for alias in node.names}  # fmt: skip
-    modules |= {node.module.split(".")[0] for node in ast.walk(tree)
-                if isinstance(node, ast.ImportFrom) and node.module}  # fmt: skip
-    assert modules - {"__future__"} <= sys.stdlib_module_names
+def test_launcher_imports_only_the_standard_library_and_itself() -> None:
+    package = LAUNCHER.parent
+    own = {path.stem for path in package.glob("*.py")}
+    for path in package.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        modules = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                   for alias in node.names}  # fmt: skip
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                # Relative imports only: an absolute `imagebuild...` import would fail in the image.
+                if node.level:
+                    assert (node.module or "").split(".")[0] in own, (path.name, node.module)
+                else:
+                    modules.add((node.module or "").split(".")[0])
+        assert modules - {"__future__"} <= sys.stdlib_module_names, path.name
 
 
 def run_standalone(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -304,7 +313,7 @@ def test_runs_as_a_script_outside_the_repo() -> None:
 def test_help_lists_inputs_and_recipes() -> None:
     result = run_standalone("--help", env={})
     assert result.returncode == 0, result.stderr
-    for spec in serve.INPUTS:
+    for spec in INPUTS:
         assert f"\n  {spec.name} " in result.stdout
     assert "kimi-k3 " in result.stdout
     for variant in VARIANTS:
