@@ -143,9 +143,9 @@ def resolve_benchmark_env(environ: Mapping[str, str], inputs: Inputs) -> dict[st
         "PERF_DEPLOYMENT_TYPE": check_printable(
             "PERF_DEPLOYMENT_TYPE", given(environ, "PERF_DEPLOYMENT_TYPE")
         )
-        or f"colocated_pp{inputs.pp_size}xtp{inputs.tp_size}",
+        or "colocated",
         "PERF_TAGS": check_printable("PERF_TAGS", given(environ, "PERF_TAGS"))
-        or f"vllm_multinode,colocated,{ep_tag}",
+        or f"vllm_multinode,colocated,pp{inputs.pp_size}xtp{inputs.tp_size},{ep_tag}",
     }
 
 

@@ -142,12 +142,12 @@ def test_the_benchmark_gets_what_the_references_scripts_read(capsys: pytest.Capt
         "BENCHMARK_PORT": "8100",
         "xP": "1",
         "yD": "0",
-        "PERF_DEPLOYMENT_TYPE": "colocated_pp2xtp8",
-        "PERF_TAGS": "vllm_multinode,colocated,noep",
+        "PERF_DEPLOYMENT_TYPE": "colocated",
+        "PERF_TAGS": "vllm_multinode,colocated,pp2xtp8,noep",
     }
-    given = plan_json(capsys, k3_env(xP="2", PERF_DEPLOYMENT_TYPE="colocated", PERF_TAGS="k3,nightly"))
+    given = plan_json(capsys, k3_env(xP="2", PERF_DEPLOYMENT_TYPE="colocated_nightly", PERF_TAGS="k3,nightly"))
     assert given["benchmark_env"]["xP"] == "2"
-    assert given["benchmark_env"]["PERF_DEPLOYMENT_TYPE"] == "colocated"
+    assert given["benchmark_env"]["PERF_DEPLOYMENT_TYPE"] == "colocated_nightly"
     assert given["benchmark_env"]["PERF_TAGS"] == "k3,nightly"
 
 

@@ -74,8 +74,8 @@ def test_head_serves_runs_the_benchmark_and_tears_down(
         "BENCHMARK_PORT": env["SERVE_PORT"],
         "xP": "1",
         "yD": "0",
-        "PERF_DEPLOYMENT_TYPE": "colocated_pp2xtp8",
-        "PERF_TAGS": "vllm_multinode,colocated,ep_mori_low_latency",
+        "PERF_DEPLOYMENT_TYPE": "colocated",
+        "PERF_TAGS": "vllm_multinode,colocated,pp2xtp8,ep_mori_low_latency",
     }
     assert f"benchmark results: {log_dir(env) / 'perf.csv'}" in err
     assert "SERVED_MODEL_NAME=kimi-k3 NIAH_MODEL=kimi-k3" in err
