@@ -24,11 +24,11 @@ from pathlib import Path
 from imagebuild import __version__
 from imagebuild.engine import Engine
 from imagebuild.errors import AttestationError
-from imagebuild.pins import write_atomically
 from imagebuild.project import Inputs, Project
 from imagebuild.provenance import FileDigest, ProvenanceInputs, provenance_text
 from imagebuild.python_lock import read_python_lock
 from imagebuild.sbom import InstalledDistribution, SbomInputs, make_sbom
+from imagebuild.util.files import write_atomically
 
 SBOM_LABEL = "io.imagebuild.sbom"
 INPUTS_LABEL = "io.imagebuild.inputs-digest"

@@ -17,17 +17,16 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from imagebuild import __version__
 from imagebuild.attestations import AttestationPaths, BuildFacts, attestation_labels, write_attestations
 from imagebuild.context import context_files, make_context
 from imagebuild.engine import BuildRequest, Engine
 from imagebuild.errors import AttestationError, BuildError, ConfigError
-from imagebuild.lock.git import GitError, run_git
+from imagebuild.labels import image_labels
 from imagebuild.log import format_duration
-from imagebuild.pins import write_atomically
 from imagebuild.project import Inputs, Project
 from imagebuild.render import ConstraintMode, Dockerfile, LineKind, RenderOptions, render
 from imagebuild.secrets import secret_reason
+from imagebuild.util.files import write_atomically
 
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : ")
 LOG_TAIL_LINES = 40
@@ -80,34 +79,6 @@ def check_build_args(build_args: dict[str, str]) -> None:
         if reason:
             msg = f"--build-arg {name}: refused, {reason}; build args are recorded in the image history"
             raise ConfigError(msg)
-
-
-def image_labels(project: Project, inputs: Inputs) -> dict[str, str]:
-    """OCI labels plus one label per pin with its immutable identity."""
-    revision = _git(project.root, "rev-parse", "HEAD") or "unknown"
-    if _git(project.root, "status", "--porcelain"):
-        revision += "-dirty"
-    labels = {
-        "org.opencontainers.image.source": _git(project.root, "config", "--get", "remote.origin.url")
-        or str(project.root),
-        "org.opencontainers.image.revision": revision,
-        # The commit time, not the build time: a rebuild of the same commit labels the same.
-        "org.opencontainers.image.created": _git(project.root, "log", "-1", "--format=%cI") or "unknown",
-        "org.opencontainers.image.version": f"{inputs.arch.name}-{revision[:12]}",
-        "io.imagebuild.arch": inputs.arch.name,
-        "io.imagebuild.version": __version__,
-    }
-    for pin in inputs.pins:
-        labels[f"io.imagebuild.pin.{pin.name}"] = pin.require_identity()
-    return labels
-
-
-def _git(root: Path, *args: str) -> str:
-    """Output of a git query about the checkout, or '' (labels fall back; a build never fails on them)."""
-    try:
-        return run_git(["-C", str(root), *args], url=str(root), timeout=10).strip()
-    except GitError:
-        return ""
 
 
 class _Progress:

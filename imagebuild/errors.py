@@ -25,6 +25,16 @@ class UnpinnedError(ConfigError):
     """A source the command needs has no immutable identity yet."""
 
 
+class CommandError(ImageBuildError):
+    """A subprocess could not run or failed (imagebuild.util.run); callers usually translate it."""
+
+    def __init__(self, message: str, *, command: str, failure: str, returncode: int | None = None) -> None:
+        super().__init__(message)
+        self.command = command
+        self.failure = failure  # imagebuild.util.run.Failure: missing, timeout or exit
+        self.returncode = returncode
+
+
 class EngineError(ImageBuildError):
     """The Docker engine is unreachable or refused a request."""
 

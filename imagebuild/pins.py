@@ -9,9 +9,7 @@ tomlkit so comments, order and formatting survive, and is atomic.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -375,30 +373,3 @@ def render_updates(path: Path, updates: IdentityUpdate) -> str:
     text = tomlkit.dumps(doc)
     parse_pins(tomllib.loads(text), path)  # never write a file we could not read back
     return text
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so readers see the old or the new file, never half.
-
-    The temporary file lives beside the target (same file system, so rename is
-    atomic) and is removed on any failure, Ctrl-C included. The directory is
-    fsynced after the rename, so a crash right after cannot bring back the old
-    file (or none) on a file system that reorders metadata.
-    """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if path.exists():
-            Path(tmp).chmod(path.stat().st_mode & 0o777)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

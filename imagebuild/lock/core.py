@@ -35,8 +35,9 @@ from imagebuild.lock.registry_auth import Credentials
 from imagebuild.lock.report import LockResult, Mode, short_identity
 from imagebuild.lock.sources import Resolved, SourceContext, SourceError, resolve_pin, source_url
 from imagebuild.lock.turns import writer_turn
-from imagebuild.pins import ImagePin, Pin, PinSet, PypiPin, load_pins, render_updates, write_atomically
+from imagebuild.pins import ImagePin, Pin, PinSet, PypiPin, load_pins, render_updates
 from imagebuild.retry import Cancelled, Deadline, RetryPolicy
+from imagebuild.util.files import write_atomically
 
 Progress = Callable[[str], None]
 

@@ -2,26 +2,25 @@
 
 git itself speaks every URL scheme (https, ssh, git://, file://) and uses the
 user's credential helpers, so the lock shells out to it instead of talking to
-any forge's API. Every git call goes through :func:`run_git`: found with
-shutil.which, a timeout, its own process group (so a timeout or Ctrl-C
-kills git's network helpers too), no terminal prompts (a lock must fail, not
-hang on a password prompt), and an error that names the command and the cause.
+any forge's API. Every git call goes through :func:`run_git`, and so through
+imagebuild.util.run: found with shutil.which, a timeout, its own process group
+(so a timeout or Ctrl-C kills git's network helpers too), no terminal prompts
+(a lock must fail, not hang on a password prompt), and an error that names the
+command and the cause.
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import os
-import shutil
-import signal
-import subprocess
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from imagebuild.errors import CommandError
 from imagebuild.lock.http import DEADLINE_HINT
 from imagebuild.retry import NO_DEADLINE, Cancelled, Deadline, RetryHook, RetryPolicy, Transient, retry_call
+from imagebuild.util.run import Failure, ProcessGroup, run_command
 
 
 class GitError(Exception):
@@ -109,97 +108,34 @@ def git_env() -> dict[str, str]:
     return env
 
 
-class GitProcesses:
-    """The git commands running for one lock, each in its own process group.
-
-    git hands the network to helpers (``git-remote-https``, ssh), so killing
-    git alone would orphan them; each command gets a session of its own and
-    a timeout, Ctrl-C or the deadline kills the whole group. Once
-    :meth:`kill_all` ran, no new command starts.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._live: set[int] = set()
-        self.closed = False
-
-    def start(self, cmd: Sequence[str]) -> subprocess.Popen[str]:
-        with self._lock:
-            if self.closed:
-                raise Cancelled
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=git_env(),
-                start_new_session=True,  # its own process group, out of reach of the terminal's Ctrl-C
-            )
-            self._live.add(proc.pid)
-            return proc
-
-    def finished(self, proc: subprocess.Popen[str]) -> None:
-        with self._lock:
-            self._live.discard(proc.pid)
-
-    def kill_all(self) -> None:
-        with self._lock:
-            self.closed = True
-            for pid in self._live:
-                kill_group(pid)
-
-
-def kill_group(pid: int) -> None:
-    """SIGKILL the process group led by ``pid`` (git and every helper it started)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+# The git commands of one lock: a timeout, Ctrl-C or the deadline kills them with their helpers.
+GitProcesses = ProcessGroup
 
 
 def run_git(args: Sequence[str], *, url: str, timeout: float, processes: GitProcesses | None = None) -> str:
-    """Run ``git ARGS`` and return stdout; GitError on failure or timeout.
+    """Run ``git ARGS`` and return stdout; GitError on failure or timeout, Cancelled when ``processes`` was killed.
 
     On timeout, or any exception in this thread (Ctrl-C), git's whole
-    process group is killed before this returns.
+    process group is killed before this returns (imagebuild.util.run).
     """
-    git = shutil.which("git")
-    if git is None:
-        raise GitError(url, "git is not installed", "Install git and make sure it is on PATH")
-    group = processes or GitProcesses()
-    proc = group.start([git, *args])
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        _reap(proc)
+        proc = run_command(["git", *args], timeout=timeout, env=git_env(), check=False, processes=processes)
+    except CommandError as e:
+        if e.failure == Failure.MISSING:
+            raise GitError(url, "git is not installed", "Install git and make sure it is on PATH") from e
+        if e.failure == Failure.CANCELLED:
+            raise Cancelled from e  # killed by kill_all: the lock is being cancelled
         raise GitError(
             url,
             f"`git {' '.join(args)}` timed out after {timeout:g}s",
             "The server is slow or unreachable: retry, or raise --timeout",
         ) from e
-    except BaseException:
-        _reap(proc)
-        raise
-    finally:
-        group.finished(proc)
-    if group.closed:
-        raise Cancelled  # killed by kill_all: the lock is being cancelled
     if proc.returncode != 0:
-        stderr = stderr.strip()
+        stderr = proc.stderr.strip()
         cause, hint, transient = classify_git_failure(stderr)
         last = stderr.splitlines()[-1] if stderr else f"exit status {proc.returncode}"
         raise GitError(url, f"{cause} (`git {args[0]}`: {last})", hint, transient=transient)
-    return stdout
-
-
-def _reap(proc: subprocess.Popen[str]) -> None:
-    kill_group(proc.pid)
-    try:
-        proc.communicate(timeout=5)
-    except subprocess.TimeoutExpired:  # a helper left its own group and holds the pipes
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
-        proc.wait()
+    return proc.stdout
 
 
 def classify_git_failure(stderr: str) -> tuple[str, str, bool]:

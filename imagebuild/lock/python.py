@@ -29,9 +29,10 @@ from imagebuild.arch import ArchProfile
 from imagebuild.errors import ConfigError, LockError
 from imagebuild.lock.report import Mode
 from imagebuild.lock.uv import Resolver, ResolveRequest
-from imagebuild.pins import PinSet, PypiPin, write_atomically
+from imagebuild.pins import PinSet, PypiPin
 from imagebuild.python_lock import LockedPackage, PythonLock, read_python_lock, render_python_lock
 from imagebuild.stages import ImageDefinition
+from imagebuild.util.files import write_atomically
 
 PYPI = "https://pypi.org/simple/"
 PackageStatus = Literal["unchanged", "added", "removed", "updated", "regrouped", "moved"]

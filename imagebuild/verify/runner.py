@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,8 +20,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from imagebuild.engine import Engine, ImageInfo
-from imagebuild.errors import VerifyError
+from imagebuild.errors import CommandError, VerifyError
 from imagebuild.project import find_project
+from imagebuild.util.run import run_command
 from imagebuild.verify import checks
 from imagebuild.verify.checks.support import CONTEXT_ENV, RESULTS_ENV
 from imagebuild.verify.expectations import Expectations, build_expectations
@@ -129,11 +129,9 @@ def run_checks(
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         try:
-            done = subprocess.run(
-                command, env=env, capture_output=True, text=True, timeout=PYTEST_TIMEOUT_S, check=False
-            )
-        except subprocess.TimeoutExpired as e:
-            msg = f"the image checks did not finish within {PYTEST_TIMEOUT_S} s (container {container[:12]})"
+            done = run_command(command, env=env, timeout=PYTEST_TIMEOUT_S, check=False)
+        except CommandError as e:
+            msg = f"the image checks did not run to the end (container {container[:12]}): {e}"
             raise VerifyError(msg) from e
         output = f"{done.stdout}{done.stderr}"
         # pytest: 0 all passed, 1 some failed; anything else means the checks themselves broke.

@@ -23,8 +23,8 @@ from imagebuild.lock.git import GitError, GitOptions, GitProcesses, resolve_ref
 from imagebuild.lock.http import Http
 from imagebuild.lock.pypi import DistFile, choose_wheel, target_tags
 from imagebuild.lock.turns import writer_turn
-from imagebuild.pins import write_atomically
 from imagebuild.retry import Cancelled
+from imagebuild.util.files import write_atomically
 from tests.lock.conftest import (
     FileServer,
     GitHttpServer,

@@ -1,0 +1,66 @@
+"""Facts of the image's layout and the tool's defaults, defined once.
+
+Paths inside the image are shared by the renderer (stages, pip constraint),
+the build context (where the in-image files land), verify (what it looks
+for) and the CLI (defaults). Stage files reach the in-image paths by name:
+``${VERSIONS_FILE}`` in a stage is replaced by ``/app/versions.txt`` when the
+stages are loaded (see :data:`STAGE_NAMES`), so the rendered Dockerfile
+carries the literal path and a path changes here, not in eighteen files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Inside the image ------------------------------------------------------------
+
+APP_DIR = "/app"  # the final stage's WORKDIR
+VERSIONS_FILE = f"{APP_DIR}/versions.txt"  # one line per source that went in
+CONSTRAINT_FILE = "/etc/pip-constraints.txt"  # the build-toolchain constraint (constraints/*.txt)
+IMAGEBUILD_DIR = "/opt/imagebuild"
+CHECK_TOOL = f"{IMAGEBUILD_DIR}/bin/imagebuild-check"  # image_files/imagebuild_check.py
+PROBE_DIR = f"{IMAGEBUILD_DIR}/probe"  # the constraint probe sdist (image_files/probe)
+LAUNCHER_DIR = f"{IMAGEBUILD_DIR}/launcher"  # the serve launcher and its recipes
+LAUNCHER = f"{LAUNCHER_DIR}/serve.py"
+ROUTER = "/usr/local/bin/vllm-router"
+
+# Names stage files may use for the paths above; replaced when the stages are loaded.
+STAGE_NAMES: dict[str, str] = {
+    "APP_DIR": APP_DIR,
+    "VERSIONS_FILE": VERSIONS_FILE,
+    "CONSTRAINT_FILE": CONSTRAINT_FILE,
+    "CHECK_TOOL": CHECK_TOOL,
+    "PROBE_DIR": PROBE_DIR,
+    "LAUNCHER_DIR": LAUNCHER_DIR,
+}
+
+# Build-context directories the COPY steps read, and where they land.
+CONTEXT_ROOTFS = "rootfs"  # copied to / (step 3)
+CONTEXT_LAUNCHER = "launcher"  # copied to LAUNCHER_DIR (step 18)
+
+# Labels ----------------------------------------------------------------------
+
+OCI_LABEL_PREFIX = "org.opencontainers.image."
+OCI_LABELS = ("source", "revision", "created", "version")
+PIN_LABEL_PREFIX = "io.imagebuild.pin."
+ARCH_LABEL = "io.imagebuild.arch"
+VERSION_LABEL = "io.imagebuild.version"
+
+# Defaults of the tool ----------------------------------------------------------
+
+DEFAULT_ARCH = "gfx942"
+DEFAULT_REPOSITORY = "imagebuild/kimi-k3"
+LAUNCHER_RECIPE = "kimi-k3"  # the recipe verify dry-runs the launcher with
+BUILD_DIR = "build"  # in the checkout: build records and logs
+
+
+def default_tag(arch: str) -> str:
+    return f"{DEFAULT_REPOSITORY}:{arch}"
+
+
+def build_record_path(root: Path, arch: str) -> Path:
+    return root / BUILD_DIR / f"{arch}.build.json"
+
+
+def build_log_path(root: Path, arch: str) -> Path:
+    return root / BUILD_DIR / f"{arch}.build.log"
