@@ -1,0 +1,43 @@
+"""Render the Dockerfile: a pure function of stages, pins, arch and constraints.
+
+Same inputs, same bytes. The output is a list of typed lines (so ``plan`` can
+reason about cache order) serialised to text. Rules enforced here:
+
+* donor stage first; ARGs consumed by a FROM declared before the first FROM;
+* images by digest, git sources at a full SHA with HEAD verified, downloaded
+  files checked with ``sha256sum -c``;
+* every ARG declared just before its first consumer, so changing a late pin
+  does not rebuild early layers (the classic builder keys each layer on the
+  instructions before it);
+* every pip call gets the build-toolchain constraint mechanism that fits it;
+* nothing the classic builder (docker-py) cannot parse, no secret-like ARG.
+
+The package, along its seams:
+
+* ``model``    the rendered Dockerfile as typed lines, and the render options;
+* ``scope``    which ARGs exist, their values and owners, and which a text needs;
+* ``commands`` a stage command (shell, pip, git, fetch, pypi) -> shell lines;
+* ``policy``   what may not be rendered: unpinned sources, classic-builder syntax;
+* ``assemble`` the loop over the steps that puts the lines together.
+"""
+
+from imagebuild.layout import CONSTRAINT_FILE
+from imagebuild.render.assemble import render
+from imagebuild.render.commands import SETUPTOOLS_GUARD
+from imagebuild.render.model import ConstraintMode, Dockerfile, Line, LineKind, RenderedStep, RenderOptions
+from imagebuild.render.policy import check_classic_builder
+from imagebuild.render.scope import check_arg_name
+
+__all__ = [
+    "CONSTRAINT_FILE",
+    "SETUPTOOLS_GUARD",
+    "ConstraintMode",
+    "Dockerfile",
+    "Line",
+    "LineKind",
+    "RenderOptions",
+    "RenderedStep",
+    "check_arg_name",
+    "check_classic_builder",
+    "render",
+]

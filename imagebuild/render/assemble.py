@@ -1,0 +1,235 @@
+"""The render loop: header, donor stage, then each step with its comments, ARGs, ENV and instruction."""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass, replace
+
+from imagebuild.arch import ArchProfile
+from imagebuild.errors import ConfigError
+from imagebuild.layout import CONSTRAINT_FILE
+from imagebuild.pins import PinSet
+from imagebuild.render.commands import command_lines
+from imagebuild.render.model import (
+    ConstraintMode,
+    Dockerfile,
+    Line,
+    LineKind,
+    RenderedStep,
+    RenderOptions,
+    quote,
+)
+from imagebuild.render.policy import check_classic_builder, check_pinned
+from imagebuild.render.scope import ArgScope, build_scope, check_arg_name, needed_args, refs
+from imagebuild.stages import ImageDefinition, Instruction, Step
+
+COMMENT_WIDTH = 96
+
+
+def render(
+    definition: ImageDefinition,
+    pins: PinSet,
+    arch: ArchProfile,
+    constraints: str,
+    options: RenderOptions | None = None,
+) -> Dockerfile:
+    options = options or RenderOptions()
+    scope = build_scope(definition, pins, arch, options)
+    base = definition.steps[0]
+    assert base.image is not None
+    base_pin, donor_pin = pins.image(base.image), pins.image(definition.spec.donor_pin)
+    lines: list[Line] = [Line(text="", kind=LineKind.BLANK)]
+    for pin in (base_pin, donor_pin):
+        name = f"{pin.arg_prefix}_IMAGE"
+        check_arg_name(name, str(pins.path))
+        lines.append(
+            Line(
+                text=f"ARG {name}={quote(scope.values[name])}", kind=LineKind.ARG, pins=frozenset({pin.name})
+            )
+        )
+    lines += [
+        Line(text="", kind=LineKind.BLANK),
+        *_comment(f"Donor stage: only a COPY source for the graft. {donor_pin.image}:{donor_pin.tag}"),
+        Line(
+            text=f"FROM ${{{donor_pin.arg_prefix}_IMAGE}} AS {definition.spec.donor_stage}",
+            kind=LineKind.INSTRUCTION,
+            pins=frozenset({donor_pin.name}),
+        ),
+    ]
+    steps: list[RenderedStep] = []
+    for defined in definition.steps:
+        step_lines, rendered = _render_step(
+            defined, definition, pins, scope, options=options, base_prefix=base_pin.arg_prefix
+        )
+        lines += step_lines
+        steps.append(rendered)
+    consumed = {donor_pin.name}.union(*(s.pins for s in steps))
+    header = _header(arch, pins, constraints, check_pinned(pins, consumed, options))
+    dockerfile = Dockerfile(
+        arch=arch.name,
+        lines=tuple(header + lines),
+        steps=tuple(steps),
+        context_dirs=tuple(
+            sorted(
+                {
+                    s.src.split("/")[0]
+                    for s in definition.steps
+                    if s.instruction is Instruction.COPY and not s.from_pin and s.src
+                }
+            )
+        ),
+    )
+    check_classic_builder(dockerfile)
+    return dockerfile
+
+
+def _render_step(
+    defined: Step,
+    definition: ImageDefinition,
+    pins: PinSet,
+    scope: ArgScope,
+    *,
+    options: RenderOptions,
+    base_prefix: str,
+) -> tuple[list[Line], RenderedStep]:
+    """One step's lines (comments, the ARGs it needs first, ENV, the instruction) and its summary."""
+    body = _step_body(defined, definition, pins, options.constraint_mode)
+    off = options.constraint_mode is ConstraintMode.OFF
+    step = _without_constraint_env(defined) if off else defined
+    number, total = step.number, len(definition.steps)
+    # Everything the step references, ENV set after it included, is declared before it.
+    refs_text = "\n".join([*(v for _, v in step.env + step.env_after), body.refs_text])
+    needed = needed_args(refs_text, step, scope, definition)
+    if step.instruction is Instruction.FROM:
+        needed = [n for n in needed if n != f"{base_prefix}_IMAGE"]
+    used_pins = set(body.pins) | {scope.owners[n] for n in refs(refs_text) if n in scope.owners}
+    lines = [Line(text="", kind=LineKind.BLANK, step=number, final_stage=True)]
+    lines += _comment(f"[{number}/{total}] {step.title}", number, final=True)
+    lines += _comment(step.why, number, final=True)
+    if used_pins:
+        lines += _comment("pins: " + ", ".join(sorted(used_pins)), number, final=True)
+    for name in needed:
+        owner = scope.owners.get(name)
+        lines.append(
+            Line(
+                text=f"ARG {name}={quote(scope.values[name])}",
+                kind=LineKind.ARG,
+                step=number,
+                pins=frozenset({owner}) if owner else frozenset(),
+                final_stage=True,
+            )
+        )
+        scope.declared.add(name)
+    if step.env:
+        lines.append(_env_line(step.env, number))
+        scope.env.update(k for k, _ in step.env)
+    lines.append(
+        Line(
+            text=body.text,
+            kind=LineKind.INSTRUCTION,
+            step=number,
+            pins=frozenset(body.pins),
+            final_stage=True,
+        )
+    )
+    if step.instruction is Instruction.FROM:
+        lines += _after_from(definition, number)
+    if step.env_after:
+        lines.append(_env_line(step.env_after, number))
+        scope.env.update(k for k, _ in step.env_after)
+    rendered = RenderedStep(
+        number=number,
+        instruction=step.instruction,
+        title=step.title,
+        why=step.why,
+        pins=tuple(sorted(used_pins)),
+        source=f"stages/{step.source.name}",
+    )
+    return lines, rendered
+
+
+@dataclass
+class _StepBody:
+    text: str  # the instruction, e.g. "RUN a \\\n && b"
+    refs_text: str  # everything that may reference ${ARG}s
+    pins: set[str]
+
+
+def _step_body(step: Step, definition: ImageDefinition, pins: PinSet, mode: ConstraintMode) -> _StepBody:
+    if step.instruction is Instruction.FROM:
+        assert step.image is not None
+        pin = pins.image(step.image)
+        return _StepBody(text=f"FROM ${{{pin.arg_prefix}_IMAGE}}", refs_text="", pins={pin.name})
+    if step.instruction is Instruction.WORKDIR:
+        return _StepBody(text=f"WORKDIR {step.path}", refs_text=step.path or "", pins=set())
+    if step.instruction is Instruction.COPY:
+        used: set[str] = set()
+        flag = ""
+        if step.from_pin:
+            if step.from_pin != definition.spec.donor_pin:
+                msg = f"{step.source}: COPY from '{step.from_pin}': only the donor stage pin '{definition.spec.donor_pin}' is a stage"
+                raise ConfigError(msg)
+            flag = f"--from={definition.spec.donor_stage} "
+            used.add(step.from_pin)
+        text = f"COPY {flag}{step.src} {step.dest}"
+        return _StepBody(text=text, refs_text=text, pins=used)
+    shell_lines: list[str] = []
+    used = set()
+    for cmd in step.commands:
+        cmd_lines, consumed = command_lines(cmd, step, pins, mode)
+        shell_lines += cmd_lines
+        used |= consumed
+    text = "RUN " + " \\\n && ".join(shell_lines)
+    return _StepBody(text=text, refs_text=text, pins=used)
+
+
+def _without_constraint_env(step: Step) -> Step:
+    """The step minus ENV that points tools at the constraint file (ConstraintMode.OFF only)."""
+    return replace(
+        step,
+        env=tuple(p for p in step.env if p[1] != CONSTRAINT_FILE),
+        env_after=tuple(p for p in step.env_after if p[1] != CONSTRAINT_FILE),
+    )
+
+
+def _env_line(pairs: tuple[tuple[str, str], ...], step: int) -> Line:
+    body = " \\\n    ".join(f"{k}={quote(v)}" for k, v in pairs)
+    return Line(text=f"ENV {body}", kind=LineKind.ENV, step=step, final_stage=True)
+
+
+def _comment(text: str, step: int | None = None, final: bool = False) -> list[Line]:
+    wrapped = textwrap.wrap(text, width=COMMENT_WIDTH) or [""]
+    return [
+        Line(text=f"# {w}".rstrip(), kind=LineKind.COMMENT, step=step, final_stage=final) for w in wrapped
+    ]
+
+
+def _after_from(definition: ImageDefinition, step: int) -> list[Line]:
+    spec = definition.spec
+    entry = "[" + ", ".join(quote(e) for e in spec.entrypoint) + "]"
+    shell = "[" + ", ".join(quote(s) for s in spec.shell) + "]"
+    return [
+        Line(text=f"ENTRYPOINT {entry}", kind=LineKind.INSTRUCTION, step=step, final_stage=True),
+        Line(text=f"SHELL {shell}", kind=LineKind.INSTRUCTION, step=step, final_stage=True),
+    ]
+
+
+def _header(arch: ArchProfile, pins: PinSet, constraints: str, unpinned: list[str]) -> list[Line]:
+    lines = [
+        *_comment(f"Kimi-K3 vLLM serving image for {arch.description}."),
+        *_comment(
+            f"Generated by `imagebuild render --arch {arch.name}` from stages/, {pins.path.name} and "
+            "constraints/. Do not edit: change those and re-render."
+        ),
+        *_comment(
+            f"Build-toolchain constraints ({CONSTRAINT_FILE}): "
+            + "; ".join(c for c in constraints.splitlines() if c.strip() and not c.startswith("#"))
+        ),
+    ]
+    if unpinned:
+        lines += _comment(
+            "WARNING: UNPINNED, NOT REPRODUCIBLE. No immutable identity yet for: "
+            + ", ".join(unpinned)
+            + ". Run `imagebuild lock` before building."
+        )
+    return lines

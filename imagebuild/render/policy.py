@@ -1,0 +1,37 @@
+"""What may not be rendered: sources without an immutable identity, and syntax the classic builder lacks."""
+
+from __future__ import annotations
+
+import re
+
+from imagebuild.errors import ConfigError, UnpinnedError
+from imagebuild.pins import PinSet
+from imagebuild.render.model import Dockerfile, RenderOptions
+
+# Syntax that needs BuildKit's frontend; docker-py drives the classic builder.
+CLASSIC_BUILDER_FORBIDDEN = {
+    "heredoc": re.compile(r"<<-?\s*['\"]?[A-Za-z_]"),
+    "RUN --mount": re.compile(r"^RUN\s+--mount", re.MULTILINE),
+    "COPY --chmod/--link": re.compile(r"^(COPY|ADD)\s+.*--(chmod|link)\b", re.MULTILINE),
+    "# syntax=": re.compile(r"^#\s*syntax\s*=", re.MULTILINE | re.IGNORECASE),
+}
+
+
+def check_pinned(pins: PinSet, consumed: set[str], options: RenderOptions) -> list[str]:
+    """Names of consumed pins without an identity; raises unless --allow-unpinned."""
+    unpinned = [p for p in pins if p.name in consumed and p.identity is None]
+    if unpinned and not options.allow_unpinned:
+        names = ", ".join(f"[{p.name}] ({p.tracked})" for p in unpinned)
+        msg = f"{pins.path}: no immutable identity yet for {names}; run `imagebuild lock` to resolve them"
+        raise UnpinnedError(msg)
+    return [f"{p.name} ({p.tracked})" for p in unpinned]
+
+
+def check_classic_builder(dockerfile: Dockerfile) -> None:
+    """Refuse syntax the classic builder cannot parse, naming the step that has it."""
+    for line in dockerfile.lines:
+        for what, pattern in CLASSIC_BUILDER_FORBIDDEN.items():
+            if pattern.search(line.text):
+                where = f"step {line.step}" if line.step else "the Dockerfile header"
+                msg = f"{where}: uses {what}, which the classic builder (docker-py) cannot parse"
+                raise ConfigError(msg)

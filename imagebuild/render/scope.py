@@ -1,0 +1,101 @@
+"""ARG scope of the final stage: every ARG that may be declared, its value and owner, and what a text needs.
+
+ARGs come from three places (pins, the arch profile, the image's tunables) and
+must not collide, look like a secret, or shadow an image-layout name. A step
+declares the ARGs its text references just before it, so a late pin's change
+leaves earlier layers cached.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from imagebuild.arch import ArchProfile
+from imagebuild.errors import ConfigError
+from imagebuild.layout import STAGE_NAMES
+from imagebuild.pins import PinSet
+from imagebuild.render.model import RenderOptions
+from imagebuild.schema import suggest
+from imagebuild.secrets import secret_reason
+from imagebuild.stages import ImageDefinition, Step
+
+REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::[-+][^}]*)?\}")
+
+
+@dataclass
+class ArgScope:
+    """What is declared so far in the final stage."""
+
+    values: dict[str, str]  # every ARG that may be declared, with its value
+    owners: dict[str, str]  # ARG -> pin name
+    declared: set[str] = field(default_factory=set)
+    env: set[str] = field(default_factory=set)
+
+
+def check_arg_name(name: str, where: str, value: str = "") -> None:
+    reason = secret_reason(name, value)
+    if reason:
+        msg = (
+            f"{where}: ARG '{name}' refused: {reason}. Build args are recorded in the image "
+            f"history; use public sources or a docker credential helper instead"
+        )
+        raise ConfigError(msg)
+    if name in STAGE_NAMES:
+        msg = f"{where}: ARG '{name}' is an image-layout name (imagebuild.layout.STAGE_NAMES); rename it"
+        raise ConfigError(msg)
+
+
+def build_scope(
+    definition: ImageDefinition, pins: PinSet, arch: ArchProfile, options: RenderOptions
+) -> ArgScope:
+    tunables = dict(definition.spec.args)
+    for name, value in options.build_args.items():
+        if name not in tunables:
+            hint = (
+                "change pins.toml instead"
+                if name in pins.build_args()
+                else f"tunables: {', '.join(tunables)}"
+            )
+            msg = f"--build-arg {name}: not a build tunable of {definition.spec.source}.{suggest(name, tunables)} ({hint})"
+            raise ConfigError(msg)
+        tunables[name] = value
+    values: dict[str, str] = {}
+    sources: list[tuple[str, Mapping[str, str]]] = [
+        *((f"pin [{p.name}] in {pins.path}", p.build_args()) for p in pins),
+        (f"arch profile {arch.name}", arch.build_args()),
+        (str(definition.spec.source), tunables),
+    ]
+    for where, args in sources:
+        for name, value in args.items():
+            check_arg_name(name, where, value)
+            if name in values:
+                msg = f"{where}: ARG {name} is also provided elsewhere; rename one of them"
+                raise ConfigError(msg)
+            values[name] = value
+    owners = {name: pin.name for pin in pins for name in pin.build_args()}
+    return ArgScope(values=values, owners=owners)
+
+
+def refs(text: str) -> list[str]:
+    """Names ``text`` references as ${NAME} (upper case: lower-case ones are the shell's own)."""
+    return [m[1] for m in REF_RE.finditer(text) if m[1].isupper()]
+
+
+def needed_args(text: str, step: Step, scope: ArgScope, definition: ImageDefinition) -> list[str]:
+    """ARGs this text needs declared (in first-use order); unknown references are errors."""
+    needed: list[str] = []
+    for name in refs(text):
+        if name in scope.declared or name in scope.env or name in needed:
+            continue
+        if name in scope.values:
+            needed.append(name)
+        elif name not in definition.spec.base_env:
+            known = [*scope.values, *scope.env, *definition.spec.base_env, *STAGE_NAMES]
+            msg = (
+                f"{step.source}: ${{{name}}} is not a pin, arch value or build tunable, nor an ENV "
+                f"set by an earlier step.{suggest(name, known)}"
+            )
+            raise ConfigError(msg)
+    return needed
