@@ -22,6 +22,7 @@ from imagebuild.context import context_files, make_context
 from imagebuild.engine import BuildRequest, Engine
 from imagebuild.errors import AttestationError, BuildError, ConfigError
 from imagebuild.labels import image_labels
+from imagebuild.layout import build_log_path, build_record_path, default_tag
 from imagebuild.log import format_duration
 from imagebuild.project import Inputs, Project
 from imagebuild.render import ConstraintMode, Dockerfile, LineKind, RenderOptions, render
@@ -30,7 +31,6 @@ from imagebuild.util.files import write_atomically
 
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : ")
 LOG_TAIL_LINES = 40
-DEFAULT_REPOSITORY = "imagebuild/kimi-k3"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,10 +161,9 @@ def build_image(
         inputs.constraints,
         RenderOptions(build_args=options.build_args, constraint_mode=options.constraint_mode),
     )
-    tag = options.tag or f"{DEFAULT_REPOSITORY}:{inputs.arch.name}"
-    build_dir = project.root / "build"
-    log_path = options.log_path or build_dir / f"{inputs.arch.name}.build.log"
-    record_path = options.record_path or build_dir / f"{inputs.arch.name}.build.json"
+    tag = options.tag or default_tag(inputs.arch.name)
+    log_path = options.log_path or build_log_path(project.root, inputs.arch.name)
+    record_path = options.record_path or build_record_path(project.root, inputs.arch.name)
     attestations = AttestationPaths.beside(record_path, inputs.arch.name)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     context = make_context(context_files(dockerfile, inputs))

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from imagebuild import __version__
 from imagebuild.errors import ImageBuildError
+from imagebuild.layout import BUILD_DIR, DEFAULT_ARCH, DEFAULT_REPOSITORY, default_tag
 from imagebuild.log import format_duration, logger, setup_logging
 from imagebuild.project import Inputs, Project, find_project
 from imagebuild.render import Dockerfile, RenderOptions, render
 
-DEFAULT_ARCH = "gfx942"
 # lock's limits: sources asked at once, seconds to connect or between the
 # bytes of an answer, and seconds for the whole lock (a 1 GB wheel at 2 MB/s fits).
 LOCK_JOBS = 8
@@ -209,7 +209,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from imagebuild.verify import VerifyOptions, verify
 
     project = _project(args)
-    image = args.image or f"imagebuild/kimi-k3:{args.arch}"
+    image = args.image or default_tag(args.arch)
     result = verify(
         VerifyOptions(image=image, pins_path=project.pins_path, arch=args.arch, junit=args.junit),
         progress=logger.info,
@@ -314,7 +314,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output, also on failure")
 
     p = add("build", cmd_build, "render and build the image through the Docker engine")
-    p.add_argument("--tag", help="image name to tag on success (default imagebuild/kimi-k3:ARCH)")
+    p.add_argument("--tag", help=f"image name to tag on success (default {DEFAULT_REPOSITORY}:ARCH)")
     p.add_argument("--no-cache", action="store_true", help="build every step again")
     p.add_argument("--network", help="build network mode, e.g. host (needed for loopback sources)")
     p.add_argument(
@@ -325,11 +325,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="override a tunable",
     )
-    p.add_argument("--record", type=Path, help="build record JSON (default build/ARCH.build.json)")
+    p.add_argument("--record", type=Path, help=f"build record JSON (default {BUILD_DIR}/ARCH.build.json)")
     p.add_argument("--json", action="store_true", help="print the build record as JSON")
 
     p = add("verify", cmd_verify, "run the smoke checks against a built image")
-    p.add_argument("image", nargs="?", help="image to check (default imagebuild/kimi-k3:ARCH)")
+    p.add_argument("image", nargs="?", help=f"image to check (default {DEFAULT_REPOSITORY}:ARCH)")
     p.add_argument("--junit", type=Path, help="write JUnit XML here")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return parser

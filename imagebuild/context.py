@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuild.errors import ConfigError
+from imagebuild.layout import CHECK_TOOL, CONSTRAINT_FILE, CONTEXT_LAUNCHER, CONTEXT_ROOTFS, PROBE_DIR
 from imagebuild.project import Inputs
-from imagebuild.render import CONSTRAINT_FILE, Dockerfile
+from imagebuild.render import Dockerfile
 
 PACKAGE = Path(__file__).resolve().parent
 IMAGE_FILES = PACKAGE / "image_files"
@@ -33,14 +34,12 @@ def _rootfs(inputs: Inputs) -> list[ContextFile]:
     """Step 3: the constraint file, the in-image checks and the constraint probe."""
     probe = IMAGE_FILES / "probe"
     return [
-        ContextFile(f"rootfs{CONSTRAINT_FILE}", inputs.constraints.encode()),
+        ContextFile(f"{CONTEXT_ROOTFS}{CONSTRAINT_FILE}", inputs.constraints.encode()),
         ContextFile(
-            "rootfs/opt/imagebuild/bin/imagebuild-check",
-            (IMAGE_FILES / "imagebuild_check.py").read_bytes(),
-            0o755,
+            f"{CONTEXT_ROOTFS}{CHECK_TOOL}", (IMAGE_FILES / "imagebuild_check.py").read_bytes(), 0o755
         ),
         *(
-            ContextFile(f"rootfs/opt/imagebuild/probe/{p.name}", p.read_bytes())
+            ContextFile(f"{CONTEXT_ROOTFS}{PROBE_DIR}/{p.name}", p.read_bytes())
             for p in sorted(probe.iterdir())
         ),
     ]
@@ -51,7 +50,7 @@ def _launcher(_: Inputs) -> list[ContextFile]:
     files = [p for p in sorted(LAUNCHER.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
     return [
         ContextFile(
-            f"launcher/{p.relative_to(LAUNCHER).as_posix()}",
+            f"{CONTEXT_LAUNCHER}/{p.relative_to(LAUNCHER).as_posix()}",
             p.read_bytes(),
             0o755 if p.name == "serve.py" else 0o644,
         )
@@ -60,7 +59,10 @@ def _launcher(_: Inputs) -> list[ContextFile]:
     ]
 
 
-PROVIDERS: dict[str, Callable[[Inputs], list[ContextFile]]] = {"rootfs": _rootfs, "launcher": _launcher}
+PROVIDERS: dict[str, Callable[[Inputs], list[ContextFile]]] = {
+    CONTEXT_ROOTFS: _rootfs,
+    CONTEXT_LAUNCHER: _launcher,
+}
 
 
 def context_files(dockerfile: Dockerfile, inputs: Inputs) -> list[ContextFile]:

@@ -5,13 +5,14 @@ from __future__ import annotations
 from packaging.utils import canonicalize_name
 
 from imagebuild.errors import ConfigError
+from imagebuild.layout import CONSTRAINT_FILE
 from imagebuild.python_lock import PythonLock
-from imagebuild.render import CONSTRAINT_FILE, Dockerfile, RenderedStep
+from imagebuild.render import Dockerfile, RenderedStep
 from imagebuild.schema import suggest
 from imagebuild.stages import ImageDefinition
 
-CONSTRAINT_MECHANISM = """\
-Build-toolchain constraint (constraints/ -> /etc/pip-constraints.txt, step 3):
+CONSTRAINT_MECHANISM = f"""\
+Build-toolchain constraint (constraints/ -> {CONSTRAINT_FILE}, step 3):
   ENV PIP_CONSTRAINT      every pip resolution; isolated builds only on pip < 26.2
   PIP_BUILD_CONSTRAINT    set per isolated pip call: isolated builds on pip >= 25.3
   --no-build-isolation    PIP_BUILD_CONSTRAINT unset (pip >= 25.3 refuses both); the

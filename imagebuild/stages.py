@@ -8,6 +8,11 @@ RUN a list of commands. Commands that fetch sources or run pip are structured
 tables, not shell strings, so the renderer can apply the checks every source
 and every pip build needs (full-SHA checkout verified, sha256 verified, the
 build-toolchain constraint) and no step can forget them.
+
+Paths of the image's layout are written by name (``${VERSIONS_FILE}``,
+``${CHECK_TOOL}``, ... see imagebuild.layout.STAGE_NAMES) and replaced by the
+path here, at load time: every consumer (renderer, plan, verify) sees the path,
+and the rendered Dockerfile carries it literally, not as an ARG.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from imagebuild.errors import ConfigError
+from imagebuild.layout import STAGE_NAMES
 from imagebuild.schema import Table, read_toml, suggest
 
 STEP_FILE_RE = re.compile(r"^(\d{2})-([a-z0-9][a-z0-9_-]*)\.toml$")
@@ -32,6 +38,7 @@ PIP_BUILDING_SUBCOMMANDS = ("install", "download", "wheel")
 PIP_SUBCOMMANDS = (*PIP_BUILDING_SUBCOMMANDS, "uninstall", "show", "list", "check", "freeze")
 # Flags the renderer owns: writing them by hand would defeat its checks.
 PIP_RESERVED_FLAGS = ("--no-build-isolation", "--build-constraint", "--constraint", "-c ")
+LAYOUT_NAME_RE = re.compile(r"\$\{(" + "|".join(STAGE_NAMES) + r")\}")
 
 
 class Instruction(StrEnum):
@@ -271,8 +278,19 @@ def _parse_pip(t: Table) -> Pip:
     return Pip(args=args, build_isolation=isolation, env=_env_pairs(t, "env"))
 
 
+def expand_layout_names(value: Any) -> Any:
+    """``value`` (a TOML value) with every ${NAME} of imagebuild.layout.STAGE_NAMES replaced by its path."""
+    if isinstance(value, str):
+        return LAYOUT_NAME_RE.sub(lambda m: STAGE_NAMES[m[1]], value)
+    if isinstance(value, list):
+        return [expand_layout_names(v) for v in value]
+    if isinstance(value, dict):
+        return {k: expand_layout_names(v) for k, v in value.items()}
+    return value
+
+
 def _parse_step(path: Path, number: int, slug: str) -> Step:
-    t = Table(read_toml(path), str(path))
+    t = Table(expand_layout_names(read_toml(path)), str(path))
     text = t.string("instruction")
     names = [i.value for i in Instruction]
     if text not in names:
@@ -315,6 +333,9 @@ def _load_spec(path: Path) -> ImageSpec:
     for name in args:
         if not ENV_NAME_RE.fullmatch(name):
             msg = f"{path} [args]: '{name}' must be UPPER_SNAKE_CASE"
+            raise ConfigError(msg)
+        if name in STAGE_NAMES:
+            msg = f"{path} [args]: '{name}' is an image-layout name (imagebuild.layout); rename the tunable"
             raise ConfigError(msg)
     python = Table(t.data.get("python") or {}, f"{path} [python]")
     python.check_keys(("build_requires", "guard_requires"))

@@ -20,20 +20,24 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from imagebuild.errors import ConfigError
+from imagebuild.layout import (
+    APP_DIR,
+    ARCH_LABEL,
+    CHECK_TOOL,
+    CONSTRAINT_FILE,
+    LAUNCHER,
+    LAUNCHER_RECIPE,
+    OCI_LABEL_PREFIX,
+    OCI_LABELS,
+    PIN_LABEL_PREFIX,
+    ROUTER,
+    VERSIONS_FILE,
+)
 from imagebuild.project import Inputs
 from imagebuild.stages import ImageDefinition, Shell
 
-VERSIONS_FILE = "/app/versions.txt"
-CONSTRAINTS_FILE = "/etc/pip-constraints.txt"
-CHECK_TOOL = "/opt/imagebuild/bin/imagebuild-check"
-LAUNCHER = "/opt/imagebuild/launcher/serve.py"
-ROUTER = "/usr/local/bin/vllm-router"
 # The build-time constraint proof (imagebuild-check constraint-proof) writes this key.
 SETUPTOOLS_KEY = "BUILD_SETUPTOOLS"
-LABEL_PREFIX = "org.opencontainers.image."
-PIN_LABEL_PREFIX = "io.imagebuild.pin."
-ARCH_LABEL = "io.imagebuild.arch"
-OCI_LABELS = ("source", "revision", "created", "version")
 # Tuning belongs to the launcher's recipes, applied at run time; baked into the image it
 # silently overrides them (skip-if-set). Names beyond the recipe's own keys, as globs.
 BANNED_ENV_PATTERNS = (
@@ -72,7 +76,6 @@ GRAFT_DIRS = ("aiter/ops/triton/conv",)
 TUNED_CONFIGS = ("kimik3_a8w4_tuned_fmoe.csv", "kimik3_fp4_tuned_fmoe.csv")
 TUNED_CONFIG_ROOTS = ("aiter", "aiter_meta")
 REPINNED_PIN = "flydsl"  # re-installed over the graft and checked against its RECORD
-LAUNCHER_RECIPE = "kimi-k3"
 ROUTER_HELP_WORD = "moriio"
 # `echo "KEY=${ARG} rest" >> /app/versions.txt` in a stage's RUN commands.
 _VERSION_ECHO_RE = re.compile(r'^echo "(?P<line>[^"]*)" >> ' + re.escape(VERSIONS_FILE) + "$")
@@ -298,7 +301,7 @@ def build_expectations(inputs: Inputs, *, image: str, recipes_dir: Path | None =
         else:
             labels[f"{PIN_LABEL_PREFIX}{pin.name}"] = pin.identity
     forbidden = ("WITH_NIXL build complete",) if args.get("WITH_NIXL", "0") == "0" else ()
-    workdir = next((s.path for s in inputs.definition.steps if s.path), "/app")
+    workdir = next((s.path for s in inputs.definition.steps if s.path), APP_DIR)
     return Expectations(
         image=image,
         arch=inputs.arch.name,
@@ -308,12 +311,12 @@ def build_expectations(inputs: Inputs, *, image: str, recipes_dir: Path | None =
         banned_env_names=banned_env_names(recipes, LAUNCHER_RECIPE),
         banned_env_patterns=BANNED_ENV_PATTERNS,
         labels=labels,
-        nonempty_labels=tuple(f"{LABEL_PREFIX}{name}" for name in OCI_LABELS),
+        nonempty_labels=tuple(f"{OCI_LABEL_PREFIX}{name}" for name in OCI_LABELS),
         unlocked_pins=unlocked,
         versions_file=VERSIONS_FILE,
         version_lines=expected_version_lines(inputs.definition, inputs),
         forbidden_version_text=forbidden,
-        constraints_file=CONSTRAINTS_FILE,
+        constraints_file=CONSTRAINT_FILE,
         constraints=inputs.constraints,
         setuptools_key=SETUPTOOLS_KEY,
         setuptools_specifier=setuptools_specifier(inputs.constraints),

@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from imagebuild.engine import Engine, ImageInfo
 from imagebuild.errors import CommandError, VerifyError
+from imagebuild.layout import DEFAULT_ARCH
 from imagebuild.project import find_project
 from imagebuild.util.run import run_command
 from imagebuild.verify import checks
@@ -45,7 +46,7 @@ junit_logging = no
 class VerifyOptions:
     image: str  # image ref or id
     pins_path: Path
-    arch: str = "gfx942"
+    arch: str = DEFAULT_ARCH
     junit: Path | None = None  # write JUnit XML here
     engine: Engine | None = None  # default DockerEngine.from_env()
 

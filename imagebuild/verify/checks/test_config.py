@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from imagebuild.layout import PIN_LABEL_PREFIX
 from imagebuild.verify.checks.support import expect, expectations, image_config
-from imagebuild.verify.expectations import PIN_LABEL_PREFIX, is_banned_env
+from imagebuild.verify.expectations import is_banned_env
 
 EXP = expectations()
 
