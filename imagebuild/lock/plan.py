@@ -23,20 +23,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from imagebuild.lock.report import IdentityFields, PinChange, Status
-from imagebuild.pins import GitPin, ImagePin, Pin, PypiPin, WheelPin
+from imagebuild.pins import Pin, Refresh
 
 
 def identity_fields(pin: Pin) -> dict[str, str | int]:
     """The pin's recorded identity fields; empty ones as '' or 0."""
-    if isinstance(pin, GitPin):
-        return {"commit": pin.commit or ""}
-    if isinstance(pin, ImagePin):
-        return {"digest": pin.digest or "", "platform_digest": pin.platform_digest or ""}
-    if isinstance(pin, WheelPin):
-        return {"sha256": pin.sha256 or "", "size": pin.size}
-    if isinstance(pin, PypiPin):
-        return {"filename": pin.filename or "", "sha256": pin.sha256 or ""}
-    return {}
+    return pin.identity_fields()
 
 
 def is_complete(pin: Pin) -> bool:
@@ -45,11 +37,9 @@ def is_complete(pin: Pin) -> bool:
 
 def needs_resolution(pin: Pin, *, upgrade: bool) -> bool:
     """Whether the lock must ask the pin's source (network) at all."""
-    if isinstance(pin, GitPin):
-        return bool(pin.tag or pin.branch)
-    if isinstance(pin, ImagePin):
+    if pin.refresh is Refresh.ALWAYS:
         return True
-    if isinstance(pin, WheelPin | PypiPin):
+    if pin.refresh is Refresh.WHEN_EMPTY:
         return upgrade or not is_complete(pin)
     return False
 
@@ -85,15 +75,7 @@ def classify(pin: Pin, new: IdentityFields) -> Status:
     recorded_differs = [k for k, v in new.items() if old.get(k) and old.get(k) != v]
     if not recorded_differs:
         return "filled"
-    if isinstance(pin, GitPin):
-        return "moved" if pin.tag else "updated"
-    if isinstance(pin, ImagePin):
-        # Same tag, other index: the tag moved. Same index, other platform
-        # entry: only the arch profile changed.
-        return "moved" if "digest" in recorded_differs else "updated"
-    if isinstance(pin, PypiPin):
-        return "moved" if old.get("filename") == new.get("filename") else "updated"
-    return "moved"  # a wheel URL that now serves other bytes
+    return pin.drift(recorded_differs, old, new)
 
 
 def judge(

@@ -1,16 +1,19 @@
 """Ask one pin's source for its current immutable identity.
 
-Dispatches on the pin's kind to git, the registry, the file hasher or the
-package index, and turns their errors into a :class:`SourceError` that names
-the pin, the URL, the cause and what to check. Every identity a source
-returns is checked against the form pins.toml requires before it is used, so
-a source that answers garbage is blamed, not the pins file it would corrupt.
+Dispatches on the pin's kind (the RESOLVERS table) to git, the registry, the
+file hasher or the package index, and turns their errors into a
+:class:`SourceError` that names the pin, the URL, the cause and what to check.
+Every identity a source returns is checked against the form pins.toml
+requires before it is used, so a source that answers garbage is blamed, not
+the pins file it would corrupt.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from imagebuild.arch import ArchProfile
 from imagebuild.lock.files import hash_url
@@ -18,7 +21,7 @@ from imagebuild.lock.git import GitError, GitOptions, resolve_ref
 from imagebuild.lock.http import FetchError, Http
 from imagebuild.lock.pypi import NoMatchingWheel, choose_wheel, list_files, project_url, target_tags
 from imagebuild.lock.registry import RegistryClient, parse_image_name
-from imagebuild.pins import COMMIT_RE, DIGEST_RE, SHA256_RE, GitPin, ImagePin, Pin, PypiPin, WheelPin
+from imagebuild.pins import COMMIT_RE, DIGEST_RE, SHA256_RE, GitPin, ImagePin, Pin, PinKind, PypiPin, WheelPin
 
 
 class SourceError(Exception):
@@ -60,19 +63,12 @@ def source_url(pin: Pin) -> str:
 
 
 def resolve_pin(pin: Pin, ctx: SourceContext) -> Resolved:
+    resolver = RESOLVERS.get(pin.kind)
+    if resolver is None:
+        msg = f"nothing to resolve for a {pin.kind} pin"
+        raise AssertionError(msg)
     try:
-        if isinstance(pin, GitPin):
-            resolved = _git(pin, ctx)
-        elif isinstance(pin, ImagePin):
-            resolved = _image(pin, ctx)
-        elif isinstance(pin, WheelPin):
-            digest = hash_url(ctx.http, pin.url, zip_required=True)
-            resolved = Resolved(fields={"sha256": digest.sha256, "size": digest.size})
-        elif isinstance(pin, PypiPin):
-            resolved = _pypi(pin, ctx)
-        else:
-            msg = f"nothing to resolve for a {pin.kind} pin"
-            raise AssertionError(msg)
+        resolved = resolver(pin, ctx)
     except (FetchError, GitError) as e:
         raise SourceError(pin, e.url, e.cause, e.hint) from e
     _check_identity(pin, resolved)
@@ -115,6 +111,11 @@ def _image(pin: ImagePin, ctx: SourceContext) -> Resolved:
     )
 
 
+def _wheel(pin: WheelPin, ctx: SourceContext) -> Resolved:
+    digest = hash_url(ctx.http, pin.url, zip_required=True)
+    return Resolved(fields={"sha256": digest.sha256, "size": digest.size})
+
+
 def _pypi(pin: PypiPin, ctx: SourceContext) -> Resolved:
     if ctx.python is None:
         raise SourceError(
@@ -143,3 +144,13 @@ def _pypi(pin: PypiPin, ctx: SourceContext) -> Resolved:
         detail=f"best tag {choice.tag} of {len(choice.candidates)} file(s)",
         yanked=choice.file.yanked,
     )
+
+
+# One resolver per kind of pin with a remote source; each takes a pin of its kind.
+Resolver = Callable[[Any, SourceContext], Resolved]
+RESOLVERS: dict[PinKind, Resolver] = {
+    PinKind.GIT: _git,
+    PinKind.IMAGE: _image,
+    PinKind.WHEEL: _wheel,
+    PinKind.PYPI: _pypi,
+}

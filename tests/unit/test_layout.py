@@ -35,7 +35,7 @@ def test_layout_names_become_literal_paths() -> None:
 
 def test_a_tunable_may_not_take_a_layout_name(project: Path) -> None:
     image = project / "stages" / "image.toml"
-    image.write_text(image.read_text() + 'VERSIONS_FILE = "/tmp/x"\n')
+    image.write_text(image.read_text().replace("[args]\n", '[args]\nVERSIONS_FILE = "/tmp/x"\n'))
     with pytest.raises(ConfigError, match="'VERSIONS_FILE' is an image-layout name"):
         load_stages(project / "stages")
 

@@ -1,0 +1,45 @@
+"""pins.toml: every source of the image, as typed, validated pins.
+
+Only this package reads or writes pins.toml; everything else sees the frozen
+dataclasses of ``kinds`` (one class per kind of pin) and the ``PinSet`` of
+``pinset``. Writing (for ``imagebuild lock``) goes through tomlkit so comments,
+order and formatting survive; the caller writes the text atomically.
+"""
+
+from imagebuild.pins.kinds import (
+    COMMIT_RE,
+    DIGEST_RE,
+    PIN_TYPES,
+    SHA256_RE,
+    Drift,
+    GitPin,
+    ImagePin,
+    Pin,
+    PinKind,
+    PypiPin,
+    Refresh,
+    ToolchainPin,
+    WheelPin,
+)
+from imagebuild.pins.pinset import IdentityUpdate, PinSet, load_pins, parse_pins, render_updates
+
+__all__ = [
+    "COMMIT_RE",
+    "DIGEST_RE",
+    "PIN_TYPES",
+    "SHA256_RE",
+    "Drift",
+    "GitPin",
+    "IdentityUpdate",
+    "ImagePin",
+    "Pin",
+    "PinKind",
+    "PinSet",
+    "PypiPin",
+    "Refresh",
+    "ToolchainPin",
+    "WheelPin",
+    "load_pins",
+    "parse_pins",
+    "render_updates",
+]

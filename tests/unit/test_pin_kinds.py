@@ -1,0 +1,46 @@
+"""Per-kind behaviour lives on the pin classes (and one resolver table): every kind is complete."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from imagebuild.lock.sources import RESOLVERS
+from imagebuild.pins import PIN_TYPES, PinKind, Refresh, load_pins, parse_pins
+from tests.conftest import REPO
+
+
+def test_every_kind_has_a_class_whose_identity_is_among_its_keys() -> None:
+    assert set(PIN_TYPES) == set(PinKind)
+    for kind, cls in PIN_TYPES.items():
+        assert cls.kind is kind
+        assert set(cls.identity_keys) <= set(cls.keys), cls
+
+
+def test_every_pin_lock_may_refresh_has_a_resolver() -> None:
+    pins = load_pins(REPO / "pins.toml")
+    assert {p.kind for p in pins} == set(PinKind), "pins.toml should show every kind"
+    for pin in pins:
+        if pin.refresh is not Refresh.NEVER:
+            assert pin.kind in RESOLVERS, f"{pin.kind} pins are refreshed but nothing resolves them"
+
+
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        ({"kind": "git", "url": "u", "commit": ""}, Refresh.NEVER),
+        ({"kind": "git", "url": "u", "tag": "v1", "commit": ""}, Refresh.ALWAYS),
+        ({"kind": "wheel", "url": "https://x/a.whl", "version": "1", "sha256": ""}, Refresh.WHEN_EMPTY),
+        ({"kind": "toolchain", "version": "1.88.0"}, Refresh.NEVER),
+    ],
+)
+def test_refresh_policy_by_kind(table: dict[str, str], expected: Refresh) -> None:
+    (pin,) = parse_pins({"p": table}, Path("pins.toml"))
+    assert pin.refresh is expected
+
+
+def test_identity_fields_report_empty_identities_as_empty() -> None:
+    table = {"kind": "pypi", "project": "x", "version": "1", "index": "i", "filename": "", "sha256": ""}
+    (pin,) = parse_pins({"p": table}, Path("pins.toml"))
+    assert pin.identity_fields() == {"filename": "", "sha256": ""}
