@@ -18,10 +18,12 @@ from typing import Any
 import docker.auth
 import docker.errors
 import docker.utils.config
+import requests
+import urllib3
 from docker.context import ContextAPI
 
 import docker
-from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo
+from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo, classic_build_events
 from imagebuild.errors import ConfigError, EngineError
 
 START_HINT = "start one with `bash scripts/ensure-docker.sh` (or `systemctl start docker`), or point DOCKER_HOST at a remote engine"
@@ -77,30 +79,32 @@ class DockerEngine(Engine):
 
     def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
         try:
-            stream: Iterator[dict[str, Any]] = self._api.build(
-                fileobj=io.BytesIO(request.context),
-                custom_context=True,
-                decode=True,
-                rm=True,
-                forcerm=True,  # remove intermediate containers of failed steps too
-                labels=dict(request.labels),
-                network_mode=request.network_mode,
-                nocache=request.no_cache,
-                pull=False,
-            )
-            for chunk in stream:
-                if "error" in chunk:
-                    detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]
-                    yield BuildEvent(error=str(detail).strip())
-                    return
-                if "stream" in chunk:
-                    yield BuildEvent(text=str(chunk["stream"]))
-                aux = chunk.get("aux")
-                if isinstance(aux, dict) and "ID" in aux:
-                    yield BuildEvent(image_id=str(aux["ID"]))
+            yield from classic_build_events(self.build_chunks(request))
         except docker.errors.DockerException as e:
             msg = f"the Docker engine at {self._address} failed the build request: {_reason(e)}"
             raise EngineError(msg) from e
+        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as e:
+            # docker-py lets the transport's errors through unwrapped: a connection lost
+            # mid-stream (a daemon restart, a dropped tunnel) is urllib3's ProtocolError.
+            msg = (
+                f"lost the connection to the Docker engine at {self._address} during the build: {_reason(e)}"
+            )
+            raise EngineError(msg) from e
+
+    def build_chunks(self, request: BuildRequest) -> Iterator[dict[str, Any]]:
+        """The raw JSON messages of the build stream (build() translates them; recorders keep them)."""
+        stream: Iterator[dict[str, Any]] = self._api.build(
+            fileobj=io.BytesIO(request.context),
+            custom_context=True,
+            decode=True,
+            rm=True,
+            forcerm=True,  # remove intermediate containers of failed steps too
+            labels=dict(request.labels),
+            network_mode=request.network_mode,
+            nocache=request.no_cache,
+            pull=False,
+        )
+        return stream
 
     def tag(self, image_id: str, name: str) -> None:
         repository, _, tag = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else (name, "", "latest")

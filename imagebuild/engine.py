@@ -1,14 +1,16 @@
 """The container engine as imagebuild needs it: a small interface.
 
 Only ``imagebuild.docker_engine`` talks to docker-py; everything else uses
-these types, so the build and verify logic can be tested with a fake engine.
+these types, so the build and verify logic is tested with a fake engine
+(``imagebuild.testing.FakeEngine``, which replays recorded build streams).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,3 +78,23 @@ class Engine(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most engines hold nothing
         """Release connections."""
+
+
+def classic_build_events(chunks: Iterable[Mapping[str, Any]]) -> Iterator[BuildEvent]:
+    """The classic builder's JSON messages as BuildEvents; nothing after an error.
+
+    The wire format of ``POST /build``: ``{"stream": text}`` (output, not split
+    on line boundaries), ``{"aux": {"ID": image}}`` (the built image) and
+    ``{"error": ..., "errorDetail": {"message": ...}}`` (the build failed).
+    Shared by the Docker engine and the fake that replays recorded streams.
+    """
+    for chunk in chunks:
+        if "error" in chunk:
+            detail = (chunk.get("errorDetail") or {}).get("message") or chunk["error"]
+            yield BuildEvent(error=str(detail).strip())
+            return
+        if "stream" in chunk:
+            yield BuildEvent(text=str(chunk["stream"]))
+        aux = chunk.get("aux")
+        if isinstance(aux, dict) and "ID" in aux:
+            yield BuildEvent(image_id=str(aux["ID"]))
