@@ -169,8 +169,9 @@ def cmd_lock(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from imagebuild.build import BuildOptions, build_image
+    from imagebuild.build import BuildOptions, build_image, check_build_args
     from imagebuild.docker_engine import DockerEngine
+    from imagebuild.progress import ProgressMode, make_progress
 
     project = _project(args)
     inputs = project.load(args.arch)
@@ -182,9 +183,11 @@ def cmd_build(args: argparse.Namespace) -> int:
         build_args=dict(args.build_arg),
         record_path=args.record,
     )
+    check_build_args(options.build_args)  # before the engine is touched
+    progress = make_progress(ProgressMode(args.progress), sys.stderr, verbose=args.verbose > 0)
     engine = DockerEngine.from_env()
     try:
-        record = build_image(project, inputs, options, engine, report=logger.info, echo=logger.debug)
+        record = build_image(project, inputs, options, engine, progress=progress)
     finally:
         engine.close()
     cached = sum(t.cached for t in record.steps)
@@ -326,6 +329,13 @@ def _parser() -> argparse.ArgumentParser:
         help="override a tunable",
     )
     p.add_argument("--record", type=Path, help=f"build record JSON (default {BUILD_DIR}/ARCH.build.json)")
+    p.add_argument(
+        "--progress",
+        choices=["auto", "plain", "tty"],
+        default="auto",
+        help="plain: a line per step start, end and 30 s heartbeat; tty: one live line; "
+        "auto (default): tty when stderr is a terminal. Under GitHub Actions steps are collapsible groups",
+    )
     p.add_argument("--json", action="store_true", help="print the build record as JSON")
 
     p = add("verify", cmd_verify, "run the smoke checks against a built image")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from imagebuild.build import BuildOptions, build_image
 from imagebuild.cli import main
 from imagebuild.docker_engine import DockerEngine
 from imagebuild.errors import BuildError
+from imagebuild.progress import BuildProgress
 from imagebuild.project import find_project
 from imagebuild.render import ConstraintMode
 from sampleworld.world import World
@@ -75,7 +77,8 @@ def build(pins: Path, mode: ConstraintMode, tmp_path: Path, engine: DockerEngine
         log_path=tmp_path / "build.log",
         constraint_mode=mode,
     )
-    record = build_image(project, project.load("gfx942"), options, engine, report=print, echo=lambda _: None)
+    progress = BuildProgress(sys.stdout)  # shown by pytest when the test fails
+    record = build_image(project, project.load("gfx942"), options, engine, progress=progress)
     return record.tag
 
 

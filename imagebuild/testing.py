@@ -1,0 +1,223 @@
+"""Test doubles behind imagebuild's own interfaces: a fake engine that replays recorded builds, a fake clock.
+
+Not mocks: ``FakeEngine`` is an ``Engine`` like ``DockerEngine``, and its
+builds replay streams recorded from a real classic builder (the sample-world
+build; see tests/data/build_streams/ and the script there that records them),
+translated by the same code the Docker engine uses. ``FakeClock`` is a
+``Clock`` whose timers fire when the test advances time, so a replay that
+reaches a recorded pause fires the heartbeats a real build would, at once.
+
+It lives in the package, not under tests/, so any test imports it the same
+way whatever pytest's rootdir and import mode are.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo, classic_build_events
+from imagebuild.errors import EngineError
+from imagebuild.layout import APP_DIR
+from imagebuild.util.clock import Clock, Timer
+
+# Clock ---------------------------------------------------------------------------------------------
+
+
+class FakeClock(Clock):
+    """Time stands still until ``advance``; timers due on the way fire in order, synchronously."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self._now = start
+        self._timers: list[tuple[float, int, _FakeTimer]] = []
+        self._order = itertools.count()
+
+    def now(self) -> float:
+        return self._now
+
+    def every(self, interval: float, callback: Callable[[], None]) -> Timer:
+        timer = _FakeTimer(interval, callback)
+        heapq.heappush(self._timers, (self._now + interval, next(self._order), timer))
+        return timer
+
+    def advance(self, seconds: float) -> None:
+        self.advance_to(self._now + seconds)
+
+    def advance_to(self, when: float) -> None:
+        while self._timers and self._timers[0][0] <= when:
+            due, _, timer = heapq.heappop(self._timers)
+            if timer.cancelled:
+                continue
+            self._now = max(self._now, due)
+            timer.callback()
+            heapq.heappush(self._timers, (due + timer.interval, next(self._order), timer))
+        self._now = max(self._now, when)
+
+
+@dataclass
+class _FakeTimer(Timer):
+    interval: float
+    callback: Callable[[], None]
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+# Recorded builds -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordedMessage:
+    at: float  # seconds after the build request
+    chunk: Mapping[str, Any] | None = None  # a JSON message of the classic builder
+    engine_error: str | None = None  # the engine failed here (DockerEngine raised EngineError)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recording:
+    """One build stream as the engine sent it, with the time of each message."""
+
+    name: str
+    note: str
+    dockerfile_sha256: str  # of the Dockerfile that was built: replays must render the same one
+    messages: tuple[RecordedMessage, ...]
+
+    @classmethod
+    def load(cls, path: Path) -> Recording:
+        header, *rows = (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines())
+        messages = tuple(
+            RecordedMessage(at=row["at"], chunk=row.get("chunk"), engine_error=row.get("engine_error"))
+            for row in rows
+        )
+        return cls(
+            name=header["name"],
+            note=header["note"],
+            dockerfile_sha256=header["dockerfile_sha256"],
+            messages=messages,
+        )
+
+    def dump(self, path: Path) -> None:
+        header = {"name": self.name, "note": self.note, "dockerfile_sha256": self.dockerfile_sha256}
+        rows = [header]
+        for m in self.messages:
+            row: dict[str, Any] = {"at": round(m.at, 3)}
+            if m.chunk is not None:
+                row["chunk"] = m.chunk
+            if m.engine_error is not None:
+                row["engine_error"] = m.engine_error
+            rows.append(row)
+        path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
+
+    def stretched(self, after_text: str, pause: float) -> Recording:
+        """This recording with ``pause`` more seconds of silence after the first message containing ``after_text``."""
+        index = next(
+            i for i, m in enumerate(self.messages) if m.chunk and after_text in str(m.chunk.get("stream", ""))
+        )
+        messages = [
+            m if i <= index else RecordedMessage(at=m.at + pause, chunk=m.chunk, engine_error=m.engine_error)
+            for i, m in enumerate(self.messages)
+        ]
+        return Recording(
+            name=f"{self.name}+pause",
+            note=self.note,
+            dockerfile_sha256=self.dockerfile_sha256,
+            messages=tuple(messages),
+        )
+
+
+# Engine ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeEngine(Engine):
+    """An Engine whose builds replay recordings (one per build call, in order) and whose images are data.
+
+    What the code under test did is kept for assertions: ``requests``, ``tags``,
+    ``started``/``removed`` containers, ``runs``, ``closed``.
+    """
+
+    builds: list[Recording] = field(default_factory=list)
+    images: list[ImageInfo] = field(default_factory=list)  # found by id or by one of their tags
+    clock: FakeClock | None = None  # advanced to each message's time while replaying
+    run_result: Callable[[str, list[str]], tuple[int, str]] = lambda _image, _cmd: (0, "")
+    fake_address: str = "fake://engine"
+    requests: list[BuildRequest] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+    runs: list[tuple[str, list[str]]] = field(default_factory=list)
+    started: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    closed: bool = False
+
+    @property
+    def address(self) -> str:
+        return self.fake_address
+
+    def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
+        self.requests.append(request)
+        if not self.builds:
+            msg = "FakeEngine: build() called more often than there are recordings"
+            raise AssertionError(msg)
+        recording = self.builds.pop(0)
+        for event in classic_build_events(self._replay(recording)):
+            if event.image_id:  # the engine has the image it built
+                self.images.append(image_info(event.image_id))
+            yield event
+
+    def _replay(self, recording: Recording) -> Iterator[Mapping[str, Any]]:
+        start = self.clock.now() if self.clock else 0.0
+        for message in recording.messages:
+            if self.clock is not None:
+                self.clock.advance_to(start + message.at)
+            if message.engine_error is not None:
+                raise EngineError(message.engine_error)
+            if message.chunk is not None:
+                yield message.chunk
+
+    def tag(self, image_id: str, name: str) -> None:
+        self.tags[name] = image_id
+
+    def inspect_image(self, ref: str) -> ImageInfo:
+        image_id = self.tags.get(ref, ref)
+        for info in self.images:
+            if image_id == info.id or ref in info.tags:
+                return info
+        msg = f"no image '{ref}' in the Docker engine at {self.address}; build it first (imagebuild build)"
+        raise EngineError(msg)
+
+    def run(self, image: str, command: list[str], *, network_mode: str | None = None) -> tuple[int, str]:
+        self.inspect_image(image)
+        self.runs.append((image, command))
+        return self.run_result(image, command)
+
+    def start(self, image: str, *, network_mode: str | None = None) -> str:
+        self.inspect_image(image)
+        container = f"fake-container-{len(self.started) + 1}"
+        self.started.append(container)
+        return container
+
+    def remove(self, container_id: str) -> None:
+        self.removed.append(container_id)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def image_info(
+    image_id: str, *, tags: Sequence[str] = (), labels: Mapping[str, str] | None = None
+) -> ImageInfo:
+    """An ImageInfo with the config imagebuild's images have (empty ENTRYPOINT, WORKDIR /app)."""
+    return ImageInfo(
+        id=image_id,
+        tags=tuple(tags),
+        labels=dict(labels or {}),
+        env={},
+        entrypoint=None,
+        cmd=None,
+        workdir=APP_DIR,
+    )

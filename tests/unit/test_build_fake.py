@@ -1,0 +1,216 @@
+"""build_image on the FakeEngine: recorded sample-world streams, replayed against a fake clock.
+
+The recordings (tests/data/build_streams/) are real classic-builder streams of
+the sample-world build; re-record them with the script there after changing
+stages/ (the first test says when).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from imagebuild.attestations import INVENTORY_SCRIPT, SBOM_LABEL
+from imagebuild.build import BuildOptions, BuildRecord, build_image
+from imagebuild.errors import BuildError, EngineError
+from imagebuild.labels import image_labels
+from imagebuild.layout import ARCH_LABEL, OCI_LABEL_PREFIX, OCI_LABELS, PIN_LABEL_PREFIX
+from imagebuild.progress import BuildProgress
+from imagebuild.project import Inputs, Project, find_project
+from imagebuild.render import RenderOptions, render
+from imagebuild.testing import FakeClock, FakeEngine, Recording
+from sampleworld.layout import BAD_SHA
+from tests.conftest import REPO
+
+STREAMS = REPO / "tests" / "data" / "build_streams"
+TAG = "imagebuild-test/fake:gfx942"
+
+
+def recorded_inventory(_image: str, command: list[str]) -> tuple[int, str]:
+    """The SBOM's pip inventory, as the recorded image's python printed it."""
+    return 0, (STREAMS / "inventory.txt").read_text() if INVENTORY_SCRIPT in command else ""
+
+
+def load(name: str) -> Recording:
+    return Recording.load(STREAMS / f"{name}.jsonl")
+
+
+def sample_project(pins: Path = STREAMS / "pins.toml") -> tuple[Project, Inputs]:
+    project = find_project(REPO, pins)
+    return project, project.load("gfx942")
+
+
+def bad_pins(tmp_path: Path) -> Path:
+    """The recorded pins with vLLM at a commit its repository lacks (the failure recording)."""
+    text = (STREAMS / "pins.toml").read_text()
+    _, inputs = sample_project()
+    commit = inputs.pins.get("vllm").identity
+    assert commit
+    path = tmp_path / "pins.toml"
+    path.write_text(text.replace(commit, BAD_SHA))
+    return path
+
+
+def run_build(
+    recording: Recording,
+    tmp_path: Path,
+    *,
+    pins: Path = STREAMS / "pins.toml",
+    progress: BuildProgress | None = None,
+) -> tuple[FakeEngine, BuildRecord]:
+    project, inputs = sample_project(pins)
+    clock = FakeClock()
+    engine = FakeEngine(builds=[recording], clock=clock, run_result=recorded_inventory)
+    options = BuildOptions(
+        arch="gfx942",
+        tag=TAG,
+        network="host",
+        record_path=tmp_path / "record.json",
+        log_path=tmp_path / "build.log",
+    )
+    return engine, build_image(project, inputs, options, engine, progress=progress, clock=clock)
+
+
+@pytest.mark.parametrize("name", ["success", "cached", "engine-lost"])
+def test_recordings_match_the_dockerfile_the_stages_render(name: str) -> None:
+    _, inputs = sample_project()
+    text = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions()).text
+    assert hashlib.sha256(text.encode()).hexdigest() == load(name).dockerfile_sha256, (
+        "stages/ changed since the build streams were recorded: "
+        "re-record them with `python tests/data/build_streams/record.py`"
+    )
+
+
+def test_success_times_every_step_tags_once_and_writes_the_record(tmp_path: Path) -> None:
+    engine, record = run_build(load("success"), tmp_path)
+    assert [t.number for t in record.steps] == list(range(1, 19))
+    assert not any(t.cached for t in record.steps)  # recorded with --no-cache
+    assert engine.tags == {TAG: record.image_id}
+    assert record.image_id.startswith("sha256:")
+    # Step times come from the recorded stream: the cold build's MoRI step took seconds.
+    assert record.steps[3].seconds > 1.0
+    assert sum(t.seconds for t in record.steps) <= record.total_seconds
+    written = json.loads((tmp_path / "record.json").read_text())
+    assert written["image_id"] == record.image_id
+    assert written["steps"][6]["title"] == "vLLM fork, full source compile"
+    log = (tmp_path / "build.log").read_text()
+    assert "Step 62/62 : LABEL" in log
+    assert "Successfully built" in log
+
+
+def test_request_carries_the_context_labels_and_options(tmp_path: Path) -> None:
+    engine, record = run_build(load("success"), tmp_path)
+    (request,) = engine.requests
+    assert request.network_mode == "host"
+    assert not request.no_cache
+    assert request.labels == record.labels
+    project, inputs = sample_project()
+    assert image_labels(project, inputs).items() <= record.labels.items()
+    assert record.labels[SBOM_LABEL] == "gfx942.sbom.cdx.json"  # and the inputs digest (attestations)
+
+
+def test_cached_rebuild_is_detected_step_by_step(tmp_path: Path) -> None:
+    _, record = run_build(load("cached"), tmp_path)
+    assert record.all_cached
+    assert [t.cached for t in record.steps] == [True] * 18
+
+
+def test_failure_names_step_title_pins_and_tail_and_tags_nothing(tmp_path: Path) -> None:
+    pins = bad_pins(tmp_path)
+    project, inputs = sample_project(pins)
+    engine = FakeEngine(builds=[load("failure")], clock=FakeClock())
+    options = BuildOptions(
+        arch="gfx942", tag=TAG, record_path=tmp_path / "r.json", log_path=tmp_path / "b.log"
+    )
+    with pytest.raises(BuildError) as e:
+        build_image(project, inputs, options, engine, clock=FakeClock())
+    message = str(e.value)
+    first = message.splitlines()[0]
+    assert first.startswith(
+        f"step 7/18 'vLLM fork, full source compile' failed (stages/07-vllm.toml; pins: vllm = {BAD_SHA})"
+    )
+    assert "returned a non-zero code: 128" in first
+    assert "  | fatal: remote error: upload-pack: not our ref " + BAD_SHA in message
+    assert "\x1b" not in message  # the builder's colour codes are not copied into the message
+    assert message.endswith(f"full log: {tmp_path / 'b.log'}; nothing was tagged")
+    assert engine.tags == {}
+    assert not (tmp_path / "r.json").exists()
+    assert "ERROR: The command" in (tmp_path / "b.log").read_text()
+
+
+def test_engine_lost_mid_build_names_the_step_and_tags_nothing(tmp_path: Path) -> None:
+    with pytest.raises(EngineError) as e:
+        run_build(load("engine-lost"), tmp_path)
+    message = str(e.value)
+    assert message.startswith("step 4/18 'Constraint proof, then MoRI from source' was interrupted")
+    assert "lost the connection to the Docker engine" in message
+    assert "nothing was tagged" in message
+    assert e.value.exit_code == 3
+    assert not (tmp_path / "record.json").exists()
+
+
+def test_progress_lines_start_and_end_every_step_in_order(tmp_path: Path) -> None:
+    out = io.StringIO()
+    run_build(load("cached"), tmp_path, progress=BuildProgress(out))
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith(f"building {TAG} for gfx942 on fake://engine (")
+    steps = [line for line in lines if line.startswith("[")]
+    assert len(steps) == 36
+    for n in range(1, 19):
+        start, end = steps[2 * n - 2], steps[2 * n - 1]
+        assert start.startswith(f"[{n}/18] ")
+        assert start.endswith(" ...")
+        assert end.startswith(start)
+        assert end.endswith("(cached)")
+
+
+def test_labels_outside_a_git_checkout_fall_back(project: Path) -> None:
+    """The unit `project` fixture is a copy of the inputs outside any git checkout."""
+    pins = project / "pins.toml"
+    pins.write_text((STREAMS / "pins.toml").read_text())
+    found = find_project(project, pins)
+    labels = image_labels(found, found.load("gfx942"))
+    assert labels[f"{OCI_LABEL_PREFIX}revision"] == "unknown"
+    assert labels[f"{OCI_LABEL_PREFIX}created"] == "unknown"
+    assert labels[f"{OCI_LABEL_PREFIX}source"] == str(project)
+    assert labels[ARCH_LABEL] == "gfx942"
+    assert set(OCI_LABELS) <= {k.removeprefix(OCI_LABEL_PREFIX) for k in labels}
+    for pin in found.load("gfx942").pins:
+        assert labels[f"{PIN_LABEL_PREFIX}{pin.name}"] == pin.identity
+
+
+CONTEXT_DIGEST = """
+import hashlib, sys
+from pathlib import Path
+from imagebuild.context import context_files, make_context
+from imagebuild.project import find_project
+from imagebuild.render import RenderOptions, render
+project = find_project(Path(sys.argv[1]), Path(sys.argv[2]))
+inputs = project.load("gfx942")
+dockerfile = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions())
+print(hashlib.sha256(make_context(context_files(dockerfile, inputs))).hexdigest())
+"""
+
+
+def test_context_is_byte_identical_across_processes_and_hash_seeds() -> None:
+    """Set and dict order must not leak into the tar: two interpreters, two hash seeds, one digest."""
+    digests = set()
+    for seed in ("1", "4242"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run(
+            [sys.executable, "-c", CONTEXT_DIGEST, str(REPO), str(STREAMS / "pins.toml")],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+            timeout=60,
+        )
+        digests.add(done.stdout.strip())
+    assert len(digests) == 1, digests
