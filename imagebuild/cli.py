@@ -208,15 +208,17 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from imagebuild.docker_engine import DockerEngine
     from imagebuild.errors import VerifyError
     from imagebuild.verify import VerifyOptions, verify
 
-    project = _project(args)
-    image = args.image or default_tag(args.arch)
-    result = verify(
-        VerifyOptions(image=image, pins_path=project.pins_path, arch=args.arch, junit=args.junit),
-        progress=logger.info,
-    )
+    inputs = _project(args).load(args.arch)
+    options = VerifyOptions(image=args.image or default_tag(args.arch), junit=args.junit)
+    engine = DockerEngine.from_env()
+    try:
+        result = verify(inputs, options, engine, progress=logger.info)
+    finally:
+        engine.close()
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")

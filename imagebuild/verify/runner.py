@@ -5,12 +5,24 @@ pytest runs in a subprocess, not in-process: the checks get a clean pytest
 session the caller is in — ``imagebuild verify`` is itself run from pytest in
 this project's tests, and a nested in-process pytest.main would share its
 plugins, warning filters and imported modules.
+
+How the checks reach Docker. The image is inspected and its container started
+and removed through the ``Engine`` the caller passes in (the one interface to
+Docker). The checks themselves run in that pytest subprocess through
+testinfra's docker backend (``--hosts=docker://CONTAINER``), which runs each
+command as ``docker exec CONTAINER /bin/sh -c ...`` with the ``docker`` CLI:
+outside the Engine interface, because testinfra talks to hosts only through
+its own backends and a subprocess cannot be handed a Python engine object. So
+verify needs the ``docker`` CLI on PATH, and it reaches the same engine as
+imagebuild because both take it from the same environment (DOCKER_HOST, else
+the current docker context, else /var/run/docker.sock).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -21,8 +33,7 @@ from typing import Any, cast
 
 from imagebuild.engine import Engine, ImageInfo
 from imagebuild.errors import CommandError, VerifyError
-from imagebuild.layout import DEFAULT_ARCH
-from imagebuild.project import find_project
+from imagebuild.project import Inputs
 from imagebuild.util.run import run_command
 from imagebuild.verify import checks
 from imagebuild.verify.checks.support import CONTEXT_ENV, RESULTS_ENV
@@ -45,24 +56,27 @@ junit_logging = no
 @dataclass(frozen=True, kw_only=True)
 class VerifyOptions:
     image: str  # image ref or id
-    pins_path: Path
-    arch: str = DEFAULT_ARCH
     junit: Path | None = None  # write JUnit XML here
-    engine: Engine | None = None  # default DockerEngine.from_env()
 
 
-def verify(options: VerifyOptions, progress: Callable[[str], None] | None = None) -> VerifyResult:
-    """Check a built image against its inputs; the result says which checks failed and why.
+def verify(
+    inputs: Inputs, options: VerifyOptions, engine: Engine, *, progress: Callable[[str], None] | None = None
+) -> VerifyResult:
+    """Check a built image against the inputs it was built from; the result says which checks failed and why.
 
-    Raises VerifyError only when the checks could not run at all (a failed check is a result).
+    The engine is the caller's (opened and closed by it, as for build). Raises
+    VerifyError only when the checks could not run at all (a failed check is a
+    result), EngineError when the image or a container is out of reach.
     """
     say = progress or (lambda _: None)
     started = time.monotonic()
-    inputs = find_project(Path.cwd(), options.pins_path).load(options.arch)
+    if shutil.which("docker") is None:
+        msg = "verify runs its checks with testinfra through the `docker` CLI (docker exec), which is not on PATH; install it (docker.io)"
+        raise VerifyError(msg)
     expectations = build_expectations(inputs, image=options.image)
-    engine = options.engine or _docker_engine()
     info = engine.inspect_image(options.image)
-    say(f"verify: {options.image} ({info.id[:19]}) against {options.pins_path}, arch {options.arch}")
+    arch = inputs.arch.name
+    say(f"verify: {options.image} ({info.id[:19]}) against {inputs.pins.path}, arch {arch}")
     container = engine.start(info.id, network_mode="none")  # the checks need no network
     try:
         say(f"verify: container {container[:12]} started; running the checks")
@@ -73,17 +87,11 @@ def verify(options: VerifyOptions, progress: Callable[[str], None] | None = None
     return VerifyResult(
         image=options.image,
         image_id=info.id,
-        arch=options.arch,
+        arch=arch,
         checks=results,
         duration_s=time.monotonic() - started,
         junit=str(options.junit) if options.junit else None,
     )
-
-
-def _docker_engine() -> Engine:
-    from imagebuild.docker_engine import DockerEngine
-
-    return DockerEngine.from_env()
 
 
 def image_context(info: ImageInfo) -> dict[str, Any]:

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 from conftest import GoodImage
+from verify_support import REPO
 
 from imagebuild.engine import Engine
+from imagebuild.project import find_project
 from imagebuild.verify import VerifyOptions, VerifyResult, verify
 
 pytestmark = pytest.mark.docker
@@ -19,7 +21,8 @@ BUDGET_S = 20.0  # the whole verify against a built image
 
 
 def _verify(engine: Engine, good: GoodImage, image: str, junit: Path | None = None) -> VerifyResult:
-    return verify(VerifyOptions(image=image, pins_path=good.pins, engine=engine, junit=junit))
+    inputs = find_project(REPO, good.pins).load("gfx942")
+    return verify(inputs, VerifyOptions(image=image, junit=junit), engine)
 
 
 def _failed(result: VerifyResult) -> dict[str, str]:
