@@ -1,17 +1,21 @@
 """Build the sample-world image with `imagebuild build` and with plain `docker build`.
 
-Same rendered Dockerfile, same context, same classic builder (DOCKER_BUILDKIT=0),
-cold (--no-cache) and fully cached, and prints the times and the ratios. Needs
-the Docker engine (scripts/ensure-docker.sh); brings the sample world up.
+Same Dockerfile, same context (the bytes imagebuild sends, extracted), same
+classic builder (DOCKER_BUILDKIT=0). Cold builds (--no-cache) alternate which
+tool goes first, so neither always gets the page cache the other warmed;
+cached builds are repeated. Prints every run, the medians and their ratios.
+Needs the Docker engine (scripts/ensure-docker.sh); brings the sample world up.
 
-    python benchmarks/bench_build.py
+    python benchmarks/bench_build.py [--rounds 2] [--cached-runs 5]
 """
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -23,9 +27,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from imagebuild.context import context_files, make_context  # noqa: E402
+from imagebuild.labels import image_labels  # noqa: E402
 from imagebuild.project import find_project  # noqa: E402
 from imagebuild.render import RenderOptions, render  # noqa: E402
 from sampleworld.world import up  # noqa: E402
+
+# Tags of this checkout only: several checkouts may share one engine.
+TAG_PREFIX = f"bench-{REPO.name}"
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
@@ -35,6 +43,11 @@ def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2, help="cold builds of each tool (default 2)")
+    parser.add_argument("--cached-runs", type=int, default=5, help="cached builds of each tool (default 5)")
+    args = parser.parse_args()
+
     world = up()
     work = Path(tempfile.mkdtemp(prefix="bench-build-"))
     pins = work / "pins.toml"
@@ -44,38 +57,33 @@ def main() -> int:
     project = find_project(REPO, pins)
     inputs = project.load("gfx942")
     dockerfile = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions())
+    context = make_context(context_files(dockerfile, inputs, labels=image_labels(project, inputs)))
     context_dir = work / "context"
-    with tarfile.open(fileobj=io.BytesIO(make_context(context_files(dockerfile, inputs)))) as tar:
+    with tarfile.open(fileobj=io.BytesIO(context)) as tar:
         tar.extractall(context_dir, filter="data")
 
-    ib = [
-        sys.executable,
-        "-m",
-        "imagebuild",
-        "build",
-        "--pins",
-        str(pins),
-        "--network",
-        "host",
-        "--tag",
-        "bench/ib:gfx942",
-    ]
-    plain = ["docker", "build", "--network", "host", "-t", "bench/plain:gfx942", str(context_dir)]
+    ib = [sys.executable, "-m", "imagebuild", "build", "--pins", str(pins), "--network", "host"]
+    ib += ["--tag", f"{TAG_PREFIX}/ib:gfx942", "--record", str(work / "record.json"), "--progress", "plain"]
+    plain = ["docker", "build", "--network", "host", "-t", f"{TAG_PREFIX}/plain:gfx942", str(context_dir)]
     classic = {**os.environ, "DOCKER_BUILDKIT": "0"}
-    results = {
-        "imagebuild cold": timed([*ib, "--no-cache"]),
-        "docker build cold": timed([*plain[:2], "--no-cache", *plain[2:]], classic),
-        "imagebuild cached": timed(ib),
-        "docker build cached": timed(plain, classic),
-    }
-    for name, seconds in results.items():
-        print(f"{name:<22} {seconds:7.2f} s")
-    print(
-        f"cold ratio   imagebuild / docker build = {results['imagebuild cold'] / results['docker build cold']:.2f}"
-    )
-    print(
-        f"cached ratio imagebuild / docker build = {results['imagebuild cached'] / results['docker build cached']:.2f}"
-    )
+    runs: dict[str, list[float]] = {k: [] for k in ("ib cold", "docker cold", "ib cached", "docker cached")}
+    for round_ in range(args.rounds):
+        order = [
+            ("ib cold", [*ib, "--no-cache"], None),
+            ("docker cold", [*plain[:2], "--no-cache", *plain[2:]], classic),
+        ]
+        for name, argv, env in order if round_ % 2 == 0 else order[::-1]:
+            runs[name].append(timed(argv, env))
+    timed(ib), timed(plain, classic)  # a warm-up of each, not measured
+    for _ in range(args.cached_runs):
+        runs["ib cached"].append(timed(ib))
+        runs["docker cached"].append(timed(plain, classic))
+
+    medians = {name: statistics.median(times) for name, times in runs.items()}
+    for name, times in runs.items():
+        print(f"{name:<14} median {medians[name]:6.2f} s   runs: {' '.join(f'{t:.2f}' for t in times)}")
+    print(f"cold ratio   imagebuild / docker build = {medians['ib cold'] / medians['docker cold']:.3f}")
+    print(f"cached ratio imagebuild / docker build = {medians['ib cached'] / medians['docker cached']:.1f}")
     shutil.rmtree(work)
     return 0
 

@@ -98,8 +98,11 @@ def build_image(
     record_path = options.record_path or build_record_path(project.root, inputs.arch.name)
     attestations = AttestationPaths.beside(record_path, inputs.arch.name)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    context = make_context(context_files(dockerfile, inputs))
-    labels = image_labels(project, inputs) | attestation_labels(attestations, context)
+    # The attestations' inputs digest is of the context without the labels: a label cannot hold
+    # the digest of a file that contains it. The build sends the labels as the Dockerfile's last line.
+    inputs_context = make_context(context_files(dockerfile, inputs))
+    labels = image_labels(project, inputs) | attestation_labels(attestations, inputs_context)
+    context = make_context(context_files(dockerfile, inputs, labels=labels))
     show.message(
         f"building {tag} for {inputs.arch.name} on {engine.address} ({len(context) // 1024} KiB context)"
     )
@@ -107,8 +110,9 @@ def build_image(
     tracker = StepTracker(dockerfile, time, show)
     started = time.now()
     started_at = datetime.now(UTC)
+    # The labels are in the context's Dockerfile (one LABEL line), not build options.
     request = BuildRequest(
-        context=context, labels=labels, network_mode=options.network, no_cache=options.no_cache
+        context=context, labels={}, network_mode=options.network, no_cache=options.no_cache
     )
     # Heartbeats come from a timer: a step may print nothing for many minutes.
     timer = time.every(TICK_S, tracker.tick)

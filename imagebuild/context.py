@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import io
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuild.errors import ConfigError
 from imagebuild.layout import CHECK_TOOL, CONSTRAINT_FILE, CONTEXT_LAUNCHER, CONTEXT_ROOTFS, PROBE_DIR
 from imagebuild.project import Inputs
-from imagebuild.render import Dockerfile
+from imagebuild.render import Dockerfile, label_instruction
 
 PACKAGE = Path(__file__).resolve().parent
 IMAGE_FILES = PACKAGE / "image_files"
@@ -65,8 +65,13 @@ PROVIDERS: dict[str, Callable[[Inputs], list[ContextFile]]] = {
 }
 
 
-def context_files(dockerfile: Dockerfile, inputs: Inputs) -> list[ContextFile]:
-    files = [ContextFile("Dockerfile", dockerfile.text.encode())]
+def context_files(
+    dockerfile: Dockerfile, inputs: Inputs, *, labels: Mapping[str, str] | None = None
+) -> list[ContextFile]:
+    """The context's files, sorted. ``labels`` become one LABEL line after the rendered Dockerfile
+    (build-time facts such as the git revision, so they are not in the committed file)."""
+    text = dockerfile.text + (f"{label_instruction(labels)}\n" if labels else "")
+    files = [ContextFile("Dockerfile", text.encode())]
     for name in dockerfile.context_dirs:
         if name not in PROVIDERS:
             msg = f"a COPY step reads '{name}/' from the build context, which imagebuild does not provide (known: {', '.join(PROVIDERS)})"

@@ -52,12 +52,13 @@ class DockerEngine(Engine):
         host = _context_host()
         address = os.environ.get("DOCKER_HOST") or host or "unix:///var/run/docker.sock"
         try:
+            # Creating the client asks the engine for its API version (GET /version):
+            # that request is the reachability check, so no separate ping.
             client = (
                 docker.DockerClient(base_url=host, timeout=timeout)
                 if host
                 else docker.from_env(timeout=timeout)
             )
-            client.ping()
         except docker.errors.DockerException as e:
             msg = f"cannot reach the Docker engine at {address}: {_reason(e)}; {START_HINT}"
             raise EngineError(msg) from e

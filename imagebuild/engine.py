@@ -37,7 +37,9 @@ class ImageInfo:
 @dataclass(frozen=True, kw_only=True)
 class BuildRequest:
     context: bytes  # an uncompressed tar with the Dockerfile at its root
-    labels: Mapping[str, str]
+    # Labels as a build option; the classic builder commits each as a step of its own, so
+    # build_image writes them into the Dockerfile as one LABEL line instead.
+    labels: Mapping[str, str] = field(default_factory=dict)
     network_mode: str | None = None
     no_cache: bool = False
 

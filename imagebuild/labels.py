@@ -1,18 +1,23 @@
 """The labels a built image carries: OCI annotations of the checkout and one label per pin.
 
-The checkout's facts come from git (three local queries, no network). A label
-never fails a build: outside a git checkout, or without git, they fall back to
-"unknown" and the checkout's path.
+The checkout's facts come from git (three local queries, no network). A missing
+fact never fails a build: outside a git checkout, or without git, they fall back
+to "unknown" and the checkout's path. Anyone who can pull the image reads its
+labels, so the remote URL loses any credentials in it and a value that still
+looks like a credential is refused.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from imagebuild import __version__
-from imagebuild.errors import CommandError
+from imagebuild.errors import CommandError, ConfigError
 from imagebuild.layout import ARCH_LABEL, OCI_LABEL_PREFIX, PIN_LABEL_PREFIX, VERSION_LABEL
 from imagebuild.project import Inputs, Project
+from imagebuild.secrets import value_secret_reason
 from imagebuild.util.run import run_command
 
 GIT_TIMEOUT_S = 10
@@ -20,13 +25,22 @@ GIT_TIMEOUT_S = 10
 
 def image_labels(project: Project, inputs: Inputs) -> dict[str, str]:
     """OCI labels plus one label per pin with its immutable identity (UnpinnedError when one has none)."""
-    commit, _, committed = _git(project.root, "log", "-1", "--format=%H%n%cI").partition("\n")
+    # Three independent local queries: run them at once rather than one process after another.
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        log, status, remote = pool.map(
+            lambda args: _git(project.root, *args),
+            [
+                ("log", "-1", "--format=%H%n%cI"),
+                ("status", "--porcelain"),
+                ("config", "--get", "remote.origin.url"),
+            ],
+        )
+    commit, _, committed = log.partition("\n")
     revision = commit or "unknown"
-    if _git(project.root, "status", "--porcelain"):
+    if status:
         revision += "-dirty"
     labels = {
-        f"{OCI_LABEL_PREFIX}source": _git(project.root, "config", "--get", "remote.origin.url")
-        or str(project.root),
+        f"{OCI_LABEL_PREFIX}source": public_url(remote) or str(project.root),
         f"{OCI_LABEL_PREFIX}revision": revision,
         # The commit time, not the build time: a rebuild of the same commit labels the same.
         f"{OCI_LABEL_PREFIX}created": committed or "unknown",
@@ -36,7 +50,21 @@ def image_labels(project: Project, inputs: Inputs) -> dict[str, str]:
     }
     for pin in inputs.pins:
         labels[f"{PIN_LABEL_PREFIX}{pin.name}"] = pin.require_identity()
+    for key, value in labels.items():
+        reason = value_secret_reason(value, f"image label {key}")
+        if reason:
+            msg = f"{reason}: labels are readable by anyone who can pull the image; remove the credential from its source"
+            raise ConfigError(msg)
     return labels
+
+
+def public_url(url: str) -> str:
+    """A remote URL without credentials: https://user:token@host/x -> https://host/x."""
+    parts = urlsplit(url)
+    if not (parts.username or parts.password) or parts.hostname is None:
+        return url
+    host = f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname
+    return urlunsplit(parts._replace(netloc=host))
 
 
 def _git(root: Path, *args: str) -> str:

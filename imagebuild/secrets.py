@@ -15,7 +15,12 @@ def secret_reason(name: str, value: str = "") -> str | None:
     """Why ``name=value`` looks like a credential, or None."""
     if SECRET_NAME_RE.search(name):
         return f"the name '{name}' looks like a secret"
+    return value_secret_reason(value, f"the value of {name}")
+
+
+def value_secret_reason(value: str, what: str = "the value") -> str | None:
+    """Why ``value`` looks like it holds a credential, or None (for values whose name is not chosen by a user)."""
     match = SECRET_VALUE_RE.search(value)
     if match:
-        return f"the value of {name} contains a credential-like string ('{match[0][:12]}...')"
+        return f"{what} contains a credential-like string ('{match[0][:12]}...')"
     return None

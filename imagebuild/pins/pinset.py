@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomlkit
-
 from imagebuild.errors import ConfigError
 from imagebuild.pins.kinds import ImagePin, Pin, parse_pin
 from imagebuild.schema import Table, read_toml, suggest
@@ -85,6 +83,8 @@ def render_updates(path: Path, updates: IdentityUpdate) -> str:
     Only identity keys may change: what a human tracks is never rewritten.
     """
     pinset = load_pins(path)
+    import tomlkit  # only lock writes pins.toml: keep it off every other command's start-up
+
     doc = tomlkit.parse(path.read_text(encoding="utf-8"))
     for name, fields in updates.items():
         pin = pinset.get(name)

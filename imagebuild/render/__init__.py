@@ -24,7 +24,15 @@ The package, along its seams:
 from imagebuild.layout import CONSTRAINT_FILE
 from imagebuild.render.assemble import render
 from imagebuild.render.commands import SETUPTOOLS_GUARD
-from imagebuild.render.model import ConstraintMode, Dockerfile, Line, LineKind, RenderedStep, RenderOptions
+from imagebuild.render.model import (
+    ConstraintMode,
+    Dockerfile,
+    Line,
+    LineKind,
+    RenderedStep,
+    RenderOptions,
+    label_instruction,
+)
 from imagebuild.render.policy import check_classic_builder
 from imagebuild.render.scope import check_arg_name
 
@@ -39,5 +47,6 @@ __all__ = [
     "RenderedStep",
     "check_arg_name",
     "check_classic_builder",
+    "label_instruction",
     "render",
 ]

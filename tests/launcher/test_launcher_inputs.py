@@ -145,7 +145,9 @@ def test_the_benchmark_gets_what_the_references_scripts_read(capsys: pytest.Capt
         "PERF_DEPLOYMENT_TYPE": "colocated",
         "PERF_TAGS": "vllm_multinode,colocated,pp2xtp8,noep",
     }
-    given = plan_json(capsys, k3_env(xP="2", PERF_DEPLOYMENT_TYPE="colocated_nightly", PERF_TAGS="k3,nightly"))
+    given = plan_json(
+        capsys, k3_env(xP="2", PERF_DEPLOYMENT_TYPE="colocated_nightly", PERF_TAGS="k3,nightly")
+    )
     assert given["benchmark_env"]["xP"] == "2"
     assert given["benchmark_env"]["PERF_DEPLOYMENT_TYPE"] == "colocated_nightly"
     assert given["benchmark_env"]["PERF_TAGS"] == "k3,nightly"

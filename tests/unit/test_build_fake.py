@@ -11,20 +11,23 @@ import hashlib
 import io
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 
 from imagebuild.attestations import INVENTORY_SCRIPT, SBOM_LABEL
 from imagebuild.build import BuildOptions, BuildRecord, build_image
-from imagebuild.errors import BuildError, EngineError
-from imagebuild.labels import image_labels
+from imagebuild.errors import BuildError, ConfigError, EngineError
+from imagebuild.labels import image_labels, public_url
 from imagebuild.layout import ARCH_LABEL, OCI_LABEL_PREFIX, OCI_LABELS, PIN_LABEL_PREFIX
 from imagebuild.progress import BuildProgress
 from imagebuild.project import Inputs, Project, find_project
-from imagebuild.render import RenderOptions, render
+from imagebuild.render import RenderOptions, label_instruction, render
 from imagebuild.testing import FakeClock, FakeEngine, Recording
 from sampleworld.layout import BAD_SHA
 from tests.conftest import REPO
@@ -55,6 +58,8 @@ def bad_pins(tmp_path: Path) -> Path:
     assert commit
     path = tmp_path / "pins.toml"
     path.write_text(text.replace(commit, BAD_SHA))
+    if (STREAMS / "pylock.toml").is_file():  # the same python lock beside it, as recorded
+        shutil.copy(STREAMS / "pylock.toml", tmp_path / "pylock.toml")
     return path
 
 
@@ -101,17 +106,25 @@ def test_success_times_every_step_tags_once_and_writes_the_record(tmp_path: Path
     assert written["image_id"] == record.image_id
     assert written["steps"][6]["title"] == "vLLM fork, full source compile"
     log = (tmp_path / "build.log").read_text()
-    assert "Step 62/62 : LABEL" in log
+    assert re.search(r"^Step (\d+)/\1 : LABEL ", log, re.MULTILINE)  # the labels: one last instruction
     assert "Successfully built" in log
 
 
-def test_request_carries_the_context_labels_and_options(tmp_path: Path) -> None:
+def test_labels_are_one_label_line_of_the_context_dockerfile(tmp_path: Path) -> None:
+    """Not the engine's labels option: the classic builder commits each of those as a step."""
     engine, record = run_build(load("success"), tmp_path)
     (request,) = engine.requests
     assert request.network_mode == "host"
     assert not request.no_cache
-    assert request.labels == record.labels
+    assert request.labels == {}
+    with tarfile.open(fileobj=io.BytesIO(request.context)) as tar:
+        member = tar.extractfile("Dockerfile")
+        assert member is not None
+        text = member.read().decode()
     project, inputs = sample_project()
+    rendered = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions()).text
+    assert text.startswith(rendered)
+    assert text[len(rendered) :] == label_instruction(record.labels) + "\n"
     assert image_labels(project, inputs).items() <= record.labels.items()
     assert record.labels[SBOM_LABEL] == "gfx942.sbom.cdx.json"  # and the inputs digest (attestations)
 
@@ -191,7 +204,7 @@ import hashlib, sys
 from pathlib import Path
 from imagebuild.context import context_files, make_context
 from imagebuild.project import find_project
-from imagebuild.render import RenderOptions, render
+from imagebuild.render import RenderOptions, label_instruction, render
 project = find_project(Path(sys.argv[1]), Path(sys.argv[2]))
 inputs = project.load("gfx942")
 dockerfile = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions())
@@ -214,3 +227,34 @@ def test_context_is_byte_identical_across_processes_and_hash_seeds() -> None:
         )
         digests.add(done.stdout.strip())
     assert len(digests) == 1, digests
+
+
+@pytest.mark.parametrize(
+    ("url", "public"),
+    [
+        ("https://user:ghp_abcdefghijkl@github.com/org/repo.git", "https://github.com/org/repo.git"),
+        ("https://x-access-token:abc@example.com:8443/r.git", "https://example.com:8443/r.git"),
+        ("git@github.com:org/repo.git", "git@github.com:org/repo.git"),
+        ("", ""),
+    ],
+)
+def test_the_source_label_carries_no_credentials(url: str, public: str) -> None:
+    assert public_url(url) == public
+
+
+def test_a_label_that_looks_like_a_credential_is_refused(project: Path) -> None:
+    pins = project / "pins.toml"
+    pins.write_text(
+        (STREAMS / "pins.toml").read_text().replace('version = "1.88.0"', 'version = "ghp_abcdefghijklmnop"')
+    )
+    found = find_project(project, pins)
+    with pytest.raises(
+        ConfigError, match=r"image label io\.imagebuild\.pin\.rust contains a credential-like string"
+    ):
+        image_labels(found, found.load("gfx942"))
+
+
+def test_label_line_is_one_sorted_instruction_and_refuses_control_characters() -> None:
+    assert label_instruction({"b": 'say "hi"', "a": "1"}) == 'LABEL "a"="1" "b"="say \\"hi\\""'
+    with pytest.raises(ConfigError, match="control characters"):
+        label_instruction({"a": "line\nbreak"})

@@ -4,8 +4,9 @@
 
 Needs the Docker engine (scripts/ensure-docker.sh); brings the sample world up
 and locks a copy of its pins here (pins.toml; the Dockerfile the tests render
-from it must be the one recorded). Writes one JSON-lines file per scenario:
-each line a message of ``POST /build`` as the engine sent it, with its time.
+from it must be the one recorded). Each scenario is a real ``build_image`` on
+a Docker engine that keeps what it sent back: one JSON-lines file per
+scenario, each line a message of ``POST /build`` with its time.
 
 * ``success``: a cold build (no cache) of the 18 steps;
 * ``cached``: the same build again, every step a cache hit;
@@ -25,6 +26,7 @@ import os
 import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -38,12 +40,11 @@ REPO = HERE.parents[2]
 sys.path.insert(0, str(REPO))
 
 from imagebuild.attestations import INVENTORY_SCRIPT  # noqa: E402
+from imagebuild.build import BuildOptions, build_image  # noqa: E402
 from imagebuild.cli import main as imagebuild_main  # noqa: E402
-from imagebuild.context import context_files, make_context  # noqa: E402
 from imagebuild.docker_engine import DockerEngine  # noqa: E402
-from imagebuild.engine import BuildRequest  # noqa: E402
-from imagebuild.errors import EngineError  # noqa: E402
-from imagebuild.labels import image_labels  # noqa: E402
+from imagebuild.engine import BuildEvent, BuildRequest  # noqa: E402
+from imagebuild.errors import BuildError, EngineError  # noqa: E402
 from imagebuild.project import find_project  # noqa: E402
 from imagebuild.render import RenderOptions, render  # noqa: E402
 from imagebuild.testing import RecordedMessage, Recording  # noqa: E402
@@ -51,13 +52,22 @@ from sampleworld.layout import BAD_SHA  # noqa: E402
 from sampleworld.world import up  # noqa: E402
 
 CUT_AFTER_S = 8.0  # engine-lost: the proxy drops the connection this long into a cold build
+TAG = f"imagebuild-record-{REPO.name}/kimi-k3:gfx942"  # per checkout: engines are shared
 
 
 class RecordingEngine(DockerEngine):
-    """A DockerEngine that keeps every raw message of its builds, with its time."""
+    """A DockerEngine that keeps every raw message of its builds with its time, and the SBOM inventory."""
 
     messages: list[RecordedMessage]
     started: float
+    inventory: str | None = None
+
+    def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
+        try:
+            yield from super().build(request)
+        except EngineError as e:  # what the fake engine raises when it replays this point
+            self.messages.append(RecordedMessage(at=time.monotonic() - self.started, engine_error=str(e)))
+            raise
 
     def build_chunks(self, request: BuildRequest) -> Iterator[dict[str, Any]]:
         self.messages, self.started = [], time.monotonic()
@@ -65,35 +75,40 @@ class RecordingEngine(DockerEngine):
             self.messages.append(RecordedMessage(at=time.monotonic() - self.started, chunk=chunk))
             yield chunk
 
+    def run(self, image: str, command: list[str], *, network_mode: str | None = None) -> tuple[int, str]:
+        code, output = super().run(image, command, network_mode=network_mode)
+        if INVENTORY_SCRIPT in command:
+            self.inventory = output
+        return code, output
 
-def record(
-    engine: RecordingEngine, request: BuildRequest, dockerfile_text: str, name: str, note: str
-) -> str | None:
-    """Record one build; the built image's id, if it built."""
-    image_id = None
+
+def record(engine: RecordingEngine, pins: Path, name: str, note: str, *, no_cache: bool = False) -> None:
+    """One real build_image, kept as ``name``.jsonl; its failure, if any, is part of the recording."""
+    project = find_project(REPO, pins)
+    inputs = project.load("gfx942")
+    text = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions()).text
+    work = Path(tempfile.mkdtemp(prefix="record-"))
+    options = BuildOptions(
+        arch="gfx942",
+        tag=TAG,
+        network="host",
+        no_cache=no_cache,
+        record_path=work / "gfx942.build.json",
+        log_path=work / "gfx942.build.log",
+    )
     try:
-        for event in engine.build(request):
-            image_id = event.image_id or image_id
-    except EngineError as e:
-        engine.messages.append(RecordedMessage(at=time.monotonic() - engine.started, engine_error=str(e)))
+        build_image(project, inputs, options, engine)
+    except (BuildError, EngineError) as e:
+        print(f"{name}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
+    shutil.rmtree(work)
     recording = Recording(
         name=name,
         note=note,
-        dockerfile_sha256=hashlib.sha256(dockerfile_text.encode()).hexdigest(),
+        dockerfile_sha256=hashlib.sha256(text.encode()).hexdigest(),
         messages=tuple(engine.messages),
     )
     recording.dump(HERE / f"{name}.jsonl")
     print(f"{name}: {len(recording.messages)} messages in {recording.messages[-1].at:.1f} s", file=sys.stderr)
-    return image_id
-
-
-def request_for(pins: Path) -> tuple[BuildRequest, str]:
-    project = find_project(REPO, pins)
-    inputs = project.load("gfx942")
-    dockerfile = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions())
-    context = make_context(context_files(dockerfile, inputs))
-    labels = image_labels(project, inputs)
-    return BuildRequest(context=context, labels=labels, network_mode="host"), dockerfile.text
 
 
 def cutting_proxy(target: str, listen: Path, cut_after: float) -> threading.Thread:
@@ -134,37 +149,27 @@ def main() -> int:
     pins = HERE / "pins.toml"
     shutil.copy(world.pins_path, pins)
     assert imagebuild_main(["lock", "--pins", str(pins)]) == 0
-    request, text = request_for(pins)
     engine = RecordingEngine(docker.from_env(timeout=600), "unix:///var/run/docker.sock")
 
-    cold = BuildRequest(context=request.context, labels=request.labels, network_mode="host", no_cache=True)
-    built = record(engine, cold, text, "success", "cold build (no cache) of the sample world, all 18 steps")
-    assert built, "the cold build failed"
-    code, inventory = engine.run(built, ["python3", "-I", "-c", INVENTORY_SCRIPT])
-    assert code == 0, inventory
-    (HERE / "inventory.txt").write_text(inventory)
-    record(engine, request, text, "cached", "the same build again: every step a cache hit")
+    record(engine, pins, "success", "cold build (no cache) of the sample world, all 18 steps", no_cache=True)
+    assert engine.inventory, "the cold build did not get as far as the SBOM"
+    (HERE / "inventory.txt").write_text(engine.inventory)
+    record(engine, pins, "cached", "the same build again: every step a cache hit")
 
-    bad = HERE / "bad-pins.toml"
-    commit = [line for line in pins.read_text().splitlines() if "raviguptaamd/vllm" in line]
-    assert commit, "no vllm url in the pins"
-    text_pins = pins.read_text()
-    vllm_commit = text_pins.split("[vllm]", 1)[1].split('commit = "', 1)[1][:40]
-    bad.write_text(text_pins.replace(vllm_commit, BAD_SHA))
-    bad_request, bad_text = request_for(bad)
-    bad.unlink()
-    record(engine, bad_request, bad_text, "failure", f"vllm pinned to {BAD_SHA}, which its repository lacks")
+    vllm = find_project(REPO, pins).load("gfx942").pins.get("vllm").identity
+    assert vllm
+    bad = Path(tempfile.mkdtemp(prefix="record-")) / "pins.toml"
+    bad.write_text(pins.read_text().replace(vllm, BAD_SHA))
+    if (HERE / "pylock.toml").is_file():  # the same python lock beside it: only vLLM's commit differs
+        shutil.copy(HERE / "pylock.toml", bad.parent / "pylock.toml")
+    record(engine, bad, "failure", f"vllm pinned to {BAD_SHA}, which its repository lacks")
+    shutil.rmtree(bad.parent)
 
     sock = Path(f"/tmp/imagebuild-record-{os.getpid()}.sock")
     cutting_proxy("/var/run/docker.sock", sock, CUT_AFTER_S)
     proxied = RecordingEngine(docker.DockerClient(base_url=f"unix://{sock}", timeout=600), f"unix://{sock}")
-    record(
-        proxied,
-        cold,
-        text,
-        "engine-lost",
-        f"the connection to the engine cut {CUT_AFTER_S:g} s into a cold build",
-    )
+    note = f"the connection to the engine cut {CUT_AFTER_S:g} s into a cold build"
+    record(proxied, pins, "engine-lost", note, no_cache=True)
     proxied.close()
     engine.close()
     sock.unlink()
