@@ -1,14 +1,21 @@
-"""Unit tests need neither docker nor network: accidental use fails loudly."""
+"""Unit tests need neither docker nor network (accidental use fails loudly); fixtures replaying recorded builds."""
 
 from __future__ import annotations
 
 import shutil
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from imagebuild.attestations import INVENTORY_SCRIPT
+from imagebuild.build import BuildOptions, BuildRecord, build_image
+from imagebuild.progress import BuildProgress
+from imagebuild.project import find_project
+from imagebuild.testing import FakeClock, FakeEngine, Recording
+from sampleworld.layout import BAD_SHA
 from tests.conftest import REPO
 
 
@@ -30,3 +37,60 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copy(REPO / "pins.toml", tmp_path / "pins.toml")
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+# Replaying recorded builds (tests/data/build_streams) --------------------------------------------------
+
+BUILD_STREAMS = REPO / "tests" / "data" / "build_streams"
+FAKE_TAG = "imagebuild-test/fake:gfx942"
+Replay = Callable[..., tuple[FakeEngine, BuildRecord]]
+
+
+@pytest.fixture
+def build_streams() -> Path:
+    """The recorded sample-world build streams and the locked pins they were built from."""
+    return BUILD_STREAMS
+
+
+@pytest.fixture
+def vllm_bad_pins(tmp_path: Path) -> Path:
+    """The recorded pins with vLLM at a commit its repository lacks (what the failure stream built)."""
+    text = (BUILD_STREAMS / "pins.toml").read_text()
+    commit = find_project(REPO, BUILD_STREAMS / "pins.toml").load("gfx942").pins.get("vllm").identity
+    assert commit
+    path = tmp_path / "pins.toml"
+    path.write_text(text.replace(commit, BAD_SHA))
+    if (BUILD_STREAMS / "pylock.toml").is_file():  # the same python lock beside it, as recorded
+        shutil.copy(BUILD_STREAMS / "pylock.toml", tmp_path / "pylock.toml")
+    return path
+
+
+@pytest.fixture
+def replay(tmp_path: Path) -> Replay:
+    """replay(NAME or Recording, pins=..., progress=...): build_image on a FakeEngine replaying it, fake time."""
+
+    def run(
+        recording: str | Recording, *, pins: Path | None = None, progress: BuildProgress | None = None
+    ) -> tuple[FakeEngine, BuildRecord]:
+        if isinstance(recording, str):
+            recording = Recording.load(BUILD_STREAMS / f"{recording}.jsonl")
+        project = find_project(REPO, pins or BUILD_STREAMS / "pins.toml")
+        clock = FakeClock()
+        inventory = (BUILD_STREAMS / "inventory.txt").read_text()
+        engine = FakeEngine(
+            builds=[recording],
+            clock=clock,
+            # The SBOM's pip inventory, as the recorded image's python printed it.
+            run_result=lambda _image, command: (0, inventory if INVENTORY_SCRIPT in command else ""),
+        )
+        options = BuildOptions(
+            arch="gfx942",
+            tag=FAKE_TAG,
+            network="host",
+            record_path=tmp_path / "record.json",
+            log_path=tmp_path / "build.log",
+        )
+        record = build_image(project, project.load("gfx942"), options, engine, progress=progress, clock=clock)
+        return engine, record
+
+    return run

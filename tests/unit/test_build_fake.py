@@ -12,15 +12,15 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from imagebuild.attestations import INVENTORY_SCRIPT, SBOM_LABEL
+from imagebuild.attestations import SBOM_LABEL
 from imagebuild.build import BuildOptions, BuildRecord, build_image
 from imagebuild.errors import BuildError, ConfigError, EngineError
 from imagebuild.labels import image_labels, public_url
@@ -30,71 +30,31 @@ from imagebuild.project import Inputs, Project, find_project
 from imagebuild.render import RenderOptions, label_instruction, render
 from imagebuild.testing import FakeClock, FakeEngine, Recording
 from sampleworld.layout import BAD_SHA
-from tests.conftest import REPO
 
-STREAMS = REPO / "tests" / "data" / "build_streams"
-TAG = "imagebuild-test/fake:gfx942"
+Replay = Callable[..., tuple[FakeEngine, BuildRecord]]  # the replay fixture (tests/unit/conftest.py)
 
-
-def recorded_inventory(_image: str, command: list[str]) -> tuple[int, str]:
-    """The SBOM's pip inventory, as the recorded image's python printed it."""
-    return 0, (STREAMS / "inventory.txt").read_text() if INVENTORY_SCRIPT in command else ""
+REPO = Path(__file__).resolve().parents[2]
+TAG = "imagebuild-test/fake:gfx942"  # what the replay fixture tags
 
 
-def load(name: str) -> Recording:
-    return Recording.load(STREAMS / f"{name}.jsonl")
-
-
-def sample_project(pins: Path = STREAMS / "pins.toml") -> tuple[Project, Inputs]:
+def sample(pins: Path) -> tuple[Project, Inputs]:
     project = find_project(REPO, pins)
     return project, project.load("gfx942")
 
 
-def bad_pins(tmp_path: Path) -> Path:
-    """The recorded pins with vLLM at a commit its repository lacks (the failure recording)."""
-    text = (STREAMS / "pins.toml").read_text()
-    _, inputs = sample_project()
-    commit = inputs.pins.get("vllm").identity
-    assert commit
-    path = tmp_path / "pins.toml"
-    path.write_text(text.replace(commit, BAD_SHA))
-    if (STREAMS / "pylock.toml").is_file():  # the same python lock beside it, as recorded
-        shutil.copy(STREAMS / "pylock.toml", tmp_path / "pylock.toml")
-    return path
-
-
-def run_build(
-    recording: Recording,
-    tmp_path: Path,
-    *,
-    pins: Path = STREAMS / "pins.toml",
-    progress: BuildProgress | None = None,
-) -> tuple[FakeEngine, BuildRecord]:
-    project, inputs = sample_project(pins)
-    clock = FakeClock()
-    engine = FakeEngine(builds=[recording], clock=clock, run_result=recorded_inventory)
-    options = BuildOptions(
-        arch="gfx942",
-        tag=TAG,
-        network="host",
-        record_path=tmp_path / "record.json",
-        log_path=tmp_path / "build.log",
-    )
-    return engine, build_image(project, inputs, options, engine, progress=progress, clock=clock)
-
-
 @pytest.mark.parametrize("name", ["success", "cached", "engine-lost"])
-def test_recordings_match_the_dockerfile_the_stages_render(name: str) -> None:
-    _, inputs = sample_project()
+def test_recordings_match_the_dockerfile_the_stages_render(name: str, build_streams: Path) -> None:
+    _, inputs = sample(build_streams / "pins.toml")
     text = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions()).text
-    assert hashlib.sha256(text.encode()).hexdigest() == load(name).dockerfile_sha256, (
+    recorded = Recording.load(build_streams / f"{name}.jsonl").dockerfile_sha256
+    assert hashlib.sha256(text.encode()).hexdigest() == recorded, (
         "stages/ changed since the build streams were recorded: "
         "re-record them with `python tests/data/build_streams/record.py`"
     )
 
 
-def test_success_times_every_step_tags_once_and_writes_the_record(tmp_path: Path) -> None:
-    engine, record = run_build(load("success"), tmp_path)
+def test_success_times_every_step_tags_once_and_writes_the_record(tmp_path: Path, replay: Replay) -> None:
+    engine, record = replay("success")
     assert [t.number for t in record.steps] == list(range(1, 19))
     assert not any(t.cached for t in record.steps)  # recorded with --no-cache
     assert engine.tags == {TAG: record.image_id}
@@ -110,9 +70,9 @@ def test_success_times_every_step_tags_once_and_writes_the_record(tmp_path: Path
     assert "Successfully built" in log
 
 
-def test_labels_are_one_label_line_of_the_context_dockerfile(tmp_path: Path) -> None:
+def test_labels_are_one_label_line_of_the_context_dockerfile(replay: Replay, build_streams: Path) -> None:
     """Not the engine's labels option: the classic builder commits each of those as a step."""
-    engine, record = run_build(load("success"), tmp_path)
+    engine, record = replay("success")
     (request,) = engine.requests
     assert request.network_mode == "host"
     assert not request.no_cache
@@ -121,7 +81,7 @@ def test_labels_are_one_label_line_of_the_context_dockerfile(tmp_path: Path) -> 
         member = tar.extractfile("Dockerfile")
         assert member is not None
         text = member.read().decode()
-    project, inputs = sample_project()
+    project, inputs = sample(build_streams / "pins.toml")
     rendered = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions()).text
     assert text.startswith(rendered)
     assert text[len(rendered) :] == label_instruction(record.labels) + "\n"
@@ -129,16 +89,17 @@ def test_labels_are_one_label_line_of_the_context_dockerfile(tmp_path: Path) -> 
     assert record.labels[SBOM_LABEL] == "gfx942.sbom.cdx.json"  # and the inputs digest (attestations)
 
 
-def test_cached_rebuild_is_detected_step_by_step(tmp_path: Path) -> None:
-    _, record = run_build(load("cached"), tmp_path)
+def test_cached_rebuild_is_detected_step_by_step(replay: Replay) -> None:
+    _, record = replay("cached")
     assert record.all_cached
     assert [t.cached for t in record.steps] == [True] * 18
 
 
-def test_failure_names_step_title_pins_and_tail_and_tags_nothing(tmp_path: Path) -> None:
-    pins = bad_pins(tmp_path)
-    project, inputs = sample_project(pins)
-    engine = FakeEngine(builds=[load("failure")], clock=FakeClock())
+def test_failure_names_step_title_pins_and_tail_and_tags_nothing(
+    tmp_path: Path, vllm_bad_pins: Path, build_streams: Path
+) -> None:
+    project, inputs = sample(vllm_bad_pins)
+    engine = FakeEngine(builds=[Recording.load(build_streams / "failure.jsonl")], clock=FakeClock())
     options = BuildOptions(
         arch="gfx942", tag=TAG, record_path=tmp_path / "r.json", log_path=tmp_path / "b.log"
     )
@@ -158,9 +119,9 @@ def test_failure_names_step_title_pins_and_tail_and_tags_nothing(tmp_path: Path)
     assert "ERROR: The command" in (tmp_path / "b.log").read_text()
 
 
-def test_engine_lost_mid_build_names_the_step_and_tags_nothing(tmp_path: Path) -> None:
+def test_engine_lost_mid_build_names_the_step_and_tags_nothing(tmp_path: Path, replay: Replay) -> None:
     with pytest.raises(EngineError) as e:
-        run_build(load("engine-lost"), tmp_path)
+        replay("engine-lost")
     message = str(e.value)
     assert message.startswith("step 4/18 'Constraint proof, then MoRI from source' was interrupted")
     assert "lost the connection to the Docker engine" in message
@@ -169,9 +130,9 @@ def test_engine_lost_mid_build_names_the_step_and_tags_nothing(tmp_path: Path) -
     assert not (tmp_path / "record.json").exists()
 
 
-def test_progress_lines_start_and_end_every_step_in_order(tmp_path: Path) -> None:
+def test_progress_lines_start_and_end_every_step_in_order(replay: Replay) -> None:
     out = io.StringIO()
-    run_build(load("cached"), tmp_path, progress=BuildProgress(out))
+    replay("cached", progress=BuildProgress(out))
     lines = out.getvalue().splitlines()
     assert lines[0].startswith(f"building {TAG} for gfx942 on fake://engine (")
     steps = [line for line in lines if line.startswith("[")]
@@ -184,10 +145,10 @@ def test_progress_lines_start_and_end_every_step_in_order(tmp_path: Path) -> Non
         assert end.endswith("(cached)")
 
 
-def test_labels_outside_a_git_checkout_fall_back(project: Path) -> None:
+def test_labels_outside_a_git_checkout_fall_back(project: Path, build_streams: Path) -> None:
     """The unit `project` fixture is a copy of the inputs outside any git checkout."""
     pins = project / "pins.toml"
-    pins.write_text((STREAMS / "pins.toml").read_text())
+    pins.write_text((build_streams / "pins.toml").read_text())
     found = find_project(project, pins)
     labels = image_labels(found, found.load("gfx942"))
     assert labels[f"{OCI_LABEL_PREFIX}revision"] == "unknown"
@@ -204,7 +165,7 @@ import hashlib, sys
 from pathlib import Path
 from imagebuild.context import context_files, make_context
 from imagebuild.project import find_project
-from imagebuild.render import RenderOptions, label_instruction, render
+from imagebuild.render import RenderOptions, render
 project = find_project(Path(sys.argv[1]), Path(sys.argv[2]))
 inputs = project.load("gfx942")
 dockerfile = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions())
@@ -212,13 +173,13 @@ print(hashlib.sha256(make_context(context_files(dockerfile, inputs))).hexdigest(
 """
 
 
-def test_context_is_byte_identical_across_processes_and_hash_seeds() -> None:
+def test_context_is_byte_identical_across_processes_and_hash_seeds(build_streams: Path) -> None:
     """Set and dict order must not leak into the tar: two interpreters, two hash seeds, one digest."""
     digests = set()
     for seed in ("1", "4242"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
         done = subprocess.run(
-            [sys.executable, "-c", CONTEXT_DIGEST, str(REPO), str(STREAMS / "pins.toml")],
+            [sys.executable, "-c", CONTEXT_DIGEST, str(REPO), str(build_streams / "pins.toml")],
             capture_output=True,
             text=True,
             env=env,
@@ -242,10 +203,12 @@ def test_the_source_label_carries_no_credentials(url: str, public: str) -> None:
     assert public_url(url) == public
 
 
-def test_a_label_that_looks_like_a_credential_is_refused(project: Path) -> None:
+def test_a_label_that_looks_like_a_credential_is_refused(project: Path, build_streams: Path) -> None:
     pins = project / "pins.toml"
     pins.write_text(
-        (STREAMS / "pins.toml").read_text().replace('version = "1.88.0"', 'version = "ghp_abcdefghijklmnop"')
+        (build_streams / "pins.toml")
+        .read_text()
+        .replace('version = "1.88.0"', 'version = "ghp_abcdefghijklmnop"')
     )
     found = find_project(project, pins)
     with pytest.raises(

@@ -12,7 +12,8 @@ from imagebuild.layout import CHECK_TOOL, LAUNCHER_DIR, STAGE_NAMES, VERSIONS_FI
 from imagebuild.project import find_project
 from imagebuild.render import RenderOptions, render
 from imagebuild.stages import Shell, load_stages
-from tests.conftest import REPO
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_stage_files_name_layout_paths_instead_of_repeating_them() -> None:

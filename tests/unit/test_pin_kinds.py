@@ -8,7 +8,8 @@ import pytest
 
 from imagebuild.lock.sources import RESOLVERS
 from imagebuild.pins import PIN_TYPES, PinKind, Refresh, load_pins, parse_pins
-from tests.conftest import REPO
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_kind_has_a_class_whose_identity_is_among_its_keys() -> None:

@@ -5,27 +5,33 @@ from __future__ import annotations
 import io
 import itertools
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from imagebuild.build import BuildRecord
 from imagebuild.build_stream import StepTiming
 from imagebuild.errors import BuildError
 from imagebuild.progress import BuildProgress, ProgressMode, make_progress
-from imagebuild.testing import FakeClock, Recording
-from tests.unit.test_build_fake import STREAMS, bad_pins, load, run_build
+from imagebuild.testing import FakeClock, FakeEngine, Recording
+
+Replay = Callable[..., tuple[FakeEngine, BuildRecord]]  # the replay fixture (tests/unit/conftest.py)
 
 SILENT_AFTER = "Building wheel for vllm (pyproject.toml): started"
 
 
-def silent_vllm_build() -> Recording:
+@pytest.fixture
+def silent_vllm_build(build_streams: Path) -> Recording:
     """The cold build with the vLLM wheel build printing nothing for over two minutes."""
-    return load("success").stretched(SILENT_AFTER, pause=125.0)
+    return Recording.load(build_streams / "success.jsonl").stretched(SILENT_AFTER, pause=125.0)
 
 
-def test_a_silent_step_gets_a_heartbeat_every_30_s_with_its_last_line(tmp_path: Path) -> None:
+def test_a_silent_step_gets_a_heartbeat_every_30_s_with_its_last_line(
+    replay: Replay, silent_vllm_build: Recording
+) -> None:
     out = io.StringIO()
-    _, record = run_build(silent_vllm_build(), tmp_path, progress=BuildProgress(out))
+    _, record = replay(silent_vllm_build, progress=BuildProgress(out))
     beats = [line for line in out.getvalue().splitlines() if ": running for " in line]
     vllm = [line for line in beats if line.startswith("[7/18] vLLM fork, full source compile: running for")]
     assert len(vllm) == 4, beats  # 125 s of silence: at 30, 60, 90 and 120 s, not more often
@@ -35,9 +41,11 @@ def test_a_silent_step_gets_a_heartbeat_every_30_s_with_its_last_line(tmp_path: 
     assert record.steps[6].seconds > 125
 
 
-def test_tty_redraws_one_live_line_and_keeps_only_finished_steps(tmp_path: Path) -> None:
+def test_tty_redraws_one_live_line_and_keeps_only_finished_steps(
+    replay: Replay, silent_vllm_build: Recording
+) -> None:
     out = io.StringIO()
-    run_build(silent_vllm_build(), tmp_path, progress=BuildProgress(out, tty=True, width=70))
+    replay(silent_vllm_build, progress=BuildProgress(out, tty=True, width=70))
     text = out.getvalue()
     permanent = [line.rsplit("\x1b[2K", 1)[-1] for line in text.split("\n") if line]
     finished = [line for line in permanent if line.startswith("[")]
@@ -50,11 +58,13 @@ def test_tty_redraws_one_live_line_and_keeps_only_finished_steps(tmp_path: Path)
     assert text.endswith(("\r\x1b[2K", "\n"))
 
 
-def test_github_actions_folds_each_step_and_closes_the_group_on_failure(tmp_path: Path) -> None:
+def test_github_actions_folds_each_step_and_closes_the_group_on_failure(
+    replay: Replay, vllm_bad_pins: Path
+) -> None:
     out = io.StringIO()
     progress = make_progress(ProgressMode.AUTO, out, verbose=False, env={"GITHUB_ACTIONS": "true"})
     with pytest.raises(BuildError):
-        run_build(load("failure"), tmp_path, pins=bad_pins(tmp_path), progress=progress)
+        replay("failure", pins=vllm_bad_pins, progress=progress)
     lines = out.getvalue().splitlines()
     groups = [i for i, line in enumerate(lines) if line.startswith("::group::")]
     ends = [i for i, line in enumerate(lines) if line == "::endgroup::"]
@@ -110,9 +120,9 @@ def test_auto_is_tty_only_on_a_terminal_and_groups_only_in_github_actions() -> N
     assert "::group::" not in shown(make_progress(ProgressMode.TTY, io.StringIO(), verbose=False, env=gha))
 
 
-def test_verbose_plain_shows_the_build_output_in_order(tmp_path: Path) -> None:
+def test_verbose_plain_shows_the_build_output_in_order(replay: Replay) -> None:
     out = io.StringIO()
-    run_build(load("cached"), tmp_path, progress=BuildProgress(out, verbose=True))
+    replay("cached", progress=BuildProgress(out, verbose=True))
     text = out.getvalue()
     first = re.search(r"Step 1/\d+ : ARG BASE_IMAGE=", text)
     assert first is not None
@@ -133,8 +143,8 @@ def test_fake_clock_fires_due_timers_in_order_and_not_after_cancel() -> None:
     assert clock.now() == 5.0
 
 
-def test_streams_are_recorded_beside_this_test() -> None:
-    assert sorted(p.name for p in STREAMS.glob("*.jsonl")) == [
+def test_every_scenario_is_recorded(build_streams: Path) -> None:
+    assert sorted(p.name for p in build_streams.glob("*.jsonl")) == [
         "cached.jsonl",
         "engine-lost.jsonl",
         "failure.jsonl",

@@ -10,8 +10,8 @@ from imagebuild.errors import EngineError, VerifyError
 from imagebuild.project import find_project
 from imagebuild.testing import FakeEngine, image_info
 from imagebuild.verify import VerifyOptions, runner, verify
-from tests.conftest import REPO
 
+REPO = Path(__file__).resolve().parents[2]
 PINS = REPO / "tests" / "data" / "build_streams" / "pins.toml"
 
 
