@@ -15,20 +15,29 @@ provenance's subject is the image ID itself.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imagebuild import __version__
 from imagebuild.engine import Engine
 from imagebuild.errors import AttestationError
 from imagebuild.project import Inputs, Project
-from imagebuild.provenance import FileDigest, ProvenanceInputs, provenance_text
 from imagebuild.python_lock import read_python_lock
-from imagebuild.sbom import InstalledDistribution, SbomInputs, make_sbom
 from imagebuild.util.files import write_atomically
+
+if TYPE_CHECKING:
+    from imagebuild.provenance import FileDigest
+    from imagebuild.sbom import InstalledDistribution
+
+# CycloneDX's schema validator takes about a second to import (jsonschema's format checkers
+# compile their grammars): these are imported when needed, or while the engine builds.
+HEAVY_MODULES = ("imagebuild.sbom", "imagebuild.provenance")
 
 SBOM_LABEL = "io.imagebuild.sbom"
 INPUTS_LABEL = "io.imagebuild.inputs-digest"
@@ -62,6 +71,26 @@ def attestation_labels(paths: AttestationPaths, context: bytes) -> dict[str, str
     return {SBOM_LABEL: paths.sbom.name, INPUTS_LABEL: inputs_digest(context)}
 
 
+def load_attestation_modules_in_background() -> None:
+    """Import the SBOM and provenance makers in a daemon thread, so their import overlaps the build."""
+
+    def load() -> None:
+        for name in HEAVY_MODULES:
+            importlib.import_module(name)
+
+    threading.Thread(target=load, name="imagebuild-attestation-import", daemon=True).start()
+
+
+def attestations_describe(paths: AttestationPaths, image_id: str, context: bytes) -> bool:
+    """Whether both documents exist and name this image and this inputs digest (a cached rebuild)."""
+    marks = (image_id.removeprefix("sha256:"), inputs_digest(context).removeprefix("sha256:"))
+    try:
+        texts = [paths.sbom.read_text(encoding="utf-8"), paths.provenance.read_text(encoding="utf-8")]
+    except OSError:
+        return False
+    return all(mark in text for text in texts for mark in marks)
+
+
 def input_files(
     project: Project, inputs: Inputs, dockerfile_text: str, context: bytes
 ) -> tuple[FileDigest, ...]:
@@ -76,6 +105,8 @@ def input_files(
     paths += sorted(project.stages_dir.glob("*.toml"))
     paths.append(project.arch_dir / f"{inputs.arch.name}.toml")
     paths += sorted(project.constraints_dir.glob("*.txt"))
+    from imagebuild.provenance import FileDigest
+
     files = [FileDigest(name=name(p), sha256=hashlib.sha256(p.read_bytes()).hexdigest()) for p in paths]
     files.append(FileDigest(name="Dockerfile", sha256=hashlib.sha256(dockerfile_text.encode()).hexdigest()))
     files.append(FileDigest(name="build-context.tar", sha256=hashlib.sha256(context).hexdigest()))
@@ -90,6 +121,8 @@ def read_inventory(engine: Engine, image: str) -> tuple[InstalledDistribution, .
         tail = output.strip().splitlines()[-1:] or ["no output"]
         msg = f"could not read the pip inventory of {image} for the SBOM (exit {code}: {tail[0]})"
         raise AttestationError(msg)
+    from imagebuild.sbom import InstalledDistribution
+
     pairs = json.loads(line.removeprefix(_MARK))
     return tuple(InstalledDistribution(name=str(n), version=str(v)) for n, v in pairs)
 
@@ -114,6 +147,9 @@ def write_attestations(
     project: Project, inputs: Inputs, facts: BuildFacts, engine: Engine, paths: AttestationPaths
 ) -> None:
     """Make, validate and write both documents; nothing is written unless both could be made."""
+    from imagebuild.provenance import ProvenanceInputs, provenance_text
+    from imagebuild.sbom import SbomInputs, make_sbom
+
     lock = read_python_lock(project.python_lock_path)
     sbom = make_sbom(
         SbomInputs(

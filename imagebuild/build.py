@@ -13,7 +13,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from imagebuild.attestations import AttestationPaths, BuildFacts, attestation_labels, write_attestations
+from imagebuild.attestations import (
+    AttestationPaths,
+    BuildFacts,
+    attestation_labels,
+    attestations_describe,
+    load_attestation_modules_in_background,
+    write_attestations,
+)
 from imagebuild.build_stream import StepTiming, StepTracker
 from imagebuild.context import context_files, make_context
 from imagebuild.engine import BuildRequest, Engine
@@ -26,6 +33,8 @@ from imagebuild.render import ConstraintMode, Dockerfile, RenderOptions, render
 from imagebuild.secrets import secret_reason
 from imagebuild.util.clock import Clock, SystemClock
 from imagebuild.util.files import write_atomically
+
+RUNNING_MARK = "---> Running in "  # the classic builder starts a container: no cache hit
 
 __all__ = ["BuildOptions", "BuildRecord", "StepTiming", "build_image", "check_build_args", "image_labels"]
 
@@ -85,7 +94,7 @@ def build_image(
     """
     check_build_args(options.build_args)
     show = progress or BuildProgress.quiet()
-    time = clock or SystemClock()
+    steady = clock or SystemClock()
     dockerfile = render(
         inputs.definition,
         inputs.pins,
@@ -107,15 +116,15 @@ def build_image(
         f"building {tag} for {inputs.arch.name} on {engine.address} ({len(context) // 1024} KiB context)"
     )
 
-    tracker = StepTracker(dockerfile, time, show)
-    started = time.now()
+    tracker = StepTracker(dockerfile, steady, show)
+    started = steady.now()
     started_at = datetime.now(UTC)
     # The labels are in the context's Dockerfile (one LABEL line), not build options.
     request = BuildRequest(
         context=context, labels={}, network_mode=options.network, no_cache=options.no_cache
     )
     # Heartbeats come from a timer: a step may print nothing for many minutes.
-    timer = time.every(TICK_S, tracker.tick)
+    timer = steady.every(TICK_S, tracker.tick)
     try:
         image_id, error = _stream(engine, request, tracker, log_path)
     except EngineError as e:
@@ -141,7 +150,7 @@ def build_image(
         labels=labels,
         pins={p.name: p.require_identity() for p in inputs.pins},
         steps=tracker.timings,
-        total_seconds=round(time.now() - started, 3),
+        total_seconds=round(steady.now() - started, 3),
         all_cached=all(t.cached for t in tracker.timings) and len(tracker.timings) == len(dockerfile.steps),
         log=str(log_path),
         started_at=started_at.isoformat(),
@@ -155,19 +164,42 @@ def build_image(
         tag=tag,
         started=started_at,
         finished=finished_at,
-        context=context,
+        context=inputs_context,
         dockerfile_text=dockerfile.text,
         build_args=options.build_args,
         no_cache=options.no_cache,
         network=options.network,
     )
-    try:
-        write_attestations(project, inputs, facts, engine, attestations)
-    except AttestationError as e:
-        msg = f"{tag} ({image_id}) was built and tagged, but its SBOM and provenance were not written: {e}"
-        raise AttestationError(msg) from e
-    show.message(f"SBOM: {attestations.sbom}; provenance: {attestations.provenance}")
+    _attest(project, inputs, facts, engine, paths=attestations, show=show)
     return record
+
+
+def _attest(
+    project: Project,
+    inputs: Inputs,
+    facts: BuildFacts,
+    engine: Engine,
+    *,
+    paths: AttestationPaths,
+    show: BuildProgress,
+) -> None:
+    """Write the SBOM and provenance, unless the ones there already describe this image from these inputs.
+
+    A fully cached rebuild makes no new image: its documents stand, and making
+    them again (a container run and schema validation) would cost a cached
+    build most of its time.
+    """
+    if attestations_describe(paths, facts.image_id, facts.context):
+        show.message(
+            f"SBOM and provenance of {facts.image_id[:19]} are current: {paths.sbom}, {paths.provenance}"
+        )
+        return
+    try:
+        write_attestations(project, inputs, facts, engine, paths)
+    except AttestationError as e:
+        msg = f"{facts.tag} ({facts.image_id}) was built and tagged, but its SBOM and provenance were not written: {e}"
+        raise AttestationError(msg) from e
+    show.message(f"SBOM: {paths.sbom}; provenance: {paths.provenance}")
 
 
 def _stream(
@@ -176,11 +208,17 @@ def _stream(
     """Run the build, writing the full log; (image id, error) as the engine reported them."""
     image_id: str | None = None
     error: str | None = None
+    working = False
     with log_path.open("w", encoding="utf-8") as log:
         for event in engine.build(request):
             if event.text:
                 log.write(event.text)
                 tracker.feed(event.text)
+                if not working and RUNNING_MARK in event.text:
+                    # A step really runs, so a new image and new attestations will follow: load their
+                    # makers while the engine works. A fully cached build never gets here.
+                    working = True
+                    load_attestation_modules_in_background()
             if event.error:
                 log.write(f"ERROR: {event.error}\n")
                 error = event.error

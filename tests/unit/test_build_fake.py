@@ -221,3 +221,20 @@ def test_label_line_is_one_sorted_instruction_and_refuses_control_characters() -
     assert label_instruction({"b": 'say "hi"', "a": "1"}) == 'LABEL "a"="1" "b"="say \\"hi\\""'
     with pytest.raises(ConfigError, match="control characters"):
         label_instruction({"a": "line\nbreak"})
+
+
+def test_a_cached_rebuild_keeps_the_sbom_and_provenance_that_describe_its_image(
+    replay: Replay, tmp_path: Path
+) -> None:
+    first_engine, first = replay("success")
+    assert first_engine.runs  # the SBOM's inventory was read from the new image
+    sbom, provenance = Path(first.sbom), Path(first.provenance)
+    before = sbom.read_bytes(), provenance.read_bytes()
+    again_engine, again = replay("cached")
+    assert again.image_id == first.image_id
+    assert again_engine.runs == []  # nothing run, nothing validated: the documents stand
+    assert (sbom.read_bytes(), provenance.read_bytes()) == before
+    sbom.unlink()
+    third_engine, _ = replay("cached")
+    assert third_engine.runs  # a missing document is made again
+    assert sbom.is_file()
