@@ -3,8 +3,9 @@
 docker-py's errors become EngineError with the address tried and what to do.
 The engine is taken from the environment like the docker CLI does: DOCKER_HOST
 and the TLS variables, else the current docker context, else the local socket.
-Registry credentials are read here too (:func:`registry_credentials`), by
-docker-py's own auth module, so they resolve exactly as docker resolves them.
+Registry credentials come from docker's own config (``auths``, ``credsStore``, ``credHelpers``)
+through docker-py's auth module, so they resolve exactly as docker resolves them: for lock's
+registry queries (:func:`registry_credentials`) and for push and pull.
 """
 
 from __future__ import annotations
@@ -12,21 +13,27 @@ from __future__ import annotations
 import io
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import docker.auth
 import docker.errors
+import docker.utils
 import docker.utils.config
 import requests
 import urllib3
 from docker.context import ContextAPI
 
 import docker
-from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo, classic_build_events
-from imagebuild.errors import ConfigError, EngineError
+from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo, PushEvent, classic_build_events
+from imagebuild.errors import ConfigError, EngineError, ImageBuildError, RegistryError, UnknownImageError
 
 START_HINT = "start one with `bash scripts/ensure-docker.sh` (or `systemctl start docker`), or point DOCKER_HOST at a remote engine"
+CHUNK_SIZE = 1 << 20  # save stream chunks: large enough for throughput, small enough to bound memory
+ZSTD_LOAD_API = (1, 42)  # Docker 23.0 (API 1.42) is the first engine whose `load` reads zstd archives
+# Words of registry errors, as the engine reports them (distribution's error codes and Go's net errors).
+CREDENTIAL_WORDS = ("unauthorized", "authentication required", "no basic auth credentials", "denied")
+UNREACHABLE_WORDS = ("dial tcp", "connection refused", "no such host", "i/o timeout", "timeout", "EOF")
 
 
 def _context_host() -> str | None:
@@ -120,10 +127,8 @@ class DockerEngine(Engine):
             data = self._api.inspect_image(ref)
             history = self._api.history(ref)
         except docker.errors.ImageNotFound as e:
-            msg = (
-                f"no image '{ref}' in the Docker engine at {self._address}; build it first (imagebuild build)"
-            )
-            raise EngineError(msg) from e
+            msg = f"no image '{ref}' in the Docker engine at {self._address}; build it first (imagebuild build) or name an image `docker images` lists"
+            raise UnknownImageError(msg) from e
         except docker.errors.DockerException as e:
             msg = f"could not inspect image '{ref}': {_reason(e)}"
             raise EngineError(msg) from e
@@ -172,6 +177,107 @@ class DockerEngine(Engine):
             pass
         except docker.errors.DockerException as e:
             msg = f"could not remove container {container_id[:12]}: {_reason(e)}"
+            raise EngineError(msg) from e
+
+    def push(self, repository: str, tag: str) -> Iterator[PushEvent]:
+        what = f"push of {repository}:{tag}"
+        registry, _ = docker.auth.resolve_repository_name(repository)
+        credentials = _credentials(registry)
+        try:
+            stream = self._api.push(
+                repository, tag=tag, stream=True, decode=True, auth_config=credentials.config
+            )
+            for chunk in stream:
+                detail = _stream_error(chunk)
+                if detail is not None:
+                    raise _registry_error(what, registry, detail, credentials)
+                aux = chunk.get("aux")
+                if isinstance(aux, dict) and aux.get("Digest"):
+                    yield PushEvent(digest=str(aux["Digest"]))
+                    continue
+                progress = chunk.get("progressDetail") or {}
+                yield PushEvent(
+                    layer=str(chunk.get("id") or ""),
+                    status=str(chunk.get("status") or ""),
+                    current=int(progress.get("current") or 0),
+                    total=int(progress.get("total") or 0),
+                )
+        except docker.errors.DockerException as e:
+            raise _registry_error(what, registry, _reason(e), credentials) from e
+
+    def pull(self, reference: str) -> str:
+        what = f"pull of {reference}"
+        repository, _ = docker.utils.parse_repository_tag(reference)
+        registry, _ = docker.auth.resolve_repository_name(repository)
+        credentials = _credentials(registry)
+        try:
+            for chunk in self._api.pull(reference, stream=True, decode=True, auth_config=credentials.config):
+                detail = _stream_error(chunk)
+                if detail is not None:
+                    raise _registry_error(what, registry, detail, credentials)
+            return str(self._api.inspect_image(reference)["Id"])
+        except docker.errors.DockerException as e:
+            raise _registry_error(what, registry, _reason(e), credentials) from e
+
+    def save(self, image_id: str) -> Iterator[bytes]:
+        try:
+            yield from self._api.get_image(image_id, chunk_size=CHUNK_SIZE)
+        except docker.errors.ImageNotFound as e:
+            msg = f"no image {image_id} in the Docker engine at {self._address}"
+            raise UnknownImageError(msg) from e
+        except docker.errors.DockerException as e:
+            msg = f"the Docker engine at {self._address} failed to save {image_id}: {_reason(e)}"
+            raise EngineError(msg) from e
+
+    def load(self, chunks: Iterable[bytes]) -> list[str]:
+        loaded: list[str] = []
+        try:
+            for chunk in self._api.load_image(iter(chunks), quiet=True):
+                detail = _stream_error(chunk)
+                if detail is not None:
+                    msg = f"the Docker engine at {self._address} refused the archive: {detail}"
+                    raise EngineError(msg)
+                text = str(chunk.get("stream") or "")
+                loaded += _loaded_ids(self._api, text)
+        except (docker.errors.DockerException, OSError) as e:
+            # requests raises ConnectionError when the engine hangs up mid-stream (bad data).
+            msg = f"the Docker engine at {self._address} stopped reading the archive: {_reason(e)}"
+            raise EngineError(msg) from e
+        return loaded
+
+    @property
+    def loads_zstd(self) -> bool:
+        version = str(self._api.api_version)
+        try:
+            major, minor = (int(part) for part in version.split(".")[:2])
+        except ValueError:
+            return False
+        return (major, minor) >= ZSTD_LOAD_API
+
+    def has_image(self, image_id: str) -> bool:
+        try:
+            self._api.inspect_image(image_id)
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.DockerException as e:
+            msg = f"could not inspect image {image_id}: {_reason(e)}"
+            raise EngineError(msg) from e
+        return True
+
+    def image_ids(self) -> frozenset[str]:
+        try:
+            return frozenset(str(i) for i in self._api.images(all=True, quiet=True))
+        except docker.errors.DockerException as e:
+            msg = f"could not list the images of the Docker engine at {self._address}: {_reason(e)}"
+            raise EngineError(msg) from e
+
+    def remove_image(self, image_id: str) -> None:
+        try:
+            self._api.remove_image(image_id)
+        except docker.errors.ImageNotFound:
+            pass
+        except docker.errors.DockerException as e:
+            msg = f"could not remove image {image_id}: {_reason(e)}"
             raise EngineError(msg) from e
 
     def _create(self, image: str, command: list[str], network_mode: str | None) -> str:
@@ -223,3 +329,67 @@ def registry_credentials(registry: str) -> tuple[str, str] | None:
     user = entry.get("username") or entry.get("Username")
     secret = entry.get("password") or entry.get("Password")
     return (str(user), str(secret)) if user and secret else None
+
+
+class _Credentials:
+    """What docker's config holds for one registry, and where it came from (for messages)."""
+
+    def __init__(self, registry: str) -> None:
+        self.registry = registry
+        self.config_file = docker.utils.config.find_config_file() or "~/.docker/config.json (absent)"
+        auth = docker.auth.load_config()
+        store = auth.get_credential_store(registry)
+        self.source = (
+            f"credential helper docker-credential-{store} ({self.config_file})"
+            if store
+            else f"auths in {self.config_file}"
+        )
+        self.config: dict[str, Any] | None = auth.resolve_authconfig(registry)
+
+
+def _credentials(registry: str) -> _Credentials:
+    try:
+        return _Credentials(registry)
+    except docker.errors.DockerException as e:
+        msg = f"docker's credentials for {registry} could not be read: {_reason(e)}; fix the credential helper or run `docker login {registry}`"
+        raise RegistryError(msg) from e
+
+
+def _registry_error(what: str, registry: str, detail: str, credentials: _Credentials) -> ImageBuildError:
+    detail = detail.strip().splitlines()[0] if detail.strip() else "no detail"
+    lowered = detail.lower()
+    if any(word in lowered for word in CREDENTIAL_WORDS):
+        if credentials.config:
+            msg = f"{what}: registry {registry} refused the credentials from {credentials.source} ({detail}); run `docker login {registry}`"
+        else:
+            msg = f"{what}: registry {registry} wants credentials and docker has none for it ({credentials.config_file}); run `docker login {registry}`"
+        return RegistryError(msg)
+    if "http response to https client" in lowered:
+        msg = f"{what}: registry {registry} speaks plain HTTP; add it to the engine's insecure-registries (daemon.json) or serve it with TLS ({detail})"
+        return RegistryError(msg)
+    if any(word.lower() in lowered for word in UNREACHABLE_WORDS):
+        msg = f"{what}: registry {registry} is unreachable from the Docker engine ({detail}); check the address and that the registry runs (the engine, not imagebuild, connects to it)"
+        return RegistryError(msg)
+    if "manifest unknown" in lowered or "not found" in lowered:
+        msg = f"{what}: registry {registry} has no such image ({detail}); check the reference (publish prints it)"
+        return RegistryError(msg)
+    return RegistryError(f"{what}: registry {registry} failed: {detail}")
+
+
+def _stream_error(chunk: dict[str, Any]) -> str | None:
+    """The error message of a JSON stream message, or None."""
+    if "error" not in chunk and "errorDetail" not in chunk:
+        return None
+    detail = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error")
+    return str(detail or "no detail").strip()
+
+
+def _loaded_ids(api: Any, text: str) -> list[str]:
+    """IDs from a load stream line: "Loaded image ID: sha256:..." or, for a tagged archive, "Loaded image: name"."""
+    ids: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("Loaded image ID: "):
+            ids.append(line.removeprefix("Loaded image ID: ").strip())
+        elif line.startswith("Loaded image: "):
+            ids.append(str(api.inspect_image(line.removeprefix("Loaded image: ").strip())["Id"]))
+    return ids

@@ -35,6 +35,17 @@ class ImageInfo:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PushEvent:
+    """One message of a push stream: a layer's progress, or the pushed manifest's digest at the end."""
+
+    layer: str = ""  # short layer id; "" for messages about the whole image
+    status: str = ""  # Preparing, Pushing, Pushed, Layer already exists, ...
+    current: int = 0  # bytes of this layer sent so far
+    total: int = 0  # size of this layer (0 when the engine does not say)
+    digest: str | None = None  # sha256:... of the pushed manifest (last event of a success)
+
+
+@dataclass(frozen=True, kw_only=True)
 class BuildRequest:
     context: bytes  # an uncompressed tar with the Dockerfile at its root
     # Labels as a build option; the classic builder commits each as a step of its own, so
@@ -77,6 +88,42 @@ class Engine(ABC):
     def version(self) -> str:
         """The engine's version, for the provenance; engines that cannot tell say so."""
         return "unknown"
+
+    @abstractmethod
+    def push(self, repository: str, tag: str) -> Iterator[PushEvent]:
+        """Push repository:tag with the credentials docker would use; the last event carries the digest.
+
+        Raise RegistryError naming the registry when it is unreachable or refuses the credentials.
+        """
+
+    @abstractmethod
+    def pull(self, reference: str) -> str:
+        """Pull ``reference`` (repository:tag or repository@sha256:...); return the image ID."""
+
+    @abstractmethod
+    def save(self, image_id: str) -> Iterator[bytes]:
+        """The image as an uncompressed ``docker save`` tar, in chunks. Saved by ID it carries no tags."""
+
+    @abstractmethod
+    def load(self, chunks: Iterable[bytes]) -> list[str]:
+        """Load a ``docker save`` tar (plain, gzip, or zstd where ``loads_zstd``); return the loaded IDs."""
+
+    @property
+    @abstractmethod
+    def loads_zstd(self) -> bool:
+        """Whether ``load`` accepts zstd-compressed archives (Docker 23 and later)."""
+
+    @abstractmethod
+    def has_image(self, image_id: str) -> bool:
+        """Whether an image with this ID is present."""
+
+    @abstractmethod
+    def image_ids(self) -> frozenset[str]:
+        """The IDs of every image present, intermediate ones included."""
+
+    @abstractmethod
+    def remove_image(self, image_id: str) -> None:
+        """Remove an untagged image; a missing one is not an error."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, most engines hold nothing
         """Release connections."""

@@ -35,6 +35,10 @@ class CommandError(ImageBuildError):
         self.returncode = returncode
 
 
+class UnknownImageError(ConfigError):
+    """The image a command names is not in the engine: bad input, not a broken engine."""
+
+
 class EngineError(ImageBuildError):
     """The Docker engine is unreachable or refused a request."""
 
@@ -59,7 +63,19 @@ class VerifyError(ImageBuildError):
     exit_code = 6
 
 
+class IntegrityError(ImageBuildError):
+    """An archive does not match its manifest (sha256, size, image ID); nothing was tagged."""
+
+    exit_code = 7
+
+
+class RegistryError(ImageBuildError):
+    """A registry is unreachable or refused a push or pull (credentials, insecure HTTP)."""
+
+    exit_code = 8
+
+
 class AttestationError(ImageBuildError):
     """The image was built and tagged, but its SBOM or provenance could not be made."""
 
-    exit_code = 9  # 7 and 8 are the archive-integrity and registry errors of publish/export/import
+    exit_code = 9

@@ -24,3 +24,9 @@ def value_secret_reason(value: str, what: str = "the value") -> str | None:
     if match:
         return f"{what} contains a credential-like string ('{match[0][:12]}...')"
     return None
+
+
+def secret_value_reason(value: str) -> str | None:
+    """Why a value (a label, a record field) looks like a credential, or None; names are not judged."""
+    match = SECRET_VALUE_RE.search(value)
+    return f"contains a credential-like string ('{match[0][:12]}...')" if match else None

@@ -13,16 +13,21 @@ way whatever pytest's rootdir and import mode are.
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import heapq
 import itertools
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo, classic_build_events
-from imagebuild.errors import EngineError
+import zstandard
+
+from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo, PushEvent, classic_build_events
+from imagebuild.errors import EngineError, RegistryError
 from imagebuild.layout import APP_DIR
 from imagebuild.util.clock import Clock, Timer
 
@@ -133,6 +138,8 @@ class Recording:
 
 # Engine ----------------------------------------------------------------------------------------------
 
+SAVED_MAGIC = b"FAKE-SAVED-IMAGE\n"
+
 
 @dataclass
 class FakeEngine(Engine):
@@ -153,6 +160,13 @@ class FakeEngine(Engine):
     started: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     closed: bool = False
+    saved: dict[str, bytes] = field(default_factory=dict)  # image ID -> what `save` streams
+    zstd_loads: bool = True  # Docker 23 and later; False: 20.10 like this machine's engine
+    refuse_load: str | None = None  # the engine's message when it refuses every load
+    refuse_push: str | None = None
+    interrupt_save_after: int | None = None  # chunks of `save`, then Ctrl-C
+    pushed: dict[str, str] = field(default_factory=dict)  # repository:tag -> digest
+    loads: int = 0
 
     @property
     def address(self) -> str:
@@ -203,6 +217,81 @@ class FakeEngine(Engine):
 
     def remove(self, container_id: str) -> None:
         self.removed.append(container_id)
+
+    # Distribution: an image's saved bytes are data too, and its ID is their sha256 (Docker's is the
+    # config's digest, which covers every layer), so a damaged archive loads as another image or not
+    # at all. `load` reads gzip always and zstd only when `loads_zstd` (Docker 23+), like the engine.
+
+    def add_saved_image(
+        self, tag: str, *, size: int = 3 << 20, labels: Mapping[str, str] | None = None
+    ) -> str:
+        """An image that `save` can stream (compressible bytes, like layers); returns its ID."""
+        body = hashlib.shake_256(tag.encode()).digest(size // 2) * 2
+        payload = SAVED_MAGIC + body
+        image_id = "sha256:" + hashlib.sha256(payload).hexdigest()
+        self.saved[image_id] = payload
+        self.images.append(image_info(image_id, tags=[tag], labels=labels))
+        self.tags[tag] = image_id
+        return image_id
+
+    def push(self, repository: str, tag: str) -> Iterator[PushEvent]:
+        image_id = self.inspect_image(f"{repository}:{tag}").id
+        if self.refuse_push:
+            raise RegistryError(self.refuse_push)
+        yield PushEvent(layer="layer1", status="Pushing", current=10, total=20)
+        yield PushEvent(layer="layer1", status="Pushed", current=20, total=20)
+        digest = "sha256:" + hashlib.sha256(image_id.encode()).hexdigest()
+        self.pushed[f"{repository}:{tag}"] = digest
+        yield PushEvent(digest=digest)
+
+    def pull(self, reference: str) -> str:
+        msg = f"FakeEngine has no registry to pull {reference} from"
+        raise AssertionError(msg)
+
+    def save(self, image_id: str) -> Iterator[bytes]:
+        payload = self.saved[self.inspect_image(image_id).id]
+        for n, start in enumerate(range(0, len(payload), 1 << 16)):
+            if self.interrupt_save_after is not None and n >= self.interrupt_save_after:
+                raise KeyboardInterrupt
+            yield payload[start : start + (1 << 16)]
+
+    def load(self, chunks: Iterable[bytes]) -> list[str]:
+        self.loads += 1
+        data = b"".join(chunks)
+        if self.refuse_load:
+            raise EngineError(self.refuse_load)
+        invalid = "Error processing tar file(exit status 1): archive/tar: invalid tar header"
+        try:
+            if data[:2] == b"\x1f\x8b":
+                data = gzip.decompress(data)
+            elif data[:4] == b"\x28\xb5\x2f\xfd":
+                if not self.loads_zstd:
+                    raise EngineError(invalid)
+                data = zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        except (OSError, EOFError, zlib.error, zstandard.ZstdError) as e:
+            msg = f"Error processing tar file: {e}"
+            raise EngineError(msg) from e
+        if not data.startswith(SAVED_MAGIC):
+            raise EngineError(invalid)
+        image_id = "sha256:" + hashlib.sha256(data).hexdigest()
+        self.saved[image_id] = data
+        if not self.has_image(image_id):
+            self.images.append(image_info(image_id))
+        return [image_id]
+
+    @property
+    def loads_zstd(self) -> bool:
+        return self.zstd_loads
+
+    def has_image(self, image_id: str) -> bool:
+        return any(info.id == image_id for info in self.images)
+
+    def image_ids(self) -> frozenset[str]:
+        return frozenset(info.id for info in self.images)
+
+    def remove_image(self, image_id: str) -> None:
+        self.images = [info for info in self.images if info.id != image_id]
+        self.saved.pop(image_id, None)
 
     def close(self) -> None:
         self.closed = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from importlib.metadata import version
 from pathlib import Path
 
@@ -20,7 +20,7 @@ from imagebuild.attestations import (
     input_files,
     read_inventory,
 )
-from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo
+from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo, PushEvent
 from imagebuild.errors import AttestationError
 from imagebuild.project import find_project
 from imagebuild.sbom import InstalledDistribution
@@ -54,6 +54,31 @@ class RunOnlyEngine(Engine):
         raise NotImplementedError
 
     def remove(self, container_id: str) -> None:
+        raise NotImplementedError
+
+    def push(self, repository: str, tag: str) -> Iterator[PushEvent]:
+        raise NotImplementedError
+
+    def pull(self, reference: str) -> str:
+        raise NotImplementedError
+
+    def save(self, image_id: str) -> Iterator[bytes]:
+        raise NotImplementedError
+
+    def load(self, chunks: Iterable[bytes]) -> list[str]:
+        raise NotImplementedError
+
+    @property
+    def loads_zstd(self) -> bool:
+        raise NotImplementedError
+
+    def has_image(self, image_id: str) -> bool:
+        raise NotImplementedError
+
+    def image_ids(self) -> frozenset[str]:
+        raise NotImplementedError
+
+    def remove_image(self, image_id: str) -> None:
         raise NotImplementedError
 
 
