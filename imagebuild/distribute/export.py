@@ -1,0 +1,155 @@
+"""`imagebuild export`: stream an image out of the engine into a verified, content-addressed archive.
+
+One pass: the engine's `save` stream is compressed and hashed as it is written, in 1 MiB chunks, so
+memory stays bounded whatever the image size. The archive is named by the image ID
+(``kimi-k3-<id12>.tar.zst``): the ID is what every node checks after loading and the same for every
+compression and engine, while the archive's own sha256 is not known until the last byte is written and
+could not name a file that is being written. The image is saved by ID, so the archive carries no tags:
+loading it tags nothing until the importer has verified it.
+
+Files appear in this order, each complete (temporary name, fsync, rename): the archive, the importer
+(``imagebuild-import.py``, standard library only, for nodes without imagebuild), then the manifest
+(``<archive>.json``) last. A manifest therefore always names a complete archive, and an interrupted
+export leaves no file that looks complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from imagebuild import __version__
+from imagebuild.distribute import importer
+from imagebuild.distribute.atomic import atomic_file, write_file
+from imagebuild.distribute.compression import Compression, compressing
+from imagebuild.engine import Engine, ImageInfo
+from imagebuild.errors import ConfigError
+from imagebuild.secrets import secret_value_reason
+
+IMPORTER_NAME = "imagebuild-import.py"
+PIN_LABEL_PREFIX = "io.imagebuild.pin."
+PROGRESS_EVERY_S = 10.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportOptions:
+    image: str
+    output: Path
+    compression: Compression = Compression.ZSTD
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportResult:
+    manifest_path: Path
+    manifest: importer.Manifest
+    seconds: float
+
+
+class _HashingSink:
+    """The archive file, hashing and counting every byte on its way in."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = file
+        self.hash = hashlib.sha256()
+        self.size = 0
+
+    def write(self, b: bytes, /) -> int:
+        self.hash.update(b)
+        self.size += len(b)
+        self._file.write(b)
+        return len(b)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+
+def check_output_dir(output: Path) -> Path:
+    """Create ``output`` if needed and prove it writable, before the engine is asked for anything."""
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        msg = f"--output {output}: cannot create it ({e.strerror}); choose a directory you can write"
+        raise ConfigError(msg) from e
+    if not output.is_dir():
+        msg = f"--output {output}: not a directory; give a directory (the archive and manifest go inside)"
+        raise ConfigError(msg)
+    try:
+        with tempfile.TemporaryFile(dir=output):
+            pass
+    except OSError as e:
+        msg = f"--output {output}: not writable ({e.strerror}); choose a directory you can write, or fix its permissions"
+        raise ConfigError(msg) from e
+    return output.resolve()
+
+
+def archive_name(info: ImageInfo, compression: Compression) -> str:
+    """``<name>-<id12><suffix>``: the last path part of the image's first tag, and its ID."""
+    tagged = [t for t in info.tags if t != "<none>:<none>"]
+    stem = tagged[0].rsplit(":", 1)[0].rsplit("/", 1)[-1] if tagged else "image"
+    stem = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip(".-") or "image"
+    return f"{stem}-{info.id.removeprefix('sha256:')[:12]}{compression.suffix}"
+
+
+def image_manifest_fields(info: ImageInfo) -> tuple[dict[str, str], dict[str, str]]:
+    """(pins, labels) of the image, refusing a label whose value looks like a credential."""
+    for name, value in info.labels.items():
+        reason = secret_value_reason(value)
+        if reason:
+            msg = f"image {info.id[:19]}: label {name} {reason}; refusing to copy it into a manifest on shared storage (rebuild without it)"
+            raise ConfigError(msg)
+    pins = {
+        name.removeprefix(PIN_LABEL_PREFIX): value
+        for name, value in sorted(info.labels.items())
+        if name.startswith(PIN_LABEL_PREFIX)
+    }
+    return pins, dict(sorted(info.labels.items()))
+
+
+def export_image(options: ExportOptions, engine: Engine, *, report: Callable[[str], None]) -> ExportResult:
+    started = time.monotonic()
+    output = check_output_dir(options.output)
+    info = engine.inspect_image(options.image)
+    pins, labels = image_manifest_fields(info)
+    name = archive_name(info, options.compression)
+    report(f"exporting {options.image} ({info.id[:19]}) to {output / name}")
+    with atomic_file(output / name) as file:
+        sink = _HashingSink(file)
+        next_report = time.monotonic() + PROGRESS_EVERY_S
+        saved = 0
+        with compressing(options.compression, sink) as writer:
+            for chunk in engine.save(info.id):
+                writer.write(chunk)
+                saved += len(chunk)
+                if time.monotonic() >= next_report:
+                    next_report = time.monotonic() + PROGRESS_EVERY_S
+                    report(f"{name}: {saved / 1e9:.1f} GB saved, {sink.size / 1e9:.1f} GB written")
+    write_file(output / IMPORTER_NAME, Path(importer.__file__).read_bytes(), mode=0o755)
+    manifest = importer.Manifest(
+        archive=name,
+        sha256=sink.hash.hexdigest(),
+        size=sink.size,
+        compression=options.compression.value,
+        image_id=info.id,
+        repo_tags=tuple(t for t in info.tags if t != "<none>:<none>"),
+        pins=pins,
+        labels=labels,
+        imagebuild_version=__version__,
+        origin=f"{socket.gethostname()}:{output}",
+    )
+    importer.parse_manifest(manifest.to_json(), name)  # what nodes will accept, checked before writing
+    manifest_path = output / f"{name}.json"
+    write_file(manifest_path, (json.dumps(manifest.to_json(), indent=2) + "\n").encode())
+    seconds = time.monotonic() - started
+    report(
+        f"wrote {name} ({sink.size / 1e9:.2f} GB from {saved / 1e9:.2f} GB, {options.compression}) "
+        f"in {seconds:.1f}s; manifest {manifest_path.name}"
+    )
+    return ExportResult(manifest_path=manifest_path, manifest=manifest, seconds=seconds)

@@ -1,0 +1,149 @@
+"""`imagebuild publish`: push the image and hand back the reference nodes pull by digest.
+
+A tag moves; a digest does not. So the only output is ``HOST[:PORT]/REPO@sha256:...``: pulling it on
+any engine gives the image that was pushed, with the same image ID (the digest names the manifest, the
+manifest names the config blob whose sha256 is the image ID). The reference is also recorded in the
+build record when that record describes the pushed image.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagebuild.engine import Engine, ImageInfo, PushEvent
+from imagebuild.errors import ConfigError, RegistryError
+from imagebuild.pins import write_atomically
+
+# docker's reference grammar: a registry host (with a dot or a port, or localhost), then lowercase
+# path components separated by . _ __ or -.
+COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+HOST = r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|\[?[0-9A-Fa-f:.]+\]?)(?::[0-9]{1,5})?|[A-Za-z0-9-]+:[0-9]{1,5}"
+REPOSITORY_RE = re.compile(rf"^(?:{HOST})/{COMPONENT}(?:/{COMPONENT})*$")
+TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+PROGRESS_EVERY_S = 5.0
+DONE_STATUSES = ("Pushed", "Layer already exists", "Mounted from")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishOptions:
+    image: str
+    repository: str  # HOST[:PORT]/REPO, validated by check_repository
+    tag: str | None = None  # default <arch>-<id12>
+    record_path: Path | None = None  # the build record to note the reference in, when it is this image's
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishResult:
+    reference: str  # HOST[:PORT]/REPO@sha256:...
+    digest: str
+    image_id: str
+    repository: str
+    tag: str
+    recorded_in: Path | None
+
+
+def check_repository(text: str) -> str:
+    if not text.isprintable() or not REPOSITORY_RE.match(text):
+        if "@" in text or ":" in text.rsplit("/", 1)[-1]:
+            msg = (
+                f"--repository {text!r}: give HOST[:PORT]/REPO without a tag or digest; the tag goes in --tag"
+            )
+        elif "/" not in text or ("." not in text.split("/", 1)[0] and ":" not in text.split("/", 1)[0]):
+            msg = f"--repository {text!r}: must start with the registry, e.g. registry.example.com/ml/kimi-k3 or 127.0.0.1:5000/kimi-k3"
+        else:
+            msg = f"--repository {text!r}: not a valid repository (lowercase letters, digits and . _ - between slashes)"
+        raise ConfigError(msg)
+    return text
+
+
+def check_tag(text: str) -> str:
+    if not TAG_RE.match(text):
+        msg = f"--tag {text!r}: a tag is 1-128 letters, digits, '_', '.' or '-', not starting with '.' or '-'"
+        raise ConfigError(msg)
+    return text
+
+
+def default_tag(info: ImageInfo) -> str:
+    """``<arch>-<id12>``: unique per image, so a publish never moves a tag another image had."""
+    arch = info.labels.get("io.imagebuild.arch", "image")
+    return f"{arch if TAG_RE.match(arch) else 'image'}-{info.id.removeprefix('sha256:')[:12]}"
+
+
+class _PushProgress:
+    """Turns the per-layer push stream into a line every few seconds and a summary."""
+
+    def __init__(self, report: Callable[[str], None]) -> None:
+        self.report = report
+        self.layers: dict[str, PushEvent] = {}
+        self.next_report = time.monotonic() + PROGRESS_EVERY_S
+
+    def update(self, event: PushEvent) -> None:
+        if not event.layer:
+            return
+        self.layers[event.layer] = event
+        if time.monotonic() >= self.next_report:
+            self.next_report = time.monotonic() + PROGRESS_EVERY_S
+            self.report(f"pushing: {self.summary()}")
+
+    def summary(self) -> str:
+        done = sum(e.status.startswith(DONE_STATUSES) for e in self.layers.values())
+        existed = sum(
+            e.status != "Pushed" and e.status.startswith(DONE_STATUSES) for e in self.layers.values()
+        )
+        sent = sum(e.current for e in self.layers.values())
+        return f"{done}/{len(self.layers)} layers done ({existed} already in the registry), {sent / 1e6:.0f} MB sent"
+
+
+def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[str], None]) -> PublishResult:
+    repository = check_repository(options.repository)
+    info = engine.inspect_image(options.image)
+    tag = check_tag(options.tag) if options.tag else default_tag(info)
+    engine.tag(info.id, f"{repository}:{tag}")
+    report(f"pushing {options.image} ({info.id[:19]}) as {repository}:{tag}")
+    started = time.monotonic()
+    progress = _PushProgress(report)
+    digest: str | None = None
+    for event in engine.push(repository, tag):
+        progress.update(event)
+        digest = event.digest or digest
+    if digest is None:
+        msg = f"push of {repository}:{tag} ended without a manifest digest from the engine; push again"
+        raise RegistryError(msg)
+    report(f"pushed in {time.monotonic() - started:.1f}s: {progress.summary()}")
+    reference = f"{repository}@{digest}"
+    recorded = _record(options.record_path, info.id, reference, report)
+    return PublishResult(
+        reference=reference,
+        digest=digest,
+        image_id=info.id,
+        repository=repository,
+        tag=tag,
+        recorded_in=recorded,
+    )
+
+
+def _record(path: Path | None, image_id: str, reference: str, report: Callable[[str], None]) -> Path | None:
+    """Add the reference to the build record's "published" list when the record describes this image."""
+    if path is None or not path.is_file():
+        report(f"no build record{f' at {path}' if path else ''}: the reference is not recorded")
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        report(f"build record {path} cannot be read ({e}): the reference is not recorded")
+        return None
+    if not isinstance(record, dict) or record.get("image_id") != image_id:
+        described = record.get("image_id") if isinstance(record, dict) else None
+        report(
+            f"build record {path} describes image {described}, not {image_id}: the reference is not recorded there"
+        )
+        return None
+    published = [p for p in record.get("published", []) if isinstance(p, str) and p != reference]
+    record["published"] = [*published, reference]
+    write_atomically(path, json.dumps(record, indent=2) + "\n")
+    return path
