@@ -349,7 +349,9 @@ class _Credentials:
 
 def _credentials(registry: str) -> _Credentials:
     try:
-        return _Credentials(registry)
+        with warnings.catch_warnings():  # docker-py warns of a missing helper; the error below names it
+            warnings.simplefilter("ignore", UserWarning)
+            return _Credentials(registry)
     except docker.errors.DockerException as e:
         msg = f"docker's credentials for {registry} could not be read: {_reason(e)}; fix the credential helper or run `docker login {registry}`"
         raise RegistryError(msg) from e

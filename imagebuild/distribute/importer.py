@@ -48,9 +48,10 @@ PROGRESS_EVERY_S = 10.0
 ZSTD_LOAD_API = (1, 42)  # Docker 23.0 is the first engine whose `load` reads zstd archives itself
 IMAGE_ID_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-# A docker reference with a tag: lowercase path components, optional registry host[:port].
+# A docker reference with a tag: an optional registry (has a dot or a port, or is localhost), then
+# lowercase path components.
 REPO_TAG_RE = re.compile(
-    r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
+    r"^(?:(?:(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)(?::[0-9]+)?|[A-Za-z0-9-]+:[0-9]+)/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
     r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
 )
 REQUIRED = {

@@ -1,0 +1,292 @@
+"""export and import against a fake engine: archive files, the manifest, and every way an archive fails."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from imagebuild import errors
+from imagebuild.distribute import importer
+from imagebuild.distribute.compression import Compression
+from imagebuild.distribute.export import IMPORTER_NAME, ExportOptions, export_image
+from imagebuild.distribute.local_import import check_manifest, import_manifest
+from imagebuild.errors import ConfigError, EngineError, IntegrityError
+from tests.unit.fake_engine import FakeEngine
+
+TAG = "imagebuild/kimi-k3:gfx942"
+LABELS = {
+    "io.imagebuild.pin.mori": "3e4698a12b6488728b8ace490764ca7e00b19278",
+    "io.imagebuild.arch": "gfx942",
+}
+
+
+def _export(tmp_path: Path, compression: Compression = Compression.ZSTD) -> tuple[FakeEngine, Path]:
+    source = FakeEngine()
+    source.add_image(TAG, labels=LABELS)
+    result = export_image(
+        ExportOptions(image=TAG, output=tmp_path / "out", compression=compression),
+        source,
+        report=lambda _: None,
+    )
+    return source, result.manifest_path
+
+
+def _manifest(path: Path) -> dict[str, object]:
+    data: dict[str, object] = json.loads(path.read_text())
+    return data
+
+
+def _archive(manifest_path: Path) -> Path:
+    return manifest_path.parent / str(_manifest(manifest_path)["archive"])
+
+
+@pytest.mark.parametrize("compression", list(Compression))
+def test_export_then_import_gives_the_same_image_id_and_its_tags(
+    tmp_path: Path, compression: Compression
+) -> None:
+    source, manifest_path = _export(tmp_path, compression)
+    node = FakeEngine(loads_zstd_=False)  # an engine older than Docker 23: zstd goes through the zstd tool
+    result = import_manifest(manifest_path, node, report=lambda _: None)
+    assert result.image_id == source.tags[TAG]
+    assert not result.already_present
+    assert node.tags == {TAG: source.tags[TAG]}
+
+
+def test_export_writes_archive_importer_and_manifest_and_nothing_else(tmp_path: Path) -> None:
+    source, manifest_path = _export(tmp_path)
+    image_id = source.tags[TAG]
+    archive = _archive(manifest_path)
+    assert archive.name == f"kimi-k3-{image_id.removeprefix('sha256:')[:12]}.tar.zst"
+    assert manifest_path.name == f"{archive.name}.json"
+    assert sorted(p.name for p in manifest_path.parent.iterdir()) == sorted(
+        [archive.name, manifest_path.name, IMPORTER_NAME]
+    )
+    data = _manifest(manifest_path)
+    assert data["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
+    assert data["size"] == archive.stat().st_size
+    assert data["image_id"] == image_id
+    assert data["repo_tags"] == [TAG]
+    assert data["pins"] == {"mori": LABELS["io.imagebuild.pin.mori"]}
+    assert data["labels"] == LABELS
+    assert data["compression"] == "zstd"
+    assert data["format"] == importer.FORMAT
+    assert data["format_version"] == importer.FORMAT_VERSION
+    assert str(data["origin"]).endswith(f":{manifest_path.parent}")
+    shipped = manifest_path.parent / IMPORTER_NAME
+    assert shipped.read_bytes() == Path(importer.__file__).read_bytes()
+    assert os.access(shipped, os.X_OK)
+    assert archive.stat().st_mode & 0o044 == 0o044  # readable by the other users' jobs on the nodes
+
+
+def test_an_interrupted_export_leaves_no_file_behind(tmp_path: Path) -> None:
+    source = FakeEngine(interrupt_save_after=3)
+    source.add_image(TAG)
+    output = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        export_image(ExportOptions(image=TAG, output=output), source, report=lambda _: None)
+    assert list(output.iterdir()) == []
+
+
+def test_export_refuses_an_unwritable_output_before_asking_the_engine(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    engine = FakeEngine()  # holds no image: reaching it would raise UnknownImageError instead
+    with pytest.raises(ConfigError, match=r"--output .*a-file/out: cannot create it \(Not a directory\)"):
+        export_image(ExportOptions(image=TAG, output=blocker / "out"), engine, report=lambda _: None)
+
+
+def test_export_refuses_a_label_holding_a_credential(tmp_path: Path) -> None:
+    source = FakeEngine()
+    source.add_image(TAG, labels={"org.opencontainers.image.source": "https://bot:hunter2@example.com/x.git"})
+    with pytest.raises(
+        ConfigError, match=r"label org.opencontainers.image.source contains a credential-like"
+    ):
+        export_image(ExportOptions(image=TAG, output=tmp_path), source, report=lambda _: None)
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_import_of_a_present_image_only_tags_it(tmp_path: Path) -> None:
+    source, manifest_path = _export(tmp_path)
+    _archive(manifest_path).unlink()  # a node that has the image does not need the archive
+    source.tags.clear()
+    result = import_manifest(manifest_path, source, report=lambda _: None)
+    assert result.already_present
+    assert source.loads == 0
+    assert source.tags == {TAG: result.image_id}
+
+
+def _corrupt_one_byte(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["start", "middle", "end"])
+def test_a_one_byte_corruption_is_refused_with_nothing_tagged_or_left(tmp_path: Path, where: str) -> None:
+    _, manifest_path = _export(tmp_path, Compression.GZIP)
+    archive = _archive(manifest_path)
+    size = archive.stat().st_size
+    _corrupt_one_byte(archive, {"start": 20, "middle": size // 2, "end": size - 1}[where])
+    node = FakeEngine()
+    with pytest.raises(
+        IntegrityError, match=r"sha256 mismatch \(expected [0-9a-f]{64}, got [0-9a-f]{64}\)"
+    ) as e:
+        import_manifest(manifest_path, node, report=lambda _: None)
+    assert f"archive {archive}:" in str(e.value)
+    assert "copy it again from" in str(e.value)
+    assert e.value.exit_code == 7
+    assert node.tags == {}
+    assert node.images == {}
+
+
+def test_a_truncated_archive_is_refused_before_the_engine_reads_it(tmp_path: Path) -> None:
+    _, manifest_path = _export(tmp_path)
+    archive = _archive(manifest_path)
+    with archive.open("r+b") as f:
+        f.truncate(archive.stat().st_size // 2)
+    node = FakeEngine()
+    with pytest.raises(
+        IntegrityError, match=r"bytes, the manifest says \d+ \(truncated or still being copied\)"
+    ):
+        import_manifest(manifest_path, node, report=lambda _: None)
+    assert node.loads == 0
+
+
+def test_a_missing_archive_is_bad_input(tmp_path: Path) -> None:
+    _, manifest_path = _export(tmp_path)
+    _archive(manifest_path).unlink()
+    with pytest.raises(ConfigError, match=r"archive .*: not found \(named by .*\); copy it again from"):
+        import_manifest(manifest_path, FakeEngine(), report=lambda _: None)
+
+
+def test_an_archive_of_another_image_is_refused_and_its_image_removed(tmp_path: Path) -> None:
+    _, manifest_path = _export(tmp_path)
+    data = _manifest(manifest_path)
+    data["image_id"] = "sha256:" + "ab" * 32  # the manifest of another image beside this archive
+    manifest_path.write_text(json.dumps(data))
+    node = FakeEngine()
+    with pytest.raises(
+        IntegrityError, match=r"the engine loaded sha256:[0-9a-f]{64}, but .* says sha256:abab"
+    ):
+        import_manifest(manifest_path, node, report=lambda _: None)
+    assert node.images == {}
+    assert node.tags == {}
+
+
+def test_an_image_that_was_present_before_a_refused_load_stays(tmp_path: Path) -> None:
+    source, manifest_path = _export(tmp_path)
+    data = _manifest(manifest_path)
+    data["image_id"] = "sha256:" + "ab" * 32
+    manifest_path.write_text(json.dumps(data))
+    node = FakeEngine(images=dict(source.images))  # the archive's image is already on the node
+    with pytest.raises(IntegrityError):
+        import_manifest(manifest_path, node, report=lambda _: None)
+    assert node.images == source.images
+
+
+def test_an_engine_refusal_of_an_intact_archive_is_an_engine_error(tmp_path: Path) -> None:
+    _, manifest_path = _export(tmp_path)
+    node = FakeEngine(refuse_load="no space left on device")
+    with pytest.raises(EngineError, match="no space left on device"):
+        import_manifest(manifest_path, node, report=lambda _: None)
+
+
+def test_zstd_on_an_old_engine_without_the_zstd_tool_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, manifest_path = _export(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(
+        EngineError,
+        match=r"no zstd tool is on PATH: install zstd on this node, or export with --compress gzip",
+    ):
+        import_manifest(manifest_path, FakeEngine(loads_zstd_=False), report=lambda _: None)
+
+
+VALID = {
+    "format": importer.FORMAT,
+    "format_version": importer.FORMAT_VERSION,
+    "archive": "kimi-k3-0123456789ab.tar.zst",
+    "sha256": "0" * 64,
+    "size": 10,
+    "compression": "zstd",
+    "image_id": "sha256:" + "1" * 64,
+    "repo_tags": ["imagebuild/kimi-k3:gfx942"],
+    "pins": {},
+    "labels": {},
+    "imagebuild_version": "0.1.0",
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"sha256": None}, r"missing key 'sha256'"),
+        ({"size": "10"}, r"'size' must be a int, not str"),
+        ({"size": True}, r"'size' must be a int, not bool"),
+        ({"repo_tags": "x:y"}, r"'repo_tags' must be a list"),
+        ({"archive": "../../etc/passwd"}, r"'archive' must be a bare file name beside the manifest"),
+        ({"archive": "/etc/passwd"}, r"'archive' must be a bare file name"),
+        ({"archive": "sub/x.tar"}, r"'archive' must be a bare file name"),
+        ({"archive": ".."}, r"'archive' must be a bare file name"),
+        ({"archive": "x\n.tar"}, r"'archive' must be a bare file name"),
+        ({"sha256": "xyz"}, r"'sha256' must be 64 lowercase hex digits"),
+        ({"image_id": "06203f705c54"}, r"'image_id' must be sha256: and 64 hex digits"),
+        ({"compression": "bzip2"}, r"'compression' must be zstd or gzip or none"),
+        ({"repo_tags": ["UPPER/case:x"]}, r"repo tag 'UPPER/case:x' is not a repository:tag"),
+        ({"repo_tags": ["no-tag"]}, r"repo tag 'no-tag' is not a repository:tag"),
+        ({"pins": {"mori": 1}}, r"'pins' must map strings to strings"),
+        ({"format_version": 2}, r"version 2 is not 'imagebuild-image-archive' version 1"),
+    ],
+)
+def test_a_malformed_manifest_is_bad_input_naming_the_key(
+    tmp_path: Path, change: dict[str, object], message: str
+) -> None:
+    data = {**VALID, **change}
+    data = {k: v for k, v in data.items() if v is not None}
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=message) as e:
+        check_manifest(path)
+    assert str(e.value).startswith(f"manifest {path}: ")
+    assert "\n" not in str(e.value).replace("x\n.tar", "")
+
+
+@pytest.mark.parametrize(("text", "message"), [("{", "not valid JSON"), ("[]", "expected a JSON object")])
+def test_a_manifest_that_is_not_an_object_is_bad_input(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        check_manifest(path)
+
+
+def test_a_missing_manifest_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"manifest .*nope.json: not found"):
+        check_manifest(tmp_path / "nope.json")
+
+
+def test_the_importers_exit_codes_are_imagebuilds() -> None:
+    assert importer.EXIT_BAD_INPUT == errors.ConfigError.exit_code == 2
+    assert importer.EXIT_NO_ENGINE == errors.EngineError.exit_code == 3
+    assert importer.EXIT_INTEGRITY == errors.IntegrityError.exit_code == 7
+
+
+def test_the_shipped_importer_reports_bad_input_before_looking_for_an_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({**VALID, "archive": "../x"}))
+    assert importer.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"imagebuild-import: error: manifest {path}: 'archive' must be a bare file name")
+
+
+def test_the_shipped_importer_refuses_an_ssh_docker_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(importer.EngineUnavailable, match="only unix:// and tcp:// engines"):
+        importer.SocketEngine("ssh://user@node")

@@ -1,0 +1,113 @@
+"""publish against a fake engine: the reference, the build record, and arguments checked first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from imagebuild.cli import main
+from imagebuild.distribute.publish import PublishOptions, check_repository, publish_image
+from imagebuild.errors import ConfigError, RegistryError
+from tests.unit.fake_engine import FakeEngine
+
+TAG = "imagebuild/kimi-k3:gfx942"
+REPOSITORY = "127.0.0.1:5000/ml/kimi-k3"
+
+
+def _record(path: Path, image_id: str) -> Path:
+    path.write_text(json.dumps({"image_id": image_id, "tag": TAG}))
+    return path
+
+
+def test_publish_returns_the_digest_reference_and_records_it(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    image_id = engine.add_image(TAG, labels={"io.imagebuild.arch": "gfx942"})
+    record = _record(tmp_path / "gfx942.build.json", image_id)
+    lines: list[str] = []
+    result = publish_image(
+        PublishOptions(image=TAG, repository=REPOSITORY, record_path=record), engine, report=lines.append
+    )
+    tag = f"gfx942-{image_id.removeprefix('sha256:')[:12]}"
+    assert result.tag == tag
+    assert result.reference == f"{REPOSITORY}@{engine.pushed[f'{REPOSITORY}:{tag}']}"
+    assert result.recorded_in == record
+    assert json.loads(record.read_text())["published"] == [result.reference]
+    assert any("1/1 layers done" in line for line in lines)
+    again = publish_image(
+        PublishOptions(image=TAG, repository=REPOSITORY, record_path=record), engine, report=lines.append
+    )
+    assert again.reference == result.reference
+    assert json.loads(record.read_text())["published"] == [result.reference]  # once, however often pushed
+
+
+def test_a_record_of_another_image_is_left_alone(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    engine.add_image(TAG)
+    record = _record(tmp_path / "gfx942.build.json", "sha256:" + "0" * 64)
+    before = record.read_text()
+    lines: list[str] = []
+    result = publish_image(
+        PublishOptions(image=TAG, repository=REPOSITORY, record_path=record), engine, report=lines.append
+    )
+    assert result.recorded_in is None
+    assert record.read_text() == before
+    assert any("describes image sha256:0000" in line and "not recorded" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("repository", "message"),
+    [
+        ("kimi-k3", "must start with the registry"),
+        ("ml/kimi-k3", "must start with the registry"),
+        ("127.0.0.1:5000/kimi-k3:v1", "without a tag or digest"),
+        ("127.0.0.1:5000/kimi-k3@sha256:" + "0" * 64, "without a tag or digest"),
+        ("127.0.0.1:5000/Kimi-K3", "not a valid repository"),
+        ("127.0.0.1:5000/kimi k3", "not a valid repository"),
+        ("127.0.0.1:5000/kimi\nk3", "not a valid repository"),
+    ],
+)
+def test_a_bad_repository_is_refused_naming_the_flag(repository: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as e:
+        check_repository(repository)
+    assert str(e.value).startswith("--repository ")
+
+
+@pytest.mark.parametrize(
+    "repository", ["127.0.0.1:5000/kimi-k3", "localhost/ml/kimi-k3", "reg.example.com/a/b_c"]
+)
+def test_a_good_repository_passes(repository: str) -> None:
+    assert check_repository(repository) == repository
+
+
+def test_publish_checks_its_arguments_before_the_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    # No engine is reachable from unit tests: reaching it would fail with exit 3, not 2.
+    assert main(["publish", TAG, "--repository", "kimi-k3"]) == 2
+    assert main(["publish", TAG, "--repository", REPOSITORY, "--tag", "bad/tag"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("imagebuild: error: --repository 'kimi-k3': must start with the registry")
+    assert err[1].startswith("imagebuild: error: --tag 'bad/tag': a tag is 1-128 letters")
+
+
+def test_a_registry_failure_is_a_registry_error(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    engine.add_image(TAG)
+    with pytest.raises(RegistryError) as e:
+        publish_image(
+            PublishOptions(image=TAG, repository="unreachable.example/x"), engine, report=lambda _: None
+        )
+    assert e.value.exit_code == 8
+
+
+def test_export_and_import_check_their_arguments_before_the_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["export", TAG, "--output", str(blocker / "out")]) == 2
+    assert main(["import", str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert "--output" in err[0]
+    assert "not a directory" in err[0].lower()
+    assert err[1].startswith(f"imagebuild: error: manifest {tmp_path / 'missing.json'}: not found")
