@@ -1,0 +1,222 @@
+"""publish, export and import for real: the sample registry, the main engine and a node's own engine.
+
+The node engine (sampleworld/engines.py) is a second dockerd with its own image store, so "an engine
+that never had the image" is true: each test removes the image there first.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from imagebuild.cli import main
+from imagebuild.docker_engine import DockerEngine
+from sampleworld.engines import NodeEngine
+from sampleworld.world import World
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
+
+IMAGE = "imagebuild-test-distribute/kimi-k3:gfx942"
+PYTHON38 = Path.home() / ".pyenv/versions/3.8.18/bin/python3.8"
+
+
+def _docker(host: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", **({"DOCKER_HOST": host} if host else {})}
+    return subprocess.run(
+        ["docker", *args], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def _forget(node: NodeEngine, image_id: str) -> None:
+    """Make the node an engine that never had the image (its own store: nothing else uses it)."""
+    _docker(node.host, "image", "rm", "--force", image_id)
+    assert _docker(node.host, "image", "inspect", image_id).returncode != 0
+
+
+@pytest.fixture(scope="module")
+def built(locked_pins: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """The sample image, built (mostly from cache) under this module's own tag, and its build record."""
+    record = tmp_path_factory.mktemp("build") / "gfx942.build.json"
+    code = main(
+        ["build", "--pins", str(locked_pins), "--network", "host", "--tag", IMAGE, "--record", str(record)]
+    )
+    assert code == 0
+    data: dict[str, object] = json.loads(record.read_text())
+    data["record_path"] = str(record)
+    return data
+
+
+@pytest.fixture(scope="module")
+def node(node_engines: Callable[[str], NodeEngine]) -> NodeEngine:
+    return node_engines("distribute")
+
+
+@pytest.fixture
+def node_engine(node: NodeEngine, monkeypatch: pytest.MonkeyPatch) -> Iterator[DockerEngine]:
+    monkeypatch.setenv("DOCKER_HOST", node.host)
+    engine = DockerEngine.from_env()
+    monkeypatch.delenv("DOCKER_HOST")
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def exported(built: dict[str, object], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The image exported once (zstd) to a 'shared' directory; returns the manifest path."""
+    output = tmp_path_factory.mktemp("shared")
+    assert main(["export", IMAGE, "--output", str(output)]) == 0
+    (manifest,) = output.glob("*.json")
+    return manifest
+
+
+def test_publish_gives_a_digest_reference_that_pulls_the_same_image_on_a_fresh_engine(
+    built: dict[str, object],
+    world: World,
+    node: NodeEngine,
+    node_engine: DockerEngine,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    repository = f"{world.registry}/imagebuild-test-distribute/kimi-k3"
+    assert main(["publish", IMAGE, "--repository", repository, "--record", str(built["record_path"])]) == 0
+    reference = capsys.readouterr().out
+    assert re.fullmatch(rf"{re.escape(repository)}@sha256:[0-9a-f]{{64}}\n", reference)
+    reference = reference.strip()
+    record = json.loads(Path(str(built["record_path"])).read_text())
+    assert reference in record["published"]
+
+    _forget(node, str(built["image_id"]))
+    assert node_engine.pull(reference) == built["image_id"]
+
+
+def test_the_shipped_importer_loads_verifies_and_tags_on_a_fresh_engine_with_python38(
+    built: dict[str, object], exported: Path, node: NodeEngine
+) -> None:
+    if not PYTHON38.exists():
+        pytest.skip(f"no Python 3.8 at {PYTHON38} (pyenv)")
+    _forget(node, str(built["image_id"]))
+    importer = exported.parent / "imagebuild-import.py"
+    env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": node.host}
+    done = subprocess.run(
+        [str(PYTHON38), str(importer), str(exported)], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{built['image_id']}\n"
+    assert "verified and loaded" in done.stderr
+    inspected = _docker(node.host, "image", "inspect", "--format", "{{.Id}}", IMAGE)
+    assert inspected.stdout.strip() == built["image_id"]
+
+    again = subprocess.run(
+        [str(PYTHON38), str(importer), str(exported)], env=env, capture_output=True, text=True, check=False
+    )
+    assert again.returncode == 0
+    assert "already present" in again.stderr
+
+
+def test_imagebuild_import_of_an_uncompressed_archive_on_a_fresh_engine(
+    built: dict[str, object], node: NodeEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert main(["export", IMAGE, "--output", str(tmp_path), "--compress", "none"]) == 0
+    (manifest,) = tmp_path.glob("*.tar.json")
+    _forget(node, str(built["image_id"]))
+    monkeypatch.setenv("DOCKER_HOST", node.host)
+    assert main(["import", str(manifest)]) == 0
+    monkeypatch.delenv("DOCKER_HOST")
+    assert (
+        _docker(node.host, "image", "inspect", "--format", "{{.Id}}", IMAGE).stdout.strip()
+        == built["image_id"]
+    )
+
+
+def test_a_one_byte_corruption_fails_the_import_with_nothing_left_on_the_node(
+    built: dict[str, object], exported: Path, node: NodeEngine, tmp_path: Path
+) -> None:
+    manifest = json.loads(exported.read_text())
+    for name in (exported.name, manifest["archive"], "imagebuild-import.py"):
+        shutil.copy(exported.parent / name, tmp_path / name)
+    archive = tmp_path / manifest["archive"]
+    with archive.open("r+b") as f:
+        f.seek(archive.stat().st_size // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0x01]))
+    _forget(node, str(built["image_id"]))
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "imagebuild-import.py"), str(tmp_path / exported.name)],
+        env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": node.host},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 7
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert lines[-1].startswith(f"imagebuild-import: error: archive {archive}: sha256 mismatch (expected ")
+    assert "copy it again from" in lines[-1]
+    assert _docker(node.host, "image", "inspect", str(built["image_id"])).returncode != 0
+    assert _docker(node.host, "image", "inspect", IMAGE).returncode != 0
+
+
+def test_an_archive_of_another_image_is_refused_and_removed(
+    world: World, built: dict[str, object], node: NodeEngine, tmp_path: Path
+) -> None:
+    donor = world.donor_image  # tiny (FROM scratch): its archive stands in for "some other image"
+    assert main(["export", donor, "--output", str(tmp_path), "--compress", "gzip"]) == 0
+    (manifest_path,) = tmp_path.glob("*.json")
+    manifest = json.loads(manifest_path.read_text())
+    donor_id = manifest["image_id"]
+    manifest["image_id"] = built["image_id"]
+    manifest_path.write_text(json.dumps(manifest))
+    _forget(node, donor_id)
+    _forget(node, str(built["image_id"]))
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "imagebuild-import.py"), str(manifest_path)],
+        env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": node.host},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 7, done.stderr
+    assert f"the engine loaded {donor_id}, but {manifest_path} says {built['image_id']}" in done.stderr
+    assert _docker(node.host, "image", "inspect", donor_id).returncode != 0  # the failed load left nothing
+
+
+def test_an_unknown_image_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", "imagebuild-test-distribute/absent:nope", "--output", str(tmp_path)]) == 2
+    assert main(["publish", "imagebuild-test-distribute/absent:nope", "--repository", "127.0.0.1:1/x"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert all("no image 'imagebuild-test-distribute/absent:nope'" in line for line in err)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unreachable_registry_is_named(
+    world: World, built: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(["publish", world.donor_image, "--repository", "127.0.0.1:9/imagebuild-test-distribute/x"]) == 8
+    )
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("imagebuild: error: push of 127.0.0.1:9/imagebuild-test-distribute/x:")
+    assert "registry 127.0.0.1:9 is unreachable from the Docker engine" in err
+
+
+def test_the_shipped_importer_names_a_missing_engine(exported: Path, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(exported.parent / "imagebuild-import.py"), str(exported)],
+        env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": f"unix://{tmp_path}/docker.sock"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 3
+    assert done.stderr == (
+        f"imagebuild-import: error: the Docker engine at unix://{tmp_path}/docker.sock did not answer GET "
+        f"/version ([Errno 2] No such file or directory); start docker on this node, or point DOCKER_HOST at "
+        "its engine\n"
+    )
