@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -227,6 +228,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if result.passed else VerifyError.exit_code
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _default_image(args: argparse.Namespace) -> str:
     return str(args.image or f"imagebuild/kimi-k3:{args.arch}")
 
@@ -290,6 +295,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         output=check_output_dir(args.output),
         compression=Compression(args.compress),
     )
+    # A batch job's time limit or scancel sends SIGTERM: remove the temporary archive as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
     engine = DockerEngine.from_env()
     try:
         result = export_image(options, engine, report=logger.info)

@@ -26,6 +26,7 @@ import hashlib
 import http.client
 import json
 import os
+import queue
 import re
 import shutil
 import socket
@@ -44,6 +45,7 @@ FORMAT_VERSION = 1
 COMPRESSIONS = ("zstd", "gzip", "none")
 EXIT_BAD_INPUT, EXIT_NO_ENGINE, EXIT_INTEGRITY = 2, 3, 7
 CHUNK_SIZE = 1 << 20
+HASH_QUEUE = 8  # chunks between the reader and the hashing thread: memory stays bounded
 PROGRESS_EVERY_S = 10.0
 ZSTD_LOAD_API = (1, 42)  # Docker 23.0 is the first engine whose `load` reads zstd archives itself
 IMAGE_ID_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -91,7 +93,7 @@ class Manifest:
     pins: dict[str, str]
     labels: dict[str, str]
     imagebuild_version: str
-    origin: str = ""  # host:directory it was exported to, for "copy it again from ..."
+    origin: str = ""  # host:directory it was exported to, for "copy it again from host:dir/archive"
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
 
@@ -191,20 +193,28 @@ class ImportResult:
 
 
 class _HashingReader:
-    """Reads the archive in chunks, hashing and counting every byte; reports progress now and then."""
+    """Reads the archive in chunks, counting them and reporting progress now and then.
+
+    A second thread hashes the chunks (hashlib releases the GIL), so hashing overlaps sending to the
+    engine instead of adding to it; the queue bounds what is in flight to HASH_QUEUE chunks.
+    """
 
     def __init__(self, file: BinaryIO, total: int, report: Callable[[str], None], name: str) -> None:
         self.file, self.total, self.report, self.name = file, total, report, name
-        self.hash = hashlib.sha256()
         self.done = 0
         self._next_report = time.monotonic() + PROGRESS_EVERY_S
+        self._hash = hashlib.sha256()
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=HASH_QUEUE)
+        self._hasher = threading.Thread(target=self._hash_chunks, name="sha256", daemon=True)
+        self._hasher.start()
+
+    def _hash_chunks(self) -> None:
+        for chunk in iter(self._queue.get, None):
+            self._hash.update(chunk)
 
     def chunks(self) -> Generator[bytes, None, None]:
-        while True:
-            chunk = self.file.read(CHUNK_SIZE)
-            if not chunk:
-                return
-            self.hash.update(chunk)
+        for chunk in iter(lambda: self.file.read(CHUNK_SIZE), b""):
+            self._queue.put(chunk)
             self.done += len(chunk)
             if time.monotonic() >= self._next_report:
                 self._next_report = time.monotonic() + PROGRESS_EVERY_S
@@ -215,6 +225,15 @@ class _HashingReader:
         """Hash what the engine did not read, to tell a damaged archive from a failing engine."""
         for _ in self.chunks():
             pass
+
+    def hexdigest(self) -> str:
+        self.close()
+        return self._hash.hexdigest()
+
+    def close(self) -> None:
+        if self._hasher.is_alive():
+            self._queue.put(None)
+            self._hasher.join()
 
 
 def _zstd_decompressed(chunks: Iterator[bytes], archive: Path) -> Generator[bytes, None, None]:
@@ -274,11 +293,8 @@ def import_archive(
             seconds=time.monotonic() - started,
         )  # fmt: skip
     archive = manifest_path.parent / manifest.archive
-    again = (
-        f"copy it again from {manifest.origin}"
-        if manifest.origin
-        else "copy it again from where it was exported"
-    )
+    where = f"{manifest.origin}/{manifest.archive}" if manifest.origin else "where it was exported"
+    again = f"copy it again from {where}"
     try:
         size = archive.stat().st_size
     except FileNotFoundError:
@@ -294,19 +310,20 @@ def import_archive(
     report(f"loading {archive.name} ({size / 1e9:.2f} GB, {manifest.compression}) into {engine.address}")
     loaded: list[str] = []
     engine_error: BaseException | None = None
-    with archive.open("rb") as file:
-        reader = _HashingReader(file, size, report, archive.name)
+    with archive.open("rb") as file, contextlib.closing(
+        _HashingReader(file, size, report, archive.name)
+    ) as reader:
         stream: Generator[bytes, None, None] = reader.chunks()
         if manifest.compression == "zstd" and not engine.loads_zstd:
             stream = _zstd_decompressed(stream, archive)
         try:
             loaded = engine.load(stream)
-        except Exception as e:
+        except Exception as e:  # any engine's failure: judged below, once the whole file is hashed
             engine_error = e
         finally:
             stream.close()  # stops a zstd process the engine left unread
         reader.drain()
-    digest = reader.hash.hexdigest()
+        digest = reader.hexdigest()
     if digest != manifest.sha256:
         _remove_new(engine, loaded, before)
         msg = f"archive {archive}: sha256 mismatch (expected {manifest.sha256}, got {digest}); {again}"

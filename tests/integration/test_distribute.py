@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -220,3 +222,25 @@ def test_the_shipped_importer_names_a_missing_engine(exported: Path, tmp_path: P
         f"/version ([Errno 2] No such file or directory); start docker on this node, or point DOCKER_HOST at "
         "its engine\n"
     )
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_export_leaves_nothing_that_looks_complete(
+    built: dict[str, object], tmp_path: Path, signum: signal.Signals
+) -> None:
+    export = subprocess.Popen(
+        [sys.executable, "-m", "imagebuild", "export", IMAGE, "--output", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".*.tmp")):  # the archive is being written
+        assert export.poll() is None, export.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    export.send_signal(signum)
+    _, err = export.communicate(timeout=120)
+    assert export.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "imagebuild: interrupted"
+    assert list(tmp_path.iterdir()) == []
