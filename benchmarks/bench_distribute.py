@@ -4,7 +4,7 @@ The loads go into a node engine of the sample world (a second dockerd with its o
 sampleworld/engines.py), from which the image is removed before every load, so each load really
 writes the layers. Every command runs as its own process; its peak RSS comes from wait4(2).
 
-    python benchmarks/bench_distribute.py [IMAGE] [--repeat N]   # default: the sample image imagebuild-test/kimi-k3:gfx942
+    python benchmarks/bench_distribute.py [IMAGE] [--repeat N]   # default imagebuild/kimi-k3:gfx942
 
 Needs the Docker engine (scripts/ensure-docker.sh) and the image (bash scripts/try-sample-world, or the
 docker test tier, builds it). Baselines compare like with like: `--compress none` against plain
@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 from sampleworld.engines import ensure_engine, node_engine, stop_engine  # noqa: E402
 from sampleworld.layout import DEFAULT_STATE_DIR, StateDir  # noqa: E402
 
-DEFAULT_IMAGE = "imagebuild-test/kimi-k3:gfx942"
+DEFAULT_IMAGE = "imagebuild/kimi-k3:gfx942"  # what scripts/try-sample-world builds
 BASELINE_COMPRESS = {"none": "cat", "gzip": "gzip -1", "zstd": "zstd -q -T0 -3"}
 BASELINE_LOAD = {
     "none": "docker load -q -i {f}",

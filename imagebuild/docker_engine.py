@@ -14,6 +14,7 @@ import io
 import os
 import warnings
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import docker.auth
@@ -184,9 +185,10 @@ class DockerEngine(Engine):
         registry, _ = docker.auth.resolve_repository_name(repository)
         credentials = _credentials(registry)
         try:
-            stream = self._api.push(
-                repository, tag=tag, stream=True, decode=True, auth_config=credentials.config
-            )
+            with self._without_timeout():
+                stream = self._api.push(
+                    repository, tag=tag, stream=True, decode=True, auth_config=credentials.config
+                )
             for chunk in stream:
                 detail = _stream_error(chunk)
                 if detail is not None:
@@ -221,7 +223,9 @@ class DockerEngine(Engine):
 
     def save(self, image_id: str) -> Iterator[bytes]:
         try:
-            yield from self._api.get_image(image_id, chunk_size=CHUNK_SIZE)
+            with self._without_timeout():  # the engine may prepare for minutes before the first byte
+                stream = self._api.get_image(image_id, chunk_size=CHUNK_SIZE)
+            yield from stream
         except docker.errors.ImageNotFound as e:
             msg = f"no image {image_id} in the Docker engine at {self._address}"
             raise UnknownImageError(msg) from e
@@ -232,7 +236,9 @@ class DockerEngine(Engine):
     def load(self, chunks: Iterable[bytes]) -> list[str]:
         loaded: list[str] = []
         try:
-            for chunk in self._api.load_image(iter(chunks), quiet=True):
+            with self._without_timeout():  # uploading many GB is one request
+                stream = self._api.load_image(iter(chunks), quiet=True)
+            for chunk in stream:
                 detail = _stream_error(chunk)
                 if detail is not None:
                     msg = f"the Docker engine at {self._address} refused the archive: {detail}"
@@ -279,6 +285,19 @@ class DockerEngine(Engine):
         except docker.errors.DockerException as e:
             msg = f"could not remove image {image_id}: {_reason(e)}"
             raise EngineError(msg) from e
+
+    @contextmanager
+    def _without_timeout(self) -> Iterator[None]:
+        """No socket timeout for the request made inside: saves, loads and pushes run as long as they must.
+
+        docker-py applies the client's timeout per request, so only the request made here is unbounded.
+        """
+        saved = self._api.timeout
+        self._api.timeout = None
+        try:
+            yield
+        finally:
+            self._api.timeout = saved
 
     def _create(self, image: str, command: list[str], network_mode: str | None) -> str:
         try:

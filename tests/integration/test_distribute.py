@@ -6,6 +6,7 @@ that never had the image" is true: each test removes the image there first.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -25,7 +26,9 @@ from sampleworld.world import World
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 
-IMAGE = "imagebuild-test-distribute/kimi-k3:gfx942"
+# Per checkout: several checkouts share one Docker engine, and a shared tag would be overwritten.
+CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]
+IMAGE = f"imagebuild-test-distribute/kimi-k3:gfx942-{CHECKOUT}"
 PYTHON38 = Path.home() / ".pyenv/versions/3.8.18/bin/python3.8"
 
 
