@@ -1,0 +1,151 @@
+"""The command-line side of publish, export and import: arguments in, results on stdout.
+
+Registered by ``imagebuild.cli`` like its own commands; each checks its arguments before it
+touches the engine, and reports through ``imagebuild.cli.main`` (one line, the error's exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from imagebuild.build import DEFAULT_REPOSITORY
+from imagebuild.errors import ImageBuildError
+from imagebuild.log import format_duration, logger
+from imagebuild.project import find_project
+
+AddCommand = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _default_image(args: argparse.Namespace) -> str:
+    return str(args.image or f"{DEFAULT_REPOSITORY}:{args.arch}")
+
+
+def _default_record(args: argparse.Namespace) -> Path | None:
+    """The build record publish notes the reference in: --record, else the checkout's, if in one."""
+    if args.record:
+        return Path(args.record)
+    try:
+        return find_project(Path.cwd(), args.pins).root / "build" / f"{args.arch}.build.json"
+    except ImageBuildError:
+        return None
+
+
+def _print_json(data: object) -> None:
+    json.dump(data, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from imagebuild.distribute.publish import PublishOptions, check_repository, check_tag, publish_image
+    from imagebuild.docker_engine import DockerEngine
+
+    check_repository(args.repository)
+    if args.tag:
+        check_tag(args.tag)
+    options = PublishOptions(
+        image=_default_image(args),
+        repository=args.repository,
+        tag=args.tag,
+        record_path=_default_record(args),
+    )
+    engine = DockerEngine.from_env()
+    try:
+        result = publish_image(options, engine, report=logger.info)
+    finally:
+        engine.close()
+    if args.json:
+        _print_json(
+            {
+                "reference": result.reference,
+                "digest": result.digest,
+                "image_id": result.image_id,
+                "repository": result.repository,
+                "tag": result.tag,
+                "record": str(result.recorded_in) if result.recorded_in else None,
+            }
+        )
+    else:
+        sys.stdout.write(result.reference + "\n")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from imagebuild.distribute.compression import Compression
+    from imagebuild.distribute.export import ExportOptions, check_output_dir, export_image
+    from imagebuild.docker_engine import DockerEngine
+
+    options = ExportOptions(
+        image=_default_image(args),
+        output=check_output_dir(args.output),
+        compression=Compression(args.compress),
+    )
+    # A batch job's time limit or scancel sends SIGTERM: remove the temporary archive as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
+    engine = DockerEngine.from_env()
+    try:
+        result = export_image(options, engine, report=logger.info)
+    finally:
+        engine.close()
+    if args.json:
+        _print_json({"manifest": str(result.manifest_path), **result.manifest.to_json()})
+    else:
+        sys.stdout.write(f"{result.manifest_path}\n")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from imagebuild.distribute.local_import import check_manifest, import_manifest
+    from imagebuild.docker_engine import DockerEngine
+
+    check_manifest(args.manifest)
+    engine = DockerEngine.from_env()
+    try:
+        result = import_manifest(args.manifest, engine, report=logger.info)
+    finally:
+        engine.close()
+    how = (
+        "already present"
+        if result.already_present
+        else f"verified and loaded in {format_duration(result.seconds)}"
+    )
+    logger.info("%s %s; tagged %s", result.image_id, how, ", ".join(result.tags) or "nothing")
+    sys.stdout.write(result.image_id + "\n")
+    return 0
+
+
+def add_distribute_commands(add: AddCommand) -> None:
+    p = add("publish", cmd_publish, "push the image; print the reference nodes pull by digest")
+    p.add_argument("image", nargs="?", help="image to push (default imagebuild/kimi-k3:ARCH)")
+    p.add_argument(
+        "--repository", required=True, metavar="HOST[:PORT]/REPO", help="where to push, registry first"
+    )
+    p.add_argument("--tag", help="tag to push under (default ARCH-<image id, 12 hex>)")
+    p.add_argument(
+        "--record", type=Path, help="build record to note the reference in (default build/ARCH.build.json)"
+    )
+    p.add_argument("--json", action="store_true", help="print reference, digest, image ID as JSON")
+
+    p = add("export", cmd_export, "write the image as a verified archive, a manifest and the importer")
+    p.add_argument("image", nargs="?", help="image to export (default imagebuild/kimi-k3:ARCH)")
+    p.add_argument(
+        "--output", type=Path, required=True, metavar="DIR", help="directory (e.g. shared storage)"
+    )
+    p.add_argument(
+        "--compress",
+        choices=("zstd", "gzip", "none"),
+        default="zstd",
+        help="archive compression (default zstd)",
+    )
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+
+    p = add("import", cmd_import, "verify an exported archive against its manifest, load and tag it")
+    p.add_argument("manifest", type=Path, help="the .json manifest export wrote next to the archive")
