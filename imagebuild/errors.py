@@ -35,14 +35,16 @@ class CommandError(ImageBuildError):
         self.returncode = returncode
 
 
-class UnknownImageError(ConfigError):
-    """The image a command names is not in the engine: bad input, not a broken engine."""
-
-
 class EngineError(ImageBuildError):
     """The Docker engine is unreachable or refused a request."""
 
     exit_code = 3
+
+
+class UnknownImageError(EngineError):
+    """The engine has no image of the name or ID a command was given: the user's input, so exit 2."""
+
+    exit_code = 2
 
 
 class BuildError(ImageBuildError):
