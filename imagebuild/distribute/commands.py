@@ -13,8 +13,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from imagebuild.build import DEFAULT_REPOSITORY
 from imagebuild.errors import ImageBuildError
+from imagebuild.layout import default_tag
 from imagebuild.log import format_duration, logger
 from imagebuild.project import find_project
 
@@ -26,7 +26,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _default_image(args: argparse.Namespace) -> str:
-    return str(args.image or f"{DEFAULT_REPOSITORY}:{args.arch}")
+    return str(args.image or default_tag(args.arch))
 
 
 def _default_record(args: argparse.Namespace) -> Path | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from imagebuild.engine import Engine, ImageInfo, PushEvent
 from imagebuild.errors import ConfigError, RegistryError
-from imagebuild.pins import write_atomically
+from imagebuild.util.files import write_atomically
 
 # docker's reference grammar: a registry host (with a dot or a port, or localhost), then lowercase
 # path components separated by . _ __ or -.
