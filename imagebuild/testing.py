@@ -27,7 +27,7 @@ from typing import Any
 import zstandard
 
 from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo, PushEvent, classic_build_events
-from imagebuild.errors import EngineError, RegistryError
+from imagebuild.errors import EngineError, RegistryError, UnknownImageError
 from imagebuild.layout import APP_DIR
 from imagebuild.util.clock import Clock, Timer
 
@@ -202,7 +202,7 @@ class FakeEngine(Engine):
             if image_id == info.id or ref in info.tags:
                 return info
         msg = f"no image '{ref}' in the Docker engine at {self.address}; build it first (imagebuild build)"
-        raise EngineError(msg)
+        raise UnknownImageError(msg)
 
     def run(self, image: str, command: list[str], *, network_mode: str | None = None) -> tuple[int, str]:
         self.inspect_image(image)

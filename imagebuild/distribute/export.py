@@ -28,11 +28,11 @@ from typing import BinaryIO
 
 from imagebuild import __version__
 from imagebuild.distribute import importer
-from imagebuild.distribute.atomic import atomic_file, write_file
 from imagebuild.distribute.compression import Compression, compressing
 from imagebuild.engine import Engine, ImageInfo
 from imagebuild.errors import ConfigError
 from imagebuild.secrets import secret_value_reason
+from imagebuild.util.files import atomic_file
 
 IMPORTER_NAME = "imagebuild-import.py"
 PIN_LABEL_PREFIX = "io.imagebuild.pin."
@@ -120,7 +120,8 @@ def export_image(options: ExportOptions, engine: Engine, *, report: Callable[[st
     pins, labels = image_manifest_fields(info)
     name = archive_name(info, options.compression)
     report(f"exporting {options.image} ({info.id[:19]}) to {output / name}")
-    with atomic_file(output / name) as file:
+    # 0644 and 0755: the nodes' jobs may run as other users than the one exporting.
+    with atomic_file(output / name, mode=0o644) as file:
         sink = _HashingSink(file)
         next_report = time.monotonic() + PROGRESS_EVERY_S
         saved = 0
@@ -131,7 +132,7 @@ def export_image(options: ExportOptions, engine: Engine, *, report: Callable[[st
                 if time.monotonic() >= next_report:
                     next_report = time.monotonic() + PROGRESS_EVERY_S
                     report(f"{name}: {saved / 1e9:.1f} GB saved, {sink.size / 1e9:.1f} GB written")
-    write_file(output / IMPORTER_NAME, Path(importer.__file__).read_bytes(), mode=0o755)
+    _write(output / IMPORTER_NAME, Path(importer.__file__).read_bytes(), mode=0o755)
     manifest = importer.Manifest(
         archive=name,
         sha256=sink.hash.hexdigest(),
@@ -146,10 +147,15 @@ def export_image(options: ExportOptions, engine: Engine, *, report: Callable[[st
     )
     importer.parse_manifest(manifest.to_json(), name)  # what nodes will accept, checked before writing
     manifest_path = output / f"{name}.json"
-    write_file(manifest_path, (json.dumps(manifest.to_json(), indent=2) + "\n").encode())
+    _write(manifest_path, (json.dumps(manifest.to_json(), indent=2) + "\n").encode())
     seconds = time.monotonic() - started
     report(
         f"wrote {name} ({sink.size / 1e9:.2f} GB from {saved / 1e9:.2f} GB, {options.compression}) "
         f"in {seconds:.1f}s; manifest {manifest_path.name}"
     )
     return ExportResult(manifest_path=manifest_path, manifest=manifest, seconds=seconds)
+
+
+def _write(path: Path, data: bytes, mode: int = 0o644) -> None:
+    with atomic_file(path, mode) as file:
+        file.write(data)

@@ -15,7 +15,7 @@ from imagebuild.distribute.compression import Compression
 from imagebuild.distribute.export import IMPORTER_NAME, ExportOptions, export_image
 from imagebuild.distribute.local_import import check_manifest, import_manifest
 from imagebuild.errors import ConfigError, EngineError, IntegrityError
-from tests.unit.fake_engine import FakeEngine
+from imagebuild.testing import FakeEngine
 
 TAG = "imagebuild/kimi-k3:gfx942"
 LABELS = {
@@ -26,7 +26,7 @@ LABELS = {
 
 def _export(tmp_path: Path, compression: Compression = Compression.ZSTD) -> tuple[FakeEngine, Path]:
     source = FakeEngine()
-    source.add_image(TAG, labels=LABELS)
+    source.add_saved_image(TAG, labels=LABELS)
     result = export_image(
         ExportOptions(image=TAG, output=tmp_path / "out", compression=compression),
         source,
@@ -49,7 +49,7 @@ def test_export_then_import_gives_the_same_image_id_and_its_tags(
     tmp_path: Path, compression: Compression
 ) -> None:
     source, manifest_path = _export(tmp_path, compression)
-    node = FakeEngine(loads_zstd_=False)  # an engine older than Docker 23: zstd goes through the zstd tool
+    node = FakeEngine(zstd_loads=False)  # an engine older than Docker 23: zstd goes through the zstd tool
     result = import_manifest(manifest_path, node, report=lambda _: None)
     assert result.image_id == source.tags[TAG]
     assert not result.already_present
@@ -84,7 +84,7 @@ def test_export_writes_archive_importer_and_manifest_and_nothing_else(tmp_path: 
 
 def test_an_interrupted_export_leaves_no_file_behind(tmp_path: Path) -> None:
     source = FakeEngine(interrupt_save_after=3)
-    source.add_image(TAG)
+    source.add_saved_image(TAG)
     output = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
         export_image(ExportOptions(image=TAG, output=output), source, report=lambda _: None)
@@ -101,7 +101,9 @@ def test_export_refuses_an_unwritable_output_before_asking_the_engine(tmp_path: 
 
 def test_export_refuses_a_label_holding_a_credential(tmp_path: Path) -> None:
     source = FakeEngine()
-    source.add_image(TAG, labels={"org.opencontainers.image.source": "https://bot:hunter2@example.com/x.git"})
+    source.add_saved_image(
+        TAG, labels={"org.opencontainers.image.source": "https://bot:hunter2@example.com/x.git"}
+    )
     with pytest.raises(
         ConfigError, match=r"label org.opencontainers.image.source contains a credential-like"
     ):
@@ -140,7 +142,7 @@ def test_a_one_byte_corruption_is_refused_with_nothing_tagged_or_left(tmp_path: 
     assert "copy it again from" in str(e.value)
     assert e.value.exit_code == 7
     assert node.tags == {}
-    assert node.images == {}
+    assert node.image_ids() == frozenset()
 
 
 def test_a_truncated_archive_is_refused_before_the_engine_reads_it(tmp_path: Path) -> None:
@@ -173,7 +175,7 @@ def test_an_archive_of_another_image_is_refused_and_its_image_removed(tmp_path: 
         IntegrityError, match=r"the engine loaded sha256:[0-9a-f]{64}, but .* says sha256:abab"
     ):
         import_manifest(manifest_path, node, report=lambda _: None)
-    assert node.images == {}
+    assert node.image_ids() == frozenset()
     assert node.tags == {}
 
 
@@ -182,10 +184,12 @@ def test_an_image_that_was_present_before_a_refused_load_stays(tmp_path: Path) -
     data = _manifest(manifest_path)
     data["image_id"] = "sha256:" + "ab" * 32
     manifest_path.write_text(json.dumps(data))
-    node = FakeEngine(images=dict(source.images))  # the archive's image is already on the node
+    node = FakeEngine(
+        images=list(source.images), saved=dict(source.saved)
+    )  # the archive's image is already on the node
     with pytest.raises(IntegrityError):
         import_manifest(manifest_path, node, report=lambda _: None)
-    assert node.images == source.images
+    assert node.image_ids() == source.image_ids()
 
 
 def test_an_engine_refusal_of_an_intact_archive_is_an_engine_error(tmp_path: Path) -> None:
@@ -204,7 +208,7 @@ def test_zstd_on_an_old_engine_without_the_zstd_tool_says_what_to_install(
         EngineError,
         match=r"no zstd tool is on PATH: install zstd on this node, or export with --compress gzip",
     ):
-        import_manifest(manifest_path, FakeEngine(loads_zstd_=False), report=lambda _: None)
+        import_manifest(manifest_path, FakeEngine(zstd_loads=False), report=lambda _: None)
 
 
 VALID = {

@@ -10,7 +10,7 @@ import pytest
 from imagebuild.cli import main
 from imagebuild.distribute.publish import PublishOptions, check_repository, publish_image
 from imagebuild.errors import ConfigError, RegistryError
-from tests.unit.fake_engine import FakeEngine
+from imagebuild.testing import FakeEngine
 
 TAG = "imagebuild/kimi-k3:gfx942"
 REPOSITORY = "127.0.0.1:5000/ml/kimi-k3"
@@ -23,7 +23,7 @@ def _record(path: Path, image_id: str) -> Path:
 
 def test_publish_returns_the_digest_reference_and_records_it(tmp_path: Path) -> None:
     engine = FakeEngine()
-    image_id = engine.add_image(TAG, labels={"io.imagebuild.arch": "gfx942"})
+    image_id = engine.add_saved_image(TAG, labels={"io.imagebuild.arch": "gfx942"})
     record = _record(tmp_path / "gfx942.build.json", image_id)
     lines: list[str] = []
     result = publish_image(
@@ -44,7 +44,7 @@ def test_publish_returns_the_digest_reference_and_records_it(tmp_path: Path) -> 
 
 def test_a_record_of_another_image_is_left_alone(tmp_path: Path) -> None:
     engine = FakeEngine()
-    engine.add_image(TAG)
+    engine.add_saved_image(TAG)
     record = _record(tmp_path / "gfx942.build.json", "sha256:" + "0" * 64)
     before = record.read_text()
     lines: list[str] = []
@@ -91,8 +91,8 @@ def test_publish_checks_its_arguments_before_the_engine(capsys: pytest.CaptureFi
 
 
 def test_a_registry_failure_is_a_registry_error(tmp_path: Path) -> None:
-    engine = FakeEngine()
-    engine.add_image(TAG)
+    engine = FakeEngine(refuse_push="push of x: registry unreachable.example is unreachable")
+    engine.add_saved_image(TAG)
     with pytest.raises(RegistryError) as e:
         publish_image(
             PublishOptions(image=TAG, repository="unreachable.example/x"), engine, report=lambda _: None
