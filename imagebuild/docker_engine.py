@@ -27,14 +27,12 @@ from docker.context import ContextAPI
 
 import docker
 from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo, PushEvent, classic_build_events
-from imagebuild.errors import ConfigError, EngineError, ImageBuildError, RegistryError, UnknownImageError
+from imagebuild.errors import ConfigError, EngineError, RegistryError, UnknownImageError
+from imagebuild.registry_errors import RegistryCredentials, registry_error
 
 START_HINT = "start one with `bash scripts/ensure-docker.sh` (or `systemctl start docker`), or point DOCKER_HOST at a remote engine"
 CHUNK_SIZE = 1 << 20  # save stream chunks: large enough for throughput, small enough to bound memory
 ZSTD_LOAD_API = (1, 42)  # Docker 23.0 (API 1.42) is the first engine whose `load` reads zstd archives
-# Words of registry errors, as the engine reports them (distribution's error codes and Go's net errors).
-CREDENTIAL_WORDS = ("unauthorized", "authentication required", "no basic auth credentials", "denied")
-UNREACHABLE_WORDS = ("dial tcp", "connection refused", "no such host", "i/o timeout", "timeout", "EOF")
 
 
 def _context_host() -> str | None:
@@ -376,25 +374,15 @@ def _credentials(registry: str) -> _Credentials:
         raise RegistryError(msg) from e
 
 
-def _registry_error(what: str, registry: str, detail: str, credentials: _Credentials) -> ImageBuildError:
-    detail = detail.strip().splitlines()[0] if detail.strip() else "no detail"
-    lowered = detail.lower()
-    if any(word in lowered for word in CREDENTIAL_WORDS):
-        if credentials.config:
-            msg = f"{what}: registry {registry} refused the credentials from {credentials.source} ({detail}); run `docker login {registry}`"
-        else:
-            msg = f"{what}: registry {registry} wants credentials and docker has none for it ({credentials.config_file}); run `docker login {registry}`"
-        return RegistryError(msg)
-    if "http response to https client" in lowered:
-        msg = f"{what}: registry {registry} speaks plain HTTP; add it to the engine's insecure-registries (daemon.json) or serve it with TLS ({detail})"
-        return RegistryError(msg)
-    if any(word.lower() in lowered for word in UNREACHABLE_WORDS):
-        msg = f"{what}: registry {registry} is unreachable from the Docker engine ({detail}); check the address and that the registry runs (the engine, not imagebuild, connects to it)"
-        return RegistryError(msg)
-    if "manifest unknown" in lowered or "not found" in lowered:
-        msg = f"{what}: registry {registry} has no such image ({detail}); check the reference (publish prints it)"
-        return RegistryError(msg)
-    return RegistryError(f"{what}: registry {registry} failed: {detail}")
+def _registry_error(what: str, registry: str, detail: str, credentials: _Credentials) -> RegistryError:
+    return registry_error(
+        what,
+        registry,
+        detail,
+        RegistryCredentials(
+            found=bool(credentials.config), source=credentials.source, config_file=credentials.config_file
+        ),
+    )
 
 
 def _stream_error(chunk: dict[str, Any]) -> str | None:
