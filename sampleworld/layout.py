@@ -1,15 +1,15 @@
 """Names of the sample world: ports, image references, repositories, paths.
 
 The default ports are the ones sampleworld/pins.toml names. IMAGEBUILD_SAMPLEWORLD_PORT_BASE moves all
-three (registry = base, git = base + 418, index = base + 80) so that several checkouts can each run a
-world on one machine; `up` then writes a copy of the pins with those ports into the state dir
-(World.pins_path), which is what tests and scripts use.
+ports together (registry = base, git = base + 418, index = base + 80, and the sample cluster's from
+base + 817) so that several checkouts can each run a world on one machine; `up` then writes a copy of the
+pins with those ports into the state dir (World.pins_path), which is what tests and scripts use.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 # Bump when a stand-in changes in a way the content hashes below cannot see (the base image label and the
@@ -24,23 +24,31 @@ class Ports:
     registry: int = 55000
     git: int = 55418
     index: int = 55080
+    # The sample cluster (sampleworld/cluster.py): slurmctld, then one slurmd port per node from `slurmd`.
+    slurmctld: int = 55817
+    slurmd: int = 55818
+    # What the sample cluster's jobs bind on the (shared) host network: vLLM's API, its rendezvous and
+    # the launcher's container barrier. Derived like the rest, so two checkouts' jobs never collide.
+    job_serve: int = 55900
+    job_master: int = 55901
+    job_barrier: int = 55902
 
 
 DEFAULT_PORTS = Ports()
 PORT_BASE_ENV = "IMAGEBUILD_SAMPLEWORLD_PORT_BASE"
+MAX_PORT_BASE = 65535 - (max(asdict(DEFAULT_PORTS).values()) - DEFAULT_PORTS.registry)
 
 
 def ports_from_env() -> Ports:
     text = os.environ.get(PORT_BASE_ENV, "").strip()
     if not text:
         return DEFAULT_PORTS
-    if not text.isdigit() or not 1024 <= int(text) <= 65000:
+    if not text.isdigit() or not 1024 <= int(text) <= MAX_PORT_BASE:
         # Read at import, before any command runs: exit with one line rather than a traceback.
-        msg = f"sampleworld: error: {PORT_BASE_ENV}={text!r}: expected a port number from 1024 to 65000"
+        msg = f"sampleworld: error: {PORT_BASE_ENV}={text!r}: expected a port number from 1024 to {MAX_PORT_BASE}"
         raise SystemExit(msg)
-    base = int(text)
-    offset = base - DEFAULT_PORTS.registry
-    return Ports(registry=base, git=DEFAULT_PORTS.git + offset, index=DEFAULT_PORTS.index + offset)
+    offset = int(text) - DEFAULT_PORTS.registry
+    return Ports(**{name: port + offset for name, port in asdict(DEFAULT_PORTS).items()})
 
 
 PORTS = ports_from_env()

@@ -16,12 +16,17 @@ from sampleworld.layout import HOST, StateDir
 @dataclass(frozen=True, kw_only=True)
 class Service:
     name: str
-    port: int
+    port: int | None  # the TCP port of HOST it answers on; None for a daemon with only a unix socket
     argv: tuple[str, ...]
     # A recorded pid counts as ours only while its command line still contains this (pids get reused).
     marker: str
     cwd: Path | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    unix_socket: Path | None = None  # where a port-less daemon (munged) answers
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}" if self.port is not None else str(self.unix_socket)
 
     def pid_file(self, state: StateDir) -> Path:
         return state.run / f"{self.name}.pid"
@@ -34,6 +39,18 @@ def port_open(port: int, host: str = HOST) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
+
+
+def unix_socket_open(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(str(path)) == 0
+
+
+def answers(service: Service) -> bool:
+    if service.port is not None:
+        return port_open(service.port)
+    return service.unix_socket is not None and unix_socket_open(service.unix_socket)
 
 
 def running_pid(state: StateDir, service: Service) -> int | None:
@@ -52,11 +69,11 @@ def running_pid(state: StateDir, service: Service) -> int | None:
 def ensure_running(state: StateDir, service: Service, *, timeout: float = 30) -> bool:
     """Start the service unless ours already answers; True when this call started it."""
     pid = running_pid(state, service)
-    if pid is not None and port_open(service.port):
+    if pid is not None and answers(service):
         return False
-    if pid is None and port_open(service.port):
+    if pid is None and answers(service):
         msg = (
-            f"port {HOST}:{service.port} for the sample {service.name} is taken by a process this world "
+            f"{service.address} for the sample {service.name} is taken by a process this world "
             f"did not start (no live pid in {service.pid_file(state)}); stop it, or run "
             "`python -m sampleworld down` with the state dir that started it"
         )
@@ -65,19 +82,19 @@ def ensure_running(state: StateDir, service: Service, *, timeout: float = 30) ->
         pid = proc.spawn(service.argv, log_path=service.log_file(state), cwd=service.cwd, env=service.env)
         service.pid_file(state).write_text(f"{pid}\n")
     deadline = time.monotonic() + timeout
-    while not port_open(service.port):
+    while not answers(service):
         if not proc.pid_alive(pid):
             service.pid_file(state).unlink(missing_ok=True)
             msg = f"the sample {service.name} exited at start; see {service.log_file(state)}"
             raise SampleWorldError(msg)
         if time.monotonic() > deadline:
             msg = (
-                f"the sample {service.name} (pid {pid}) does not listen on {HOST}:{service.port} after "
+                f"the sample {service.name} (pid {pid}) does not listen on {service.address} after "
                 f"{timeout:.0f}s; see {service.log_file(state)}"
             )
             raise SampleWorldError(msg)
         time.sleep(0.1)
-    log.info(f"{service.name}: pid {pid} listening on {HOST}:{service.port}")
+    log.info(f"{service.name}: pid {pid} listening on {service.address}")
     return True
 
 

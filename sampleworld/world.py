@@ -78,7 +78,7 @@ def _state(state_dir: Path | None) -> StateDir:
 
 
 @contextmanager
-def _locked(state: StateDir) -> Iterator[None]:
+def state_lock(state: StateDir) -> Iterator[None]:
     """One `up`/`down` at a time per state dir (engineers share the checkout and its .sampleworld/)."""
     state.root.mkdir(parents=True, exist_ok=True)
     with state.lock_file.open("w") as fh:
@@ -183,7 +183,7 @@ def up(state_dir: Path | None = None, *, images: bool = True) -> World:
     """
     began = time.monotonic()
     state = _state(state_dir)
-    with _locked(state):
+    with state_lock(state):
         state.create()
         with log.step("index: wheels"):
             wheel_sha256 = wheels.populate_index(state)
@@ -218,7 +218,7 @@ def down(state_dir: Path | None = None, *, only: Iterable[str] | None = None) ->
     state = _state(state_dir)
     wanted = None if only is None else set(only)
     stopped: list[str] = []
-    with _locked(state):
+    with state_lock(state):
         for svc in _services(state):
             if (wanted is None or svc.name in wanted) and services.stop(state, svc):
                 stopped.append(svc.name)

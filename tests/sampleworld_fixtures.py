@@ -4,7 +4,8 @@ Use it from any test tree by importing it into a conftest (or the test module):
 
     from sampleworld_fixtures import sample_world  # noqa: F401  (registers the fixture)
 
-`node_engines` gives extra Docker engines (sampleworld/engines.py), one per sample cluster node.
+`node_engines` gives extra Docker engines (sampleworld/engines.py), one per sample cluster node;
+`sample_cluster` the sample SLURM cluster (sampleworld/cluster.py) with its two nodes and their engines.
 
 It brings the world up through the package API (idempotent; the base image is cached by recipe, so only
 a machine's first session runs debootstrap) and, at the end of the session, stops only the servers that
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sampleworld import World, down, up
+from sampleworld import World, cluster, down, up
 from sampleworld.engines import NodeEngine, ensure_engine, node_engine, stop_engine
 from sampleworld.layout import DEFAULT_STATE_DIR, StateDir
 
@@ -62,3 +63,16 @@ def node_engines() -> Iterator[Callable[[str], NodeEngine]]:
     finally:
         for engine in started:
             stop_engine(engine)
+
+
+@pytest.fixture(scope="session")
+def sample_cluster() -> Iterator[cluster.Cluster]:
+    """The sample SLURM cluster, up (its packages come from scripts/ensure-slurm.sh); clients need
+    `Cluster.env` (SLURM_CONF). At the end, only the daemons and engines this session started stop."""
+    state = sample_world_state_dir()
+    running = cluster.up(state)
+    try:
+        yield running
+    finally:
+        if running.started:
+            cluster.down(state, only=running.started)
