@@ -35,7 +35,9 @@ setup(
     name="vllm",
     version="0.11.1+k3.wideep",
     description="Sample stand-in for the vLLM Kimi-K3 fork (not the real project)",
-    packages=["vllm"],
+    packages=["vllm", "vllm.entrypoints", "vllm.entrypoints.cli"],
+    # The real fork's console script: `vllm serve ...` (vllm/entrypoints/cli/main.py).
+    entry_points={"console_scripts": ["vllm = vllm.entrypoints.cli.main:main"]},
     python_requires=">=3.9",
     cmdclass={"build_py": RecordBuildEnv},
 )
