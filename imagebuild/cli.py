@@ -347,6 +347,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
     add_distribute_commands(add)
+
+    from imagebuild.slurm import command as slurm_command
+
+    slurm_command.add_parser(sub)
     return parser
 
 

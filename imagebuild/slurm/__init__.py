@@ -1,0 +1,6 @@
+"""`imagebuild slurm`: an sbatch script that starts the image's launcher on every node of a job.
+
+job      the job's values, each checked by its kind          recipe   the recipe's topology, via the launcher
+archive  the manifest of a registry-less job's archive       script   the sbatch script (pure rendering)
+command  the subcommand's arguments and handler
+"""

@@ -1,0 +1,174 @@
+"""The `imagebuild slurm` subcommand: arguments in, a checked Job, the script out (stdout or -o FILE)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from imagebuild import __version__
+from imagebuild.errors import ConfigError
+from imagebuild.launcher.inputs import SPECS
+from imagebuild.log import logger
+from imagebuild.slurm import job as jobs
+from imagebuild.slurm.archive import read_archive
+from imagebuild.slurm.recipe import check_topology
+from imagebuild.slurm.script import render_script
+
+DESCRIPTION = (
+    "write an sbatch script that gets the image onto every node (pull by digest, or import a verified "
+    "archive) and starts the image's launcher there"
+)
+EPILOG = """\
+Options whose value starts with '-' take it after '=': --docker-arg=--privileged, --sbatch-arg=--exclusive.
+Nothing is written unless every value is valid and the node count fits the recipe (exit 2 otherwise)."""
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "slurm",
+        help=DESCRIPTION,
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.set_defaults(func=run)
+    p.add_argument("--nodes", type=int, required=True, help="nodes of the job; must fit the recipe's TP x PP")
+    p.add_argument("--recipe", default=SPECS["RECIPE"].default, help="launcher recipe (default %(default)s)")
+    p.add_argument("--variant", required=True, help="variant of the recipe, e.g. pp2xtp8")
+    p.add_argument(
+        "--model-path", required=True, help="model directory, the same absolute path on every node"
+    )
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--image", metavar="REF@sha256:...", help="pull this reference on every node")
+    source.add_argument(
+        "--archive", type=Path, metavar="MANIFEST", help="import this archive (manifest on shared storage)"
+    )
+    p.add_argument("--job-name", help="SLURM job name (default RECIPE-VARIANT)")
+    p.add_argument("--partition", help="SLURM partition")
+    p.add_argument("--time", default=jobs.DEFAULT_TIME, help=f"wall time (default {jobs.DEFAULT_TIME})")
+    p.add_argument(
+        "--log-dir",
+        type=Path,
+        help="shared directory for logs and the sentinel (default SUBMITDIR/imagebuild-logs)",
+    )
+    p.add_argument("--benchmark-cmd", default="", help="run on the head once vLLM is ready")
+    p.add_argument(
+        "--no-devices",
+        action="store_true",
+        help="leave /dev/kfd, /dev/dri, /dev/infiniband and the video group out (machines without GPUs)",
+    )
+    p.add_argument(
+        "--serve-port", type=int, default=jobs.DEFAULT_SERVE_PORT, help="vLLM's API port on the head"
+    )
+    p.add_argument("--master-port", type=int, default=jobs.DEFAULT_MASTER_PORT, help="vLLM's rendezvous port")
+    p.add_argument(
+        "--barrier-port", type=int, default=jobs.DEFAULT_BARRIER_PORT, help="container barrier port"
+    )
+    p.add_argument(
+        "--barrier-timeout",
+        type=int,
+        default=jobs.DEFAULT_BARRIER_TIMEOUT_S,
+        help="seconds to wait for all nodes",
+    )
+    p.add_argument(
+        "--stop-timeout", type=int, default=jobs.DEFAULT_STOP_TIMEOUT_S, help="seconds `docker stop` waits"
+    )
+    p.add_argument("--shm-size", default=jobs.DEFAULT_SHM_SIZE, help=f"default {jobs.DEFAULT_SHM_SIZE}")
+    p.add_argument(
+        "--ulimit", action="append", default=[], metavar="NAME=SOFT[:HARD]", help="replace a default ulimit"
+    )
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment for the launcher and vLLM",
+    )
+    p.add_argument(
+        "--pass-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="copy from the job's environment (secrets)",
+    )
+    p.add_argument(
+        "--docker-arg", action="append", default=[], metavar="ARG", help="one more docker run argument"
+    )
+    p.add_argument(
+        "--rdma-lib", action="append", default=[], metavar="PATH", help="one more host RDMA library"
+    )
+    p.add_argument(
+        "--no-default-rdma-libs",
+        action="store_true",
+        help="mount only the --rdma-lib paths, not the default list",
+    )
+    p.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG", help="one more #SBATCH option")
+    p.add_argument("-o", "--output", type=Path, help="write the script here (default: stdout)")
+
+
+def _request(args: argparse.Namespace) -> jobs.JobRequest:
+    image: jobs.PulledImage | jobs.ArchivedImage
+    image = read_archive(args.archive) if args.archive is not None else jobs.PulledImage(reference=args.image)
+    return jobs.JobRequest(
+        nodes=args.nodes,
+        recipe=args.recipe,
+        variant=args.variant,
+        model_path=args.model_path,
+        image=image,
+        job_name=args.job_name,
+        partition=args.partition,
+        time=args.time,
+        # The submitter's relative path means their current directory; the job must get it absolute.
+        log_dir=None if args.log_dir is None else str(args.log_dir.absolute()),
+        benchmark_cmd=args.benchmark_cmd,
+        gpu_devices=not args.no_devices,
+        serve_port=args.serve_port,
+        master_port=args.master_port,
+        barrier_port=args.barrier_port,
+        barrier_timeout_s=args.barrier_timeout,
+        stop_timeout_s=args.stop_timeout,
+        shm_size=args.shm_size,
+        ulimits=tuple(args.ulimit),
+        env=tuple(args.env),
+        pass_env=tuple(args.pass_env),
+        docker_args=tuple(args.docker_arg),
+        rdma_libs=tuple(args.rdma_lib),
+        default_rdma_libs=not args.no_default_rdma_libs,
+        sbatch_args=tuple(args.sbatch_arg),
+    )
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Complete or absent: a temporary file in the same directory, renamed over the target."""
+    directory = path.parent if str(path.parent) else Path()
+    if not directory.is_dir():
+        msg = f"-o {path}: directory {directory} does not exist; create it or write elsewhere"
+        raise ConfigError(msg)
+    try:
+        fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        msg = f"-o {path}: cannot write in {directory} ({e.strerror}); choose a writable directory"
+        raise ConfigError(msg) from e
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        Path(temp).chmod(0o755)
+        Path(temp).replace(path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def run(args: argparse.Namespace) -> int:
+    job = jobs.make_job(_request(args))
+    topology = check_topology(job)
+    text = render_script(job, topology, version=__version__)
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    write_atomically(args.output, text)
+    logger.info("wrote %s: submit it with `sbatch %s`", args.output, args.output)
+    return 0

@@ -1,0 +1,168 @@
+"""`imagebuild slurm` input checks: one line, exit 2, nothing written, for every kind of bad value."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from imagebuild.cli import main
+
+DIGEST = "sha256:" + "ab" * 32
+IMAGE = f"127.0.0.1:5000/imagebuild/kimi-k3@{DIGEST}"
+BASE = ["slurm", "--nodes", "2", "--variant", "pp2xtp8", "--model-path", "/models/kimi-k3"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main([*BASE, *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_prints_the_script_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "--image", IMAGE)
+    assert code == 0, err
+    assert out.startswith("#!/bin/bash\n")
+    assert f"IMAGE={IMAGE}\n" in out
+
+
+def test_writes_an_executable_file_with_o(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    target = tmp_path / "job.sbatch"
+    code, out, err = run(capsys, "--image", IMAGE, "-o", str(target))
+    assert code == 0, err
+    assert out == ""
+    assert "sbatch" in err
+    assert target.read_text().startswith("#!/bin/bash\n")
+    assert target.stat().st_mode & stat.S_IXUSR
+    assert [p.name for p in tmp_path.iterdir()] == ["job.sbatch"]  # no temporary file left
+
+
+BAD = [
+    (["--nodes", "3"], "--nodes 3 does not fit recipe kimi-k3 variant pp2xtp8: TP 8 x PP 2 = 16 GPUs"),
+    (["--nodes", "0"], "--nodes 0"),
+    (["--variant", "pp2xtp9"], "has no variant 'pp2xtp9'"),
+    (["--recipe", "kimi-k4"], "unknown recipe 'kimi-k4'"),
+    (["--recipe", "../etc/passwd"], "--recipe '../etc/passwd'"),
+    (["--model-path", "models/k3"], "--model-path 'models/k3': expected an absolute path"),
+    (["--model-path", "/models/k3:rw"], "':' or ','"),
+    (["--model-path", "/models/k3\nrm -rf /"], "control character"),
+    (["--time", "4h"], "--time '4h'"),
+    (["--job-name", "k3; reboot"], "--job-name 'k3; reboot'"),
+    (["--partition", "gpu batch"], "--partition 'gpu batch'"),
+    (["--serve-port", "70000"], "--serve-port 70000"),
+    (["--barrier-timeout", "0"], "--barrier-timeout 0"),
+    (["--shm-size", "lots"], "--shm-size 'lots'"),
+    (["--ulimit", "nofile=many"], "--ulimit 'nofile=many'"),
+    (["--env", "NODE_RANK=1"], "the job sets NODE_RANK itself"),
+    (["--env", "BENCHMARK_CMD=x"], "--benchmark-cmd"),
+    (["--env", "HF_TOKEN=hf_abc"], "use --pass-env HF_TOKEN"),
+    (["--env", "PROXY=https://user:pw@proxy.example/"], "credential-like"),
+    (["--env", "NOVALUE"], "expected NAME=VALUE"),
+    (["--env", "X=a\tb"], "control character"),
+    (["--pass-env", "NOT-A-NAME"], "--pass-env 'NOT-A-NAME'"),
+    (["--docker-arg=--rm"], "the script decides --rm"),
+    (["--docker-arg=--network=bridge"], "host networking"),
+    (["--docker-arg=--name=x"], "named per job and node"),
+    (["--sbatch-arg=--account=a b"], "not shell"),
+    (["--sbatch-arg=--nodes=4"], "has an option of its own"),
+    (["--rdma-lib", "/usr/lib/libibverbs.so.1,x"], "':' or ','"),
+    (["--benchmark-cmd", "run\nreboot"], "--benchmark-cmd"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD, ids=[" ".join(a)[:40] for a, _ in BAD])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str], message: str
+) -> None:
+    target = tmp_path / "job.sbatch"
+    code = main([*BASE, "--image", IMAGE, "-o", str(target), *args])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    assert err.startswith("imagebuild: error: ")
+    assert err.count("\n") == 1, err
+    assert message in err
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "127.0.0.1:5000/imagebuild/kimi-k3:latest",
+        "imagebuild/kimi-k3",
+        f"127.0.0.1:5000/Imagebuild/kimi-k3@{DIGEST}",
+        "127.0.0.1:5000/imagebuild/kimi-k3@sha256:abc",
+        f"127.0.0.1:5000/imagebuild/kimi-k3@{DIGEST} --privileged",
+    ],
+)
+def test_image_must_be_a_digest_reference(capsys: pytest.CaptureFixture[str], image: str) -> None:
+    code, out, err = run(capsys, "--image", image)
+    assert code == 2
+    assert "expected REPOSITORY@sha256:" in err
+    assert out == ""
+
+
+def test_image_and_archive_are_exclusive(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*BASE, "--image", IMAGE, "--archive", str(tmp_path / "m.json")])
+    assert exit_info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def _export_dir(tmp_path: Path, manifest: object, importer: bool = True) -> Path:
+    path = tmp_path / "kimi-k3.tar.json"
+    path.write_text(json.dumps(manifest) if not isinstance(manifest, str) else manifest)
+    if importer:
+        (tmp_path / "imagebuild-import.py").write_text("# the shipped importer\n")
+    return path
+
+
+def test_archive_job_runs_the_manifest_image_id(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    image_id = "sha256:" + "cd" * 32
+    manifest = _export_dir(tmp_path, {"image_id": image_id, "archive": "kimi-k3.tar"})
+    code, out, err = run(capsys, "--archive", str(manifest))
+    assert code == 0, err
+    assert f"IMAGE={image_id}\n" in out
+    assert f"ARCHIVE_MANIFEST={manifest}\n" in out
+    assert f"ARCHIVE_IMPORTER={tmp_path / 'imagebuild-import.py'}\n" in out
+
+
+@pytest.mark.parametrize(
+    ("manifest", "importer", "message"),
+    [
+        ("{not json", True, "cannot read the manifest"),
+        ({"archive": "x.tar"}, True, "no image_id"),
+        ({"image_id": "sha256:short"}, True, "expected an image ID"),
+        ({"image_id": "sha256:" + "cd" * 32}, False, "importer"),
+    ],
+)
+def test_bad_archive_manifests_are_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, manifest: object, importer: bool, message: str
+) -> None:
+    path = _export_dir(tmp_path, manifest, importer)
+    code, _, err = run(capsys, "--archive", str(path))
+    assert code == 2
+    assert message in err
+    assert err.count("\n") == 1
+
+
+def test_missing_archive_names_the_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "--archive", str(tmp_path / "nowhere.json"))
+    assert code == 2
+    assert "nowhere.json: not found" in err
+
+
+def test_output_in_a_missing_directory_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "--image", IMAGE, "-o", str(tmp_path / "no" / "job.sbatch"))
+    assert code == 2
+    assert "does not exist" in err
+
+
+def test_env_values_that_fit_the_recipe_topology_are_accepted(capsys: pytest.CaptureFixture[str]) -> None:
+    """4 nodes of 4 GPUs also make TP 8 x PP 2, when GPUS_PER_NODE says so."""
+    code, out, err = run(capsys, "--image", IMAGE, "--env", "GPUS_PER_NODE=4", "--nodes", "4")
+    assert code == 0, err
+    assert "on 4 nodes (TP 8 x PP 2, 4 GPUs per node)" in out

