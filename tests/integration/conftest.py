@@ -7,18 +7,26 @@ working copy of its pins with `imagebuild lock`, exactly as a user would.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sampleworld_fixtures import node_engines  # noqa: F401  (registers the fixture)
+from sampleworld_fixtures import node_engines, sample_cluster  # noqa: F401  (registers the fixtures)
 
 from imagebuild.cli import main
 from imagebuild.docker_engine import DockerEngine
 from imagebuild.errors import EngineError
 from sampleworld.layout import DEFAULT_STATE_DIR
 from sampleworld.world import World, up
+
+REPO = Path(__file__).resolve().parents[2]
+# Per checkout: several checkouts share one Docker engine, and a shared tag would be overwritten.
+CHECKOUT = hashlib.sha256(str(REPO).encode()).hexdigest()[:8]
+SAMPLE_IMAGE_TAG = f"imagebuild-test/kimi-k3:gfx942-{CHECKOUT}"
 
 
 @pytest.fixture(scope="session")
@@ -46,8 +54,20 @@ def locked_pins(world: World, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def sample_image(locked_pins: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """The full 18-step image built against the sample world, once per session; its build record.
+
+    Tagged per checkout (checkouts share one engine); the cluster tests use its image ID."""
+    record = tmp_path_factory.mktemp("build") / "record.json"
+    argv = ["build", "--pins", str(locked_pins), "--network", "host", "--record", str(record)]
+    with contextlib.chdir(REPO):
+        assert main([*argv, "--tag", SAMPLE_IMAGE_TAG]) == 0
+    result: dict[str, object] = json.loads(record.read_text())
+    return result
+
+
 @pytest.fixture
 def chdir_repo(monkeypatch: pytest.MonkeyPatch) -> Path:
-    repo = Path(__file__).resolve().parents[2]
-    monkeypatch.chdir(repo)
-    return repo
+    monkeypatch.chdir(REPO)
+    return REPO

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -17,21 +16,15 @@ from sampleworld.layout import BAD_SHA
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 
-# Per checkout: several checkouts share one Docker engine, and a shared tag would be overwritten.
-CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]
-TAG = f"imagebuild-test/kimi-k3:gfx942-{CHECKOUT}"
-
 
 def build(pins: Path, record: Path, *extra: str) -> int:
     return main(["build", "--pins", str(pins), "--network", "host", "--record", str(record), *extra])
 
 
-@pytest.fixture(scope="module")
-def built(locked_pins: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    record = tmp_path_factory.mktemp("build") / "record.json"
-    assert build(locked_pins, record, "--tag", TAG) == 0
-    result: dict[str, object] = json.loads(record.read_text())
-    return result
+@pytest.fixture
+def built(sample_image: dict[str, object]) -> dict[str, object]:
+    """The session's one build of the sample image (conftest), shared with the cluster tests."""
+    return sample_image
 
 
 def test_full_build_has_18_steps_labels_and_versions(
@@ -40,7 +33,7 @@ def test_full_build_has_18_steps_labels_and_versions(
     steps = built["steps"]
     assert isinstance(steps, list)
     assert [s["number"] for s in steps] == list(range(1, 19))
-    info = engine.inspect_image(TAG)
+    info = engine.inspect_image(str(built["tag"]))
     assert info.id == built["image_id"]
     assert info.entrypoint in (None, ())
     assert info.workdir == "/app"
@@ -49,7 +42,7 @@ def test_full_build_has_18_steps_labels_and_versions(
         assert info.labels[f"io.imagebuild.pin.{pin.name}"] == pin.identity
     for key in ("source", "revision", "created", "version"):
         assert info.labels[f"org.opencontainers.image.{key}"]
-    code, versions = engine.run(TAG, ["cat", "/app/versions.txt"])
+    code, versions = engine.run(str(built["tag"]), ["cat", "/app/versions.txt"])
     assert code == 0
     for name, prefix in (("mori", "MORI_REF"), ("vllm", "VLLM_REF"), ("router", "VLLM_ROUTER_REF")):
         assert f"{prefix}={pins.get(name).identity}" in versions
@@ -57,7 +50,7 @@ def test_full_build_has_18_steps_labels_and_versions(
     assert "FLYDSL_REPIN=0.2.4 (after proven_k3 graft)" in versions
     assert "BUILD_SETUPTOOLS=79." in versions
     code, out = engine.run(
-        TAG,
+        str(built["tag"]),
         ["python3", "/opt/imagebuild/launcher/serve.py", "--help"],
     )
     assert code == 0, out
@@ -70,7 +63,7 @@ def test_sbom_and_provenance_describe_the_built_image(
     validate_sbom(sbom_text)
     sbom = json.loads(sbom_text)
     provenance = json.loads(Path(str(built["provenance"])).read_text())
-    info = engine.inspect_image(TAG)
+    info = engine.inspect_image(str(built["tag"]))
     # The labels name the documents: the SBOM's file and the digest of the build inputs.
     assert info.labels["io.imagebuild.sbom"] == Path(str(built["sbom"])).name
     digest = info.labels["io.imagebuild.inputs-digest"]
@@ -101,7 +94,7 @@ def test_verify_passes_on_the_built_image(
 ) -> None:
     """CI's use of verify: every smoke check, the launcher's in-image dry run included."""
     junit = tmp_path / "junit.xml"
-    assert main(["verify", TAG, "--pins", str(locked_pins), "--junit", str(junit)]) == 0
+    assert main(["verify", str(built["tag"]), "--pins", str(locked_pins), "--junit", str(junit)]) == 0
     out = capsys.readouterr().out
     assert "PASSED" in out
     assert "launcher 3/3" in out
@@ -110,7 +103,7 @@ def test_verify_passes_on_the_built_image(
 
 def test_second_build_is_fully_cached(built: dict[str, object], locked_pins: Path, tmp_path: Path) -> None:
     record = tmp_path / "again.json"
-    assert build(locked_pins, record, "--tag", TAG) == 0
+    assert build(locked_pins, record, "--tag", str(built["tag"])) == 0
     again = json.loads(record.read_text())
     assert again["all_cached"], [s for s in again["steps"] if not s["cached"]]
     if again["labels"] == built["labels"]:  # a working tree edited in between changes the revision label

@@ -1,0 +1,158 @@
+"""Driving the sample cluster from tests: render a job with `imagebuild slurm`, sbatch it, wait, inspect."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagebuild.cli import main
+from sampleworld.cluster import Cluster
+
+FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
+JOB_TIMEOUT_S = 600
+CONTAINER_PREFIX = "colocated_"
+# Run by the launcher on the head once vLLM is ready: asks the API for its models and leaves the answer
+# in the job's log dir, so a test can see the benchmark ran against the served model.
+BENCHMARK = json.dumps(
+    [
+        "python3",
+        "-c",
+        "import json, os, urllib.request\n"
+        "port, job = os.environ['SERVE_PORT'], os.environ['SLURM_JOB_ID']\n"
+        "models = json.load(urllib.request.urlopen(f'http://127.0.0.1:{port}/v1/models'))\n"
+        "assert [m['id'] for m in models['data']] == [os.environ['SERVED_MODEL_NAME']], models\n"
+        "open(f'/run_logs/{job}/benchmark.json', 'w').write(json.dumps(models))\n"
+        "print('benchmark: served', os.environ['SERVED_MODEL_NAME'])\n",
+    ]
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobResult:
+    job_id: str
+    state: str
+    exit_code: str  # SLURM's "status:signal"
+    output: str  # the job's stdout and stderr (sbatch --output)
+    log_dir: Path  # LOG_DIR/<job id>
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobDirs:
+    root: Path
+
+    @property
+    def model(self) -> Path:
+        return self.root / "models" / "kimi-k3"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def script(self) -> Path:
+        return self.root / "job.sbatch"
+
+    @classmethod
+    def create(cls, root: Path) -> JobDirs:
+        dirs = cls(root=root)
+        dirs.model.mkdir(parents=True)
+        (dirs.model / "config.json").write_text('{"model_type": "kimi_k3"}\n')
+        dirs.logs.mkdir()
+        return dirs
+
+
+def host_ulimits() -> list[str]:
+    """The reference's ulimits exceed what this (containerised) host lets runc set: ask for the hard limits."""
+    args = []
+    for name, limit in (("nofile", resource.RLIMIT_NOFILE), ("memlock", resource.RLIMIT_MEMLOCK)):
+        hard = resource.getrlimit(limit)[1]
+        value = "-1" if hard == resource.RLIM_INFINITY else str(hard)
+        args += ["--ulimit", f"{name}={value}:{value}"]
+    return args
+
+
+def render_job(cluster: Cluster, dirs: JobDirs, *source: str, extra: tuple[str, ...] = ()) -> Path:
+    """`imagebuild slurm` for the sample cluster: no GPUs, its partition, its ports."""
+    argv = [
+        "slurm", "--nodes", "2", "--variant", "pp2xtp8", "--model-path", str(dirs.model), *source,
+        "--partition", cluster.partition, "--time", "10", "--log-dir", str(dirs.logs),
+        "--no-devices", *host_ulimits(), "--serve-port", str(cluster.serve_port),
+        "--master-port", str(cluster.master_port), "--barrier-port", str(cluster.barrier_port),
+        "--barrier-timeout", "120", "--benchmark-cmd", BENCHMARK, "-o", str(dirs.script), *extra,
+    ]  # fmt: skip
+    assert main(argv) == 0
+    return dirs.script
+
+
+def submit_and_wait(cluster: Cluster, dirs: JobDirs) -> JobResult:
+    began = time.monotonic()
+    env = {**os.environ, **cluster.env}
+    output = dirs.root / "job-%j.out"
+    done = subprocess.run(
+        ["sbatch", "--parsable", f"--output={output}", str(dirs.script)],
+        env=env, cwd=dirs.root, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    job_id = done.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while True:
+        fields = job_fields(cluster, job_id)
+        if fields["JobState"] in FINAL_STATES:
+            break
+        assert time.monotonic() < deadline, f"job {job_id} still {fields['JobState']} after {JOB_TIMEOUT_S}s"
+        time.sleep(0.5)
+    return JobResult(
+        job_id=job_id,
+        state=fields["JobState"],
+        exit_code=fields["ExitCode"],
+        output=Path(str(output).replace("%j", job_id)).read_text(),
+        log_dir=dirs.logs / job_id,
+        seconds=time.monotonic() - began,
+    )
+
+
+def job_fields(cluster: Cluster, job_id: str) -> dict[str, str]:
+    """`scontrol show job` as a dict (the cluster keeps finished jobs for an hour; there is no sacct)."""
+    done = subprocess.run(
+        ["scontrol", "--oneliner", "show", "job", job_id],
+        env={**os.environ, **cluster.env}, capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    return dict(re.findall(r"(\w+)=(\S*)", done.stdout))
+
+
+def docker_on(
+    cluster: Cluster, node: str, *args: str, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """The docker CLI against one node's engine, as that node's tasks see it."""
+    env = {**os.environ, "DOCKER_HOST": cluster.engines[node]}
+    return subprocess.run(
+        ["docker", *args], env=env, capture_output=True, text=True, timeout=300, check=check
+    )
+
+
+def node_has_image(cluster: Cluster, node: str, image_id: str) -> bool:
+    return docker_on(cluster, node, "image", "inspect", image_id).returncode == 0
+
+
+def remove_image(cluster: Cluster, node: str, image_id: str) -> None:
+    if node_has_image(cluster, node, image_id):
+        docker_on(cluster, node, "image", "rm", "--force", image_id, check=True)
+    assert not node_has_image(cluster, node, image_id)
+
+
+def job_containers(cluster: Cluster, node: str) -> list[str]:
+    """Every container of a job on the node's engine, running or not."""
+    done = docker_on(cluster, node, "ps", "--all", "--format", "{{.Names}}", check=True)
+    return [name for name in done.stdout.split() if name.startswith(CONTAINER_PREFIX)]
+
+
+def lines_of(result: JobResult, task: int) -> list[str]:
+    """The job output lines of one node's task (srun --label prefixes them with its number)."""
+    prefix = f"{task}: "
+    return [line[len(prefix) :] for line in result.output.splitlines() if line.startswith(prefix)]

@@ -1,0 +1,110 @@
+"""The sbatch job of `imagebuild slurm`, run for real on the sample cluster (two SLURM nodes on this
+host, each with its own Docker engine) with the sample image, whose stand-in vLLM keeps the real
+start-up contract: the head waits for its --headless worker, prints the readiness line and serves
+/health and /v1/models; the worker runs until the launcher stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from cluster_support import (
+    JobDirs,
+    job_containers,
+    lines_of,
+    node_has_image,
+    remove_image,
+    render_job,
+    submit_and_wait,
+)
+
+from sampleworld.cluster import Cluster
+from sampleworld.world import World
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+NODES = ("node1", "node2")
+
+
+@pytest.fixture(scope="module")
+def published(sample_image: dict[str, object], world: World) -> str:
+    """The sample image in the sample registry; the pull reference by digest."""
+    image_id = str(sample_image["image_id"])
+    repository = f"{world.registry}/imagebuild-test/kimi-k3"
+    subprocess.run(["docker", "tag", image_id, f"{repository}:cluster"], check=True, capture_output=True)
+    subprocess.run(["docker", "push", "--quiet", f"{repository}:cluster"], check=True, capture_output=True)
+    done = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", image_id],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    reference = next(d for d in json.loads(done.stdout) if d.startswith(f"{repository}@"))
+    return str(reference)
+
+
+def _no_job_containers(cluster: Cluster) -> None:
+    for node in NODES:
+        assert job_containers(cluster, node) == [], f"a job container was left on {node}"
+
+
+def test_registry_path_every_node_pulls_by_digest_serves_and_stops(
+    sample_cluster: Cluster, sample_image: dict[str, object], published: str, tmp_path: Path
+) -> None:
+    image_id = str(sample_image["image_id"])
+    for node in NODES:
+        remove_image(sample_cluster, node, image_id)
+    dirs = JobDirs.create(tmp_path)
+    render_job(sample_cluster, dirs, "--image", published)
+
+    result = submit_and_wait(sample_cluster, dirs)
+    print(f"registry-path job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
+
+    assert (result.state, result.exit_code) == ("COMPLETED", "0:0"), result.output
+    for task, node in enumerate(NODES):
+        # Pulled by digest on each node's own engine: the same image ID everywhere.
+        assert node_has_image(sample_cluster, node, published), node
+        assert node_has_image(sample_cluster, node, image_id), node
+        assert f"pulling {published}" in "\n".join(lines_of(result, task))
+    head, worker = lines_of(result, 0), lines_of(result, 1)
+    assert "INFO:     Application startup complete." in head
+    assert any("rank 1 joined the head" in line for line in worker)
+    benchmark = json.loads((result.log_dir / "benchmark.json").read_text())
+    assert [model["id"] for model in benchmark["data"]] == ["kimi-k3"]
+    # The head's sentinel stopped the worker.
+    assert (result.log_dir / ".shutdown").is_file()
+    assert any("the head raised /run_logs/" in line and "stopping vLLM" in line for line in worker)
+    assert (result.log_dir / "node0.exit").read_text().strip() == "0"
+    assert (result.log_dir / "node1.exit").read_text().strip() == "0"
+    _no_job_containers(sample_cluster)
+
+
+def test_a_crashing_worker_fails_the_job_with_its_log_tail_and_leaves_no_container(
+    sample_cluster: Cluster, published: str, tmp_path: Path
+) -> None:
+    dirs = JobDirs.create(tmp_path)
+    # The stand-in vLLM's fault knob: the worker dies 3 s after joining, while the benchmark runs.
+    render_job(
+        sample_cluster,
+        dirs,
+        "--image",
+        published,
+        extra=("--env", "SAMPLE_VLLM_CRASH_AFTER_S=3", "--benchmark-cmd", "sleep 300"),
+    )
+
+    result = submit_and_wait(sample_cluster, dirs)
+    print(f"worker-crash job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
+
+    assert result.state == "FAILED", result.output
+    assert result.exit_code != "0:0"
+    worker = lines_of(result, 1)
+    tail_start = next(
+        i for i, line in enumerate(worker) if line.startswith("--- last ") and "vLLM output" in line
+    )
+    assert any("RuntimeError: sample vLLM worker rank 1 crashed" in line for line in worker[tail_start:])
+    assert any(line.startswith("serve: error: vLLM exited with code 1") for line in worker)
+    # The head did not wait for the wall time: it was stopped when the worker's task failed.
+    assert result.seconds < 120, result.output
+    assert (result.log_dir / "node0.exit").read_text().strip() != "0"
+    _no_job_containers(sample_cluster)
