@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the other scripts: a virtualenv in .venv with imagebuild and its dev tools.
 # Works on a fresh Debian machine with only Python (installs python3-venv when venv is missing).
 if [ ! -x .venv/bin/python ]; then
