@@ -18,7 +18,8 @@ FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT
 JOB_TIMEOUT_S = 600
 CONTAINER_PREFIX = "colocated_"
 # Run by the launcher on the head once vLLM is ready: asks the API for its models and leaves the answer
-# in the job's log dir, so a test can see the benchmark ran against the served model.
+# in the job's log dir, so a test can see the benchmark ran against the served model; also notes which
+# of the paths in EXPECT_FILES (':'-separated) are regular files inside the container.
 BENCHMARK = json.dumps(
     [
         "python3",
@@ -27,7 +28,8 @@ BENCHMARK = json.dumps(
         "port, job = os.environ['SERVE_PORT'], os.environ['SLURM_JOB_ID']\n"
         "models = json.load(urllib.request.urlopen(f'http://127.0.0.1:{port}/v1/models'))\n"
         "assert [m['id'] for m in models['data']] == [os.environ['SERVED_MODEL_NAME']], models\n"
-        "open(f'/run_logs/{job}/benchmark.json', 'w').write(json.dumps(models))\n"
+        "files = {p: os.path.isfile(p) for p in os.environ.get('EXPECT_FILES', '').split(':') if p}\n"
+        "open(f'/run_logs/{job}/benchmark.json', 'w').write(json.dumps({'models': models, 'files': files}))\n"
         "print('benchmark: served', os.environ['SERVED_MODEL_NAME'])\n",
     ]
 )
@@ -91,15 +93,28 @@ def render_job(cluster: Cluster, dirs: JobDirs, *source: str, extra: tuple[str, 
     return dirs.script
 
 
-def submit_and_wait(cluster: Cluster, dirs: JobDirs) -> JobResult:
-    began = time.monotonic()
-    env = {**os.environ, **cluster.env}
-    output = dirs.root / "job-%j.out"
+def submit(cluster: Cluster, dirs: JobDirs) -> str:
+    """sbatch the rendered script; its output goes to dirs.root/job-<id>.out. Returns the job id."""
     done = subprocess.run(
-        ["sbatch", "--parsable", f"--output={output}", str(dirs.script)],
-        env=env, cwd=dirs.root, capture_output=True, text=True, timeout=60, check=True,
+        ["sbatch", "--parsable", f"--output={dirs.root}/job-%j.out", str(dirs.script)],
+        env={**os.environ, **cluster.env}, cwd=dirs.root, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
-    job_id = done.stdout.strip().split(";")[0]
+    return done.stdout.strip().split(";")[0]
+
+
+def job_output(dirs: JobDirs, job_id: str) -> str:
+    path = dirs.root / f"job-{job_id}.out"
+    return path.read_text() if path.is_file() else ""
+
+
+def wait_for_output(dirs: JobDirs, job_id: str, text: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in job_output(dirs, job_id):
+        assert time.monotonic() < deadline, f"no {text!r} in job {job_id}'s output after {timeout}s"
+        time.sleep(0.5)
+
+
+def wait(cluster: Cluster, dirs: JobDirs, job_id: str, *, began: float) -> JobResult:
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while True:
         fields = job_fields(cluster, job_id)
@@ -111,10 +126,15 @@ def submit_and_wait(cluster: Cluster, dirs: JobDirs) -> JobResult:
         job_id=job_id,
         state=fields["JobState"],
         exit_code=fields["ExitCode"],
-        output=Path(str(output).replace("%j", job_id)).read_text(),
+        output=job_output(dirs, job_id),
         log_dir=dirs.logs / job_id,
         seconds=time.monotonic() - began,
     )
+
+
+def submit_and_wait(cluster: Cluster, dirs: JobDirs) -> JobResult:
+    began = time.monotonic()
+    return wait(cluster, dirs, submit(cluster, dirs), began=began)
 
 
 def job_fields(cluster: Cluster, job_id: str) -> dict[str, str]:

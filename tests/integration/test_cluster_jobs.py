@@ -7,7 +7,9 @@ start-up contract: the head waits for its --headless worker, prints the readines
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,10 @@ from cluster_support import (
     node_has_image,
     remove_image,
     render_job,
+    submit,
     submit_and_wait,
+    wait,
+    wait_for_output,
 )
 
 from sampleworld.cluster import Cluster
@@ -56,7 +61,23 @@ def test_registry_path_every_node_pulls_by_digest_serves_and_stops(
     for node in NODES:
         remove_image(sample_cluster, node, image_id)
     dirs = JobDirs.create(tmp_path)
-    render_job(sample_cluster, dirs, "--image", published)
+    # A host RDMA library this "node" has, and one it lacks: only the first may be mounted, and the
+    # second must not appear on the host as a directory (what docker makes of a missing bind source).
+    present, missing = (
+        tmp_path / "hostlibs" / "libfake.so.1",
+        tmp_path / "hostlibs" / "absent" / "libgone.so.1",
+    )
+    present.parent.mkdir()
+    present.write_bytes(b"\x7fELF stand-in")
+    rdma = (
+        "--rdma-lib",
+        str(present),
+        "--rdma-lib",
+        str(missing),
+        "--env",
+        f"EXPECT_FILES={present}:{missing}",
+    )
+    render_job(sample_cluster, dirs, "--image", published, extra=rdma)
 
     result = submit_and_wait(sample_cluster, dirs)
     print(f"registry-path job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
@@ -71,7 +92,9 @@ def test_registry_path_every_node_pulls_by_digest_serves_and_stops(
     assert "INFO:     Application startup complete." in head
     assert any("rank 1 joined the head" in line for line in worker)
     benchmark = json.loads((result.log_dir / "benchmark.json").read_text())
-    assert [model["id"] for model in benchmark["data"]] == ["kimi-k3"]
+    assert [model["id"] for model in benchmark["models"]["data"]] == ["kimi-k3"]
+    assert benchmark["files"] == {str(present): True, str(missing): False}
+    assert not missing.parent.exists(), "a missing RDMA library was bind-mounted (docker made a directory)"
     # The head's sentinel stopped the worker.
     assert (result.log_dir / ".shutdown").is_file()
     assert any("the head raised /run_logs/" in line and "stopping vLLM" in line for line in worker)
@@ -108,3 +131,26 @@ def test_a_crashing_worker_fails_the_job_with_its_log_tail_and_leaves_no_contain
     assert result.seconds < 120, result.output
     assert (result.log_dir / "node0.exit").read_text().strip() != "0"
     _no_job_containers(sample_cluster)
+
+
+def test_a_cancelled_job_stops_and_removes_every_nodes_container(
+    sample_cluster: Cluster, published: str, tmp_path: Path
+) -> None:
+    dirs = JobDirs.create(tmp_path)
+    render_job(sample_cluster, dirs, "--image", published, extra=("--benchmark-cmd", "sleep 300"))
+    began = time.monotonic()
+    job_id = submit(sample_cluster, dirs)
+    wait_for_output(dirs, job_id, "Application startup complete")
+    assert len([n for node in NODES for n in job_containers(sample_cluster, node)]) == 2
+
+    subprocess.run(["scancel", job_id], env={**os.environ, **sample_cluster.env}, check=True, timeout=60)
+    result = wait(sample_cluster, dirs, job_id, began=began)
+    print(f"cancelled job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
+
+    assert result.state == "CANCELLED", result.output
+    _no_job_containers(sample_cluster)
+    for task in (0, 1):
+        assert any(
+            line.endswith(f"removed container colocated_kimi-k3_{job_id}_node{task}")
+            for line in lines_of(result, task)
+        )
