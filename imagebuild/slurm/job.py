@@ -252,10 +252,21 @@ def _ulimits(given: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(limits.items())
 
 
+def _no_secret(option: str, value: str, name: str = "") -> None:
+    reason = secret_reason(name or option, value)
+    if reason is not None:
+        shown = f"{name}=..." if name else "(not shown)"
+        why = f"{reason}; use --pass-env NAME so it comes from the job's environment, not this file"
+        raise ConfigError(_bad(option, shown, why))
+
+
 def _docker_args(given: tuple[str, ...]) -> tuple[str, ...]:
     for arg in given:
         check_text("--docker-arg", arg)
-        option = arg.split("=", 1)[0]
+        option, _, value = arg.partition("=")
+        # --env=NAME=VALUE here would write the value into the script like --env does: same rules.
+        name = value.partition("=")[0] if option in ("-e", "--env") else ""
+        _no_secret("--docker-arg", value, name)
         if option in MANAGED_DOCKER_OPTIONS:
             raise ConfigError(
                 _bad("--docker-arg", arg, f"the script decides {option}: {MANAGED_DOCKER_OPTIONS[option]}")
@@ -291,7 +302,7 @@ def make_job(request: JobRequest) -> Job:
         partition=None if request.partition is None else check_name("--partition", request.partition),
         time=_check_time(request.time),
         log_dir=None if request.log_dir is None else check_path("--log-dir", request.log_dir, mounted=True),
-        benchmark_cmd=check_text("--benchmark-cmd", request.benchmark_cmd),
+        benchmark_cmd=_benchmark(request.benchmark_cmd),
         gpu_devices=request.gpu_devices,
         serve_port=check_port("--serve-port", request.serve_port),
         master_port=check_port("--master-port", request.master_port),
@@ -316,6 +327,12 @@ def _check_source(image: PulledImage | ArchivedImage) -> PulledImage | ArchivedI
         check_path("--archive", image.importer)
         check_image_id(f"--archive {image.manifest}: image_id", image.image_id)
     return image
+
+
+def _benchmark(value: str) -> str:
+    check_text("--benchmark-cmd", value)
+    _no_secret("--benchmark-cmd", value)
+    return value
 
 
 def _check_time(value: str) -> str:

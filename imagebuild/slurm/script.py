@@ -184,7 +184,15 @@ remove_container() {
 }
 
 # This node's address as the reference finds it (the first of `hostname -I`), after its node index.
-node_address() { echo "$SLURM_NODEID $(hostname -I | cut -d' ' -f1)"; }
+node_address() {
+    local address
+    address=$(hostname -I | cut -d' ' -f1)
+    if [[ -z $address ]]; then
+        say "hostname -I gives no address on $(hostname)"
+        return 1
+    fi
+    echo "$SLURM_NODEID $address"
+}
 
 @FETCH_IMAGE@
 
@@ -268,7 +276,7 @@ main() {
 
     # Every node's address in node order; the first (SLURM_NODEID 0, the first host of
     # SLURM_JOB_NODELIST) is the head's.
-    IPADDRS=$("${step[@]}" bash -c node_address | sort -n | cut -d' ' -f2 | paste -sd, -)
+    IPADDRS=$("${step[@]}" bash -euo pipefail -c node_address | sort -n | cut -d' ' -f2 | paste -sd, -)
     MASTER_ADDR=${IPADDRS%%,*}
     export IPADDRS MASTER_ADDR
     say "node addresses: $IPADDRS"

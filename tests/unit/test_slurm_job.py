@@ -69,6 +69,9 @@ BAD = [
     (["--sbatch-arg=--nodes=4"], "has an option of its own"),
     (["--rdma-lib", "/usr/lib/libibverbs.so.1,x"], "':' or ','"),
     (["--benchmark-cmd", "run\nreboot"], "--benchmark-cmd"),
+    (["--benchmark-cmd", "bench --hub https://me:s3cret@hub.example/"], "credential-like"),
+    (["--docker-arg=--env=HF_TOKEN=hf_abc"], "'HF_TOKEN=...'"),
+    (["--docker-arg=--label=x=ghp_abcdefghijklmnop"], "credential-like"),
 ]
 
 
