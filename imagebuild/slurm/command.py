@@ -61,22 +61,40 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="leave /dev/kfd, /dev/dri, /dev/infiniband and the video group out (machines without GPUs)",
     )
     p.add_argument(
-        "--serve-port", type=int, default=jobs.DEFAULT_SERVE_PORT, help="vLLM's API port on the head"
+        "--serve-port",
+        type=int,
+        default=jobs.DEFAULT_SERVE_PORT,
+        help="vLLM's API port on the head (default %(default)s)",
     )
-    p.add_argument("--master-port", type=int, default=jobs.DEFAULT_MASTER_PORT, help="vLLM's rendezvous port")
     p.add_argument(
-        "--barrier-port", type=int, default=jobs.DEFAULT_BARRIER_PORT, help="container barrier port"
+        "--master-port",
+        type=int,
+        default=jobs.DEFAULT_MASTER_PORT,
+        help="vLLM's rendezvous port (default %(default)s)",
+    )
+    p.add_argument(
+        "--barrier-port",
+        type=int,
+        default=jobs.DEFAULT_BARRIER_PORT,
+        help="the launcher's container barrier (default %(default)s)",
     )
     p.add_argument(
         "--barrier-timeout",
         type=int,
         default=jobs.DEFAULT_BARRIER_TIMEOUT_S,
-        help="seconds to wait for all nodes",
+        help="seconds the barrier waits for every node (default %(default)s)",
     )
     p.add_argument(
-        "--stop-timeout", type=int, default=jobs.DEFAULT_STOP_TIMEOUT_S, help="seconds `docker stop` waits"
+        "--stop-timeout",
+        type=int,
+        default=jobs.DEFAULT_STOP_TIMEOUT_S,
+        help="seconds `docker stop` gives the launcher (default %(default)s)",
     )
-    p.add_argument("--shm-size", default=jobs.DEFAULT_SHM_SIZE, help=f"default {jobs.DEFAULT_SHM_SIZE}")
+    p.add_argument(
+        "--shm-size",
+        default=jobs.DEFAULT_SHM_SIZE,
+        help="the container's /dev/shm without --ipc host (default %(default)s)",
+    )
     p.add_argument(
         "--ulimit", action="append", default=[], metavar="NAME=SOFT[:HARD]", help="replace a default ulimit"
     )
