@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -17,22 +18,32 @@ from sampleworld.cluster import Cluster
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 JOB_TIMEOUT_S = 600
 CONTAINER_PREFIX = "colocated_"
-# Run by the launcher on the head once vLLM is ready: asks the API for its models and leaves the answer
-# in the job's log dir, so a test can see the benchmark ran against the served model; also notes which
-# of the paths in EXPECT_FILES (':'-separated) are regular files inside the container.
+# Run by the launcher on the head once vLLM is ready: asks the API for its models and writes the
+# results file the launcher expects (perf.csv in the job's log dir), so a test can see the benchmark
+# ran against the served model; it also notes which paths of EXPECT_FILES (':'-separated) are regular
+# files inside the container.
 BENCHMARK = json.dumps(
     [
         "python3",
         "-c",
-        "import json, os, urllib.request\n"
+        "import csv, json, os, urllib.request\n"
         "port, job = os.environ['SERVE_PORT'], os.environ['SLURM_JOB_ID']\n"
         "models = json.load(urllib.request.urlopen(f'http://127.0.0.1:{port}/v1/models'))\n"
-        "assert [m['id'] for m in models['data']] == [os.environ['SERVED_MODEL_NAME']], models\n"
-        "files = {p: os.path.isfile(p) for p in os.environ.get('EXPECT_FILES', '').split(':') if p}\n"
-        "open(f'/run_logs/{job}/benchmark.json', 'w').write(json.dumps({'models': models, 'files': files}))\n"
-        "print('benchmark: served', os.environ['SERVED_MODEL_NAME'])\n",
+        "rows = [('served_model', m['id']) for m in models['data']]\n"
+        "rows += [('is_file', p, int(os.path.isfile(p))) for p in os.environ.get('EXPECT_FILES', '').split(':') if p]\n"
+        "with open(f'/run_logs/{job}/perf.csv', 'w', newline='') as out:\n"
+        "    csv.writer(out).writerows(rows)\n"
+        "print('benchmark: served', [m['id'] for m in models['data']])\n",
     ]
 )
+
+
+def benchmark_results(result: JobResult) -> tuple[list[str], dict[str, bool]]:
+    """What the benchmark wrote: the served model names, and path -> regular file in the container."""
+    with (result.log_dir / "perf.csv").open(newline="") as results:
+        rows = list(csv.reader(results))
+    models = [row[1] for row in rows if row[0] == "served_model"]
+    return models, {row[1]: row[2] == "1" for row in rows if row[0] == "is_file"}
 
 
 @dataclass(frozen=True, kw_only=True)

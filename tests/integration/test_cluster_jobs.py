@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from cluster_support import (
     JobDirs,
+    benchmark_results,
     job_containers,
     lines_of,
     node_has_image,
@@ -91,9 +92,9 @@ def test_registry_path_every_node_pulls_by_digest_serves_and_stops(
     head, worker = lines_of(result, 0), lines_of(result, 1)
     assert "INFO:     Application startup complete." in head
     assert any("rank 1 joined the head" in line for line in worker)
-    benchmark = json.loads((result.log_dir / "benchmark.json").read_text())
-    assert [model["id"] for model in benchmark["models"]["data"]] == ["kimi-k3"]
-    assert benchmark["files"] == {str(present): True, str(missing): False}
+    models, files = benchmark_results(result)
+    assert models == ["kimi-k3"]
+    assert files == {str(present): True, str(missing): False}
     assert not missing.parent.exists(), "a missing RDMA library was bind-mounted (docker made a directory)"
     # The head's sentinel stopped the worker.
     assert (result.log_dir / ".shutdown").is_file()
