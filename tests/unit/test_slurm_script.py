@@ -114,10 +114,12 @@ def test_every_node_gets_the_image_before_any_container_starts() -> None:
     run = main.index("-c run_node")
     cleanup = main.index("-c cleanup_node")
     assert fetch < run < cleanup
-    # The image step fails the job by itself; the run step is never reached.
-    assert re.search(
-        r"fetch_image \|\| status=\$\?\n    if \(\(status != 0\)\); then\n.*\n        exit", main
-    )
+    # The image step fails the job by itself, with the failing node's own status; no container starts.
+    failed = main[fetch : main.index("\n    fi\n", fetch)]
+    assert "if ((status != 0)); then" in failed
+    assert 'status=$(<"$failed")' in failed
+    assert failed.rstrip().endswith('exit "$status"')
+    assert 'docker pull --quiet "$IMAGE" >/dev/null || fetch_failed $?' in text
     assert f"IMAGE={IMAGE.reference}" in text
     assert 'docker pull --quiet "$IMAGE"' in text
 
