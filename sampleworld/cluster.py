@@ -26,10 +26,10 @@ from sampleworld import log, proc, services
 from sampleworld.cluster_conf import PARTITION, ClusterLayout, render_slurm_conf, render_task_prolog
 from sampleworld.engines import ensure_engine, node_engine, running_pid, stop_engine
 from sampleworld.errors import SampleWorldError
-from sampleworld.layout import DEFAULT_STATE_DIR, PORTS, REPO_ROOT, StateDir
+from sampleworld.layout import CLUSTER_NODES, DEFAULT_STATE_DIR, PORTS, REPO_ROOT, StateDir
 from sampleworld.world import state_lock
 
-NODES = ("node1", "node2")
+NODES = CLUSTER_NODES
 RUN_ROOT = Path("/run/imagebuild-cluster")
 ENSURE_SLURM = REPO_ROOT / "scripts" / "ensure-slurm.sh"
 TOOLS = ("munged", "slurmctld", "slurmd", "sinfo", "scontrol", "scancel", "squeue", "sbatch", "srun")

@@ -1,8 +1,8 @@
 """Names of the sample world: ports, image references, repositories, paths.
 
 The default ports are the ones sampleworld/pins.toml names. IMAGEBUILD_SAMPLEWORLD_PORT_BASE moves all
-ports together (registry = base, git = base + 418, index = base + 80, and the sample cluster's from
-base + 817) so that several checkouts can each run a world on one machine; `up` then writes a copy of the
+ports together (registry = base, git = base + 418, index = base + 80, the sample cluster's from
+base + 817, its jobs' from base - 29100) so that several checkouts can each run a world on one machine; `up` then writes a copy of the
 pins with those ports into the state dir (World.pins_path), which is what tests and scripts use.
 """
 
@@ -28,24 +28,31 @@ class Ports:
     slurmctld: int = 55817
     slurmd: int = 55818
     # What the sample cluster's jobs bind on the (shared) host network: vLLM's API, its rendezvous and
-    # the launcher's container barrier. Derived like the rest, so two checkouts' jobs never collide.
-    job_serve: int = 55900
-    job_master: int = 55901
-    job_barrier: int = 55902
+    # the launcher's container barrier. Derived like the rest, so two checkouts' jobs never collide, and
+    # kept below Linux's ephemeral range (32768-60999): the kernel may hand a port there that nothing
+    # listens on between jobs to any client socket as its local port (seen: a head's API port in that
+    # range was "Address already in use" while no job of ours held it).
+    job_serve: int = 25900
+    job_master: int = 25901
+    job_barrier: int = 25902
 
 
 DEFAULT_PORTS = Ports()
 PORT_BASE_ENV = "IMAGEBUILD_SAMPLEWORLD_PORT_BASE"
-MAX_PORT_BASE = 65535 - (max(asdict(DEFAULT_PORTS).values()) - DEFAULT_PORTS.registry)
+# The sample cluster's nodes; node N's slurmd listens on Ports.slurmd + N - 1.
+CLUSTER_NODES = ("node1", "node2")
+_HIGHEST = max(*asdict(DEFAULT_PORTS).values(), DEFAULT_PORTS.slurmd + len(CLUSTER_NODES) - 1)
+MIN_PORT_BASE = 1024 + DEFAULT_PORTS.registry - min(asdict(DEFAULT_PORTS).values())
+MAX_PORT_BASE = 65535 - (_HIGHEST - DEFAULT_PORTS.registry)
 
 
 def ports_from_env() -> Ports:
     text = os.environ.get(PORT_BASE_ENV, "").strip()
     if not text:
         return DEFAULT_PORTS
-    if not text.isdigit() or not 1024 <= int(text) <= MAX_PORT_BASE:
+    if not text.isdigit() or not MIN_PORT_BASE <= int(text) <= MAX_PORT_BASE:
         # Read at import, before any command runs: exit with one line rather than a traceback.
-        msg = f"sampleworld: error: {PORT_BASE_ENV}={text!r}: expected a port number from 1024 to {MAX_PORT_BASE}"
+        msg = f"sampleworld: error: {PORT_BASE_ENV}={text!r}: expected a port number from {MIN_PORT_BASE} to {MAX_PORT_BASE}"
         raise SystemExit(msg)
     offset = int(text) - DEFAULT_PORTS.registry
     return Ports(**{name: port + offset for name, port in asdict(DEFAULT_PORTS).items()})
