@@ -26,14 +26,14 @@ BENCHMARK = json.dumps(
     [
         "python3",
         "-c",
-        "import csv, json, os, urllib.request\n"
-        "port, job = os.environ['SERVE_PORT'], os.environ['SLURM_JOB_ID']\n"
-        "models = json.load(urllib.request.urlopen(f'http://127.0.0.1:{port}/v1/models'))\n"
-        "rows = [('served_model', m['id']) for m in models['data']]\n"
-        "rows += [('is_file', p, int(os.path.isfile(p))) for p in os.environ.get('EXPECT_FILES', '').split(':') if p]\n"
-        "with open(f'/run_logs/{job}/perf.csv', 'w', newline='') as out:\n"
-        "    csv.writer(out).writerows(rows)\n"
-        "print('benchmark: served', [m['id'] for m in models['data']])\n",
+        # One line: the launcher refuses control characters, newlines included, in BENCHMARK_CMD.
+        "import csv, json, os, urllib.request; "
+        "port, job = os.environ['SERVE_PORT'], os.environ['SLURM_JOB_ID']; "
+        "models = json.load(urllib.request.urlopen(f'http://127.0.0.1:{port}/v1/models')); "
+        "rows = [('served_model', m['id']) for m in models['data']]; "
+        "rows += [('is_file', p, int(os.path.isfile(p))) for p in os.environ.get('EXPECT_FILES', '').split(':') if p]; "
+        "out = open(f'/run_logs/{job}/perf.csv', 'w', newline=''); csv.writer(out).writerows(rows); out.close(); "
+        "print('benchmark: served', [m['id'] for m in models['data']])",
     ]
 )
 
@@ -118,9 +118,13 @@ def job_output(dirs: JobDirs, job_id: str) -> str:
     return path.read_text() if path.is_file() else ""
 
 
-def wait_for_output(dirs: JobDirs, job_id: str, text: str, timeout: float = 300) -> None:
+def wait_for_output(cluster: Cluster, dirs: JobDirs, job_id: str, text: str, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while text not in job_output(dirs, job_id):
+        state = job_fields(cluster, job_id)["JobState"]
+        assert state not in FINAL_STATES, (
+            f"job {job_id} ended {state} before {text!r}:\n{job_output(dirs, job_id)}"
+        )
         assert time.monotonic() < deadline, f"no {text!r} in job {job_id}'s output after {timeout}s"
         time.sleep(0.5)
 

@@ -141,7 +141,7 @@ def test_a_cancelled_job_stops_and_removes_every_nodes_container(
     render_job(sample_cluster, dirs, "--image", published, extra=("--benchmark-cmd", "sleep 300"))
     began = time.monotonic()
     job_id = submit(sample_cluster, dirs)
-    wait_for_output(dirs, job_id, "Application startup complete")
+    wait_for_output(sample_cluster, dirs, job_id, "Application startup complete")
     assert len([n for node in NODES for n in job_containers(sample_cluster, node)]) == 2
 
     subprocess.run(["scancel", job_id], env={**os.environ, **sample_cluster.env}, check=True, timeout=60)
