@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.cli import main
+from imagebuild.distribute.importer import Manifest
 
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"127.0.0.1:5000/imagebuild/kimi-k3@{DIGEST}"
@@ -115,37 +116,61 @@ def test_image_and_archive_are_exclusive(capsys: pytest.CaptureFixture[str], tmp
     assert "not allowed with argument" in capsys.readouterr().err
 
 
-def _export_dir(tmp_path: Path, manifest: object, importer: bool = True) -> Path:
-    path = tmp_path / "kimi-k3.tar.json"
+def _manifest(**changes: object) -> dict[str, object]:
+    """A manifest as `imagebuild export` writes it (the importer's own format)."""
+    manifest = Manifest(
+        archive="kimi-k3-cdcdcdcdcdcd.tar.zst",
+        sha256="ef" * 32,
+        size=1,
+        compression="zstd",
+        image_id="sha256:" + "cd" * 32,
+        repo_tags=("imagebuild/kimi-k3:gfx942",),
+        pins={},
+        labels={},
+        imagebuild_version="0.1.0",
+    ).to_json()
+    return {**manifest, **changes}
+
+
+def _export_dir(tmp_path: Path, manifest: object, *, archive: bool = True, importer: bool = True) -> Path:
+    path = tmp_path / "kimi-k3-cdcdcdcdcdcd.tar.zst.json"
     path.write_text(json.dumps(manifest) if not isinstance(manifest, str) else manifest)
+    if archive:
+        (tmp_path / "kimi-k3-cdcdcdcdcdcd.tar.zst").write_bytes(b"x")
     if importer:
         (tmp_path / "imagebuild-import.py").write_text("# the shipped importer\n")
     return path
 
 
 def test_archive_job_runs_the_manifest_image_id(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    image_id = "sha256:" + "cd" * 32
-    manifest = _export_dir(tmp_path, {"image_id": image_id, "archive": "kimi-k3.tar"})
+    manifest = _export_dir(tmp_path, _manifest())
     code, out, err = run(capsys, "--archive", str(manifest))
     assert code == 0, err
-    assert f"IMAGE={image_id}\n" in out
+    assert f"IMAGE=sha256:{'cd' * 32}\n" in out
     assert f"ARCHIVE_MANIFEST={manifest}\n" in out
     assert f"ARCHIVE_IMPORTER={tmp_path / 'imagebuild-import.py'}\n" in out
 
 
 @pytest.mark.parametrize(
-    ("manifest", "importer", "message"),
+    ("manifest", "missing", "message"),
     [
-        ("{not json", True, "cannot read the manifest"),
-        ({"archive": "x.tar"}, True, "no image_id"),
-        ({"image_id": "sha256:short"}, True, "expected an image ID"),
-        ({"image_id": "sha256:" + "cd" * 32}, False, "importer"),
+        ("{not json", "", "not valid JSON"),
+        ({k: v for k, v in _manifest().items() if k != "image_id"}, "", "missing key 'image_id'"),
+        (_manifest(image_id="sha256:short"), "", "'image_id' must be sha256:"),
+        (_manifest(format="something-else"), "", "is not 'imagebuild-image-archive'"),
+        (_manifest(), "archive", "the archive"),
+        (_manifest(), "importer", "the importer"),
     ],
+    ids=["not-json", "no-image-id", "bad-image-id", "other-format", "no-archive", "no-importer"],
 )
 def test_bad_archive_manifests_are_refused(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, manifest: object, importer: bool, message: str
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    manifest: object,
+    missing: str,
+    message: str,
 ) -> None:
-    path = _export_dir(tmp_path, manifest, importer)
+    path = _export_dir(tmp_path, manifest, archive=missing != "archive", importer=missing != "importer")
     code, _, err = run(capsys, "--archive", str(path))
     assert code == 2
     assert message in err
