@@ -1,11 +1,15 @@
 """The sbatch job of `imagebuild slurm`, run for real on the sample cluster (two SLURM nodes on this
 host, each with its own Docker engine) with the sample image, whose stand-in vLLM keeps the real
 start-up contract: the head waits for its --headless worker, prints the readiness line and serves
-/health and /v1/models; the worker runs until the launcher stops it.
+/health and /v1/models; the worker runs until the launcher stops it. The image reaches the nodes by
+`imagebuild publish` (every node pulls by digest) or `imagebuild export` (every node imports the
+archive from a shared directory with the importer shipped beside it).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -15,6 +19,7 @@ from pathlib import Path
 import pytest
 from cluster_support import (
     JobDirs,
+    JobResult,
     benchmark_results,
     job_containers,
     lines_of,
@@ -27,6 +32,7 @@ from cluster_support import (
     wait_for_output,
 )
 
+from imagebuild.cli import main
 from sampleworld.cluster import Cluster
 from sampleworld.world import World
 
@@ -37,17 +43,19 @@ NODES = ("node1", "node2")
 
 @pytest.fixture(scope="module")
 def published(sample_image: dict[str, object], world: World) -> str:
-    """The sample image in the sample registry; the pull reference by digest."""
-    image_id = str(sample_image["image_id"])
-    repository = f"{world.registry}/imagebuild-test/kimi-k3"
-    subprocess.run(["docker", "tag", image_id, f"{repository}:cluster"], check=True, capture_output=True)
-    subprocess.run(["docker", "push", "--quiet", f"{repository}:cluster"], check=True, capture_output=True)
-    done = subprocess.run(
-        ["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", image_id],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    reference = next(d for d in json.loads(done.stdout) if d.startswith(f"{repository}@"))
-    return str(reference)
+    """`imagebuild publish` of the sample image to the sample registry: the reference it prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(
+            [
+                "publish",
+                str(sample_image["image_id"]),
+                "--repository",
+                f"{world.registry}/imagebuild-test/kimi-k3",
+            ]
+        )
+    assert code == 0
+    return out.getvalue().strip()
 
 
 def _no_job_containers(cluster: Cluster) -> None:
@@ -155,3 +163,103 @@ def test_a_cancelled_job_stops_and_removes_every_nodes_container(
             line.endswith(f"removed container colocated_kimi-k3_{job_id}_node{task}")
             for line in lines_of(result, task)
         )
+
+
+@pytest.fixture(scope="module")
+def exported(sample_image: dict[str, object], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample image exported (default compression) to a directory every node sees: its manifest."""
+    shared = tmp_path_factory.mktemp("shared") / "images"
+    shared.mkdir()
+    began = time.monotonic()
+    assert main(["export", str(sample_image["image_id"]), "--output", str(shared)]) == 0
+    print(f"export of the sample image: {time.monotonic() - began:.1f}s")
+    (manifest,) = shared.glob("*.json")
+    return manifest
+
+
+def _donor_archive(world: World, directory: Path) -> tuple[Path, dict[str, object]]:
+    """The tiny donor image (FROM scratch) exported: a quick archive for jobs that must fail at import."""
+    directory.mkdir()
+    assert main(["export", world.donor_image, "--output", str(directory), "--compress", "none"]) == 0
+    (manifest,) = directory.glob("*.json")
+    return manifest, json.loads(manifest.read_text())
+
+
+def _fails_before_any_container(result: JobResult) -> None:
+    assert result.state == "FAILED", result.output
+    assert "no container was started" in result.output
+    assert "starting colocated_" not in result.output
+
+
+def test_registry_less_path_node2_imports_the_archive_and_the_job_serves(
+    sample_cluster: Cluster, sample_image: dict[str, object], exported: Path, tmp_path: Path
+) -> None:
+    image_id = str(sample_image["image_id"])
+    remove_image(sample_cluster, "node2", image_id)  # node2's engine has never seen it
+    dirs = JobDirs.create(tmp_path)
+    render_job(sample_cluster, dirs, "--archive", str(exported))
+
+    result = submit_and_wait(sample_cluster, dirs)
+    print(f"registry-less job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
+
+    assert (result.state, result.exit_code) == ("COMPLETED", "0:0"), result.output
+    assert node_has_image(sample_cluster, "node2", image_id)
+    node2 = "\n".join(lines_of(result, 1))
+    assert f"imagebuild-import: {image_id} verified and loaded" in node2
+    assert "INFO:     Application startup complete." in lines_of(result, 0)
+    assert benchmark_results(result)[0] == ["kimi-k3"]
+    assert any("the head raised /run_logs/" in line for line in lines_of(result, 1))
+    _no_job_containers(sample_cluster)
+
+
+def test_a_corrupted_archive_fails_the_job_on_the_nodes_reading_it_before_any_container_starts(
+    sample_cluster: Cluster, world: World, tmp_path: Path
+) -> None:
+    manifest, data = _donor_archive(world, tmp_path / "images")
+    archive = manifest.parent / str(data["archive"])
+    with archive.open("r+b") as f:  # one byte, in the middle
+        f.seek(archive.stat().st_size // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0x01]))
+    for node in NODES:
+        remove_image(sample_cluster, node, str(data["image_id"]))
+    dirs = JobDirs.create(tmp_path / "job")
+    render_job(sample_cluster, dirs, "--archive", str(manifest))
+
+    result = submit_and_wait(sample_cluster, dirs)
+    print(
+        f"corrupted-archive job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s"
+    )
+
+    _fails_before_any_container(result)
+    # The first node to find the mismatch ends the step (--kill-on-bad-exit); the job's status is its
+    # importer's integrity exit code, and its reason is in the job output.
+    assert result.exit_code == "7:0"
+    assert f"imagebuild-import: error: archive {archive}: sha256 mismatch" in result.output
+    for node in NODES:
+        assert not node_has_image(sample_cluster, node, str(data["image_id"])), node
+    _no_job_containers(sample_cluster)
+
+
+def test_an_archive_whose_image_id_differs_from_its_manifest_is_refused(
+    sample_cluster: Cluster, world: World, tmp_path: Path
+) -> None:
+    manifest, data = _donor_archive(world, tmp_path / "images")
+    loaded = str(data["image_id"])
+    claimed = "sha256:" + "0" * 64  # what the manifest says, and no node has
+    manifest.write_text(json.dumps({**data, "image_id": claimed}))
+    for node in NODES:
+        remove_image(sample_cluster, node, loaded)
+    dirs = JobDirs.create(tmp_path / "job")
+    render_job(sample_cluster, dirs, "--archive", str(manifest))
+
+    result = submit_and_wait(sample_cluster, dirs)
+    print(f"other-image-id job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
+
+    _fails_before_any_container(result)
+    assert result.exit_code == "7:0"
+    assert f"the engine loaded {loaded}, but {manifest} says {claimed}" in result.output
+    for node in NODES:
+        assert not node_has_image(sample_cluster, node, loaded), node
+    _no_job_containers(sample_cluster)
