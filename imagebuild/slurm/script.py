@@ -131,7 +131,7 @@ def _fetch_image(job: Job) -> str:
 fetch_image() {
     settings
     say "pulling $IMAGE"
-    docker pull --quiet "$IMAGE" >/dev/null || fetch_failed $?
+    docker pull --quiet "$IMAGE" >/dev/null
     say "image present: $(docker image inspect --format '{{.Id}}' "$IMAGE")"
 }"""
     assert isinstance(job.image, ArchivedImage)
@@ -141,7 +141,7 @@ fetch_image() {
 fetch_image() {
     settings
     say "importing $ARCHIVE_MANIFEST"
-    python3 "$ARCHIVE_IMPORTER" "$ARCHIVE_MANIFEST" >/dev/null || fetch_failed $?
+    python3 "$ARCHIVE_IMPORTER" "$ARCHIVE_MANIFEST" >/dev/null
     say "image present: $IMAGE"
 }"""
 
@@ -192,13 +192,6 @@ node_address() {
         return 1
     fi
     echo "$SLURM_NODEID $address"
-}
-
-# A node's own failure to get the image, noted for the batch script: the job's exit status is that
-# (the importer's or docker's), not the SIGTERM that --kill-on-bad-exit then gives the other nodes.
-fetch_failed() {
-    echo "$1" >"$LOG_DIR/$SLURM_JOB_ID/fetch-node$SLURM_NODEID.exit"
-    exit "$1"
 }
 
 @FETCH_IMAGE@
@@ -275,10 +268,10 @@ main() {
     local job_dir="$LOG_DIR/$SLURM_JOB_ID" status=0 head
     mkdir -p "$job_dir"
     # A requeued job keeps its id: the last attempt's sentinel or exit status must not end this one.
-    rm -f "$job_dir/@SENTINEL@" "$job_dir"/node*.exit "$job_dir"/fetch-node*.exit
+    rm -f "$job_dir/@SENTINEL@" "$job_dir"/node*.exit
     say "$RECIPE/$VARIANT on $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST); logs in $job_dir"
     # The tasks run these functions: they reach every node through srun's environment.
-    export -f settings say container_name remove_container node_address fetch_failed fetch_image run_node cleanup_node
+    export -f settings say container_name remove_container node_address fetch_image run_node cleanup_node
     local step=(srun --export=ALL --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1)
 
     # Every node's address in node order; the first (SLURM_NODEID 0, the first host of
@@ -289,13 +282,11 @@ main() {
     say "node addresses: $IPADDRS"
 
     # Step 1 on every node before step 2 anywhere: a node that cannot get the image fails the job here,
-    # before any container starts and before its peers spend time loading the model.
-    "${step[@]}" --kill-on-bad-exit=1 --label bash -euo pipefail -c fetch_image || status=$?
+    # before any container starts and before its peers spend time loading the model. No
+    # --kill-on-bad-exit: every node finishes its own pull or import, so each one that fails says why,
+    # none is left with a half-imported image, and those that succeeded keep the image for the next try.
+    "${step[@]}" --label bash -euo pipefail -c fetch_image || status=$?
     if ((status != 0)); then
-        local failed
-        for failed in "$job_dir"/fetch-node*.exit; do
-            if [[ -f $failed ]]; then status=$(<"$failed") && break; fi
-        done
         say "the image is not present on every node (reason above); no container was started"
         exit "$status"
     fi
