@@ -36,13 +36,24 @@ from imagebuild.util.files import write_atomically
 
 RUNNING_MARK = "---> Running in "  # the classic builder starts a container: no cache hit
 
-__all__ = ["BuildOptions", "BuildRecord", "StepTiming", "build_image", "check_build_args", "image_labels"]
+__all__ = [
+    "BuildOptions",
+    "BuildRecord",
+    "StepTiming",
+    "build_image",
+    "check_build_args",
+    "image_labels",
+    "prepare_build",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
 class BuildOptions:
     arch: str
-    tag: str | None = None  # default imagebuild.layout.default_tag(arch)
+    tag: str | None = None  # default imagebuild.layout.default_tag(arch); the record's tag
+    extra_tags: tuple[str, ...] = ()  # tagged too, on success
+    pull: bool = False  # pull the base and donor images even when the engine has them
+    iidfile: Path | None = None  # the image ID (sha256:...) written here, as docker build --iidfile does
     no_cache: bool = False
     network: str | None = None
     build_args: dict[str, str] = field(default_factory=dict)
@@ -55,6 +66,7 @@ class BuildOptions:
 class BuildRecord:
     image_id: str
     tag: str
+    tags: list[str]  # every name tagged, the record's tag first
     arch: str
     labels: dict[str, str]
     pins: dict[str, str]
@@ -79,6 +91,18 @@ def check_build_args(build_args: dict[str, str]) -> None:
             raise ConfigError(msg)
 
 
+def prepare_build(inputs: Inputs, options: BuildOptions) -> Dockerfile:
+    """Check the build's arguments and render its Dockerfile: all that can fail before the engine is asked."""
+    check_build_args(options.build_args)
+    return render(
+        inputs.definition,
+        inputs.pins,
+        inputs.arch,
+        inputs.constraints,
+        RenderOptions(build_args=options.build_args, constraint_mode=options.constraint_mode),
+    )
+
+
 def build_image(
     project: Project,
     inputs: Inputs,
@@ -92,17 +116,11 @@ def build_image(
 
     The engine is the caller's: it is neither opened nor closed here.
     """
-    check_build_args(options.build_args)
+    dockerfile = prepare_build(inputs, options)
     show = progress or BuildProgress.quiet()
     steady = clock or SystemClock()
-    dockerfile = render(
-        inputs.definition,
-        inputs.pins,
-        inputs.arch,
-        inputs.constraints,
-        RenderOptions(build_args=options.build_args, constraint_mode=options.constraint_mode),
-    )
     tag = options.tag or default_tag(inputs.arch.name)
+    tags = list(dict.fromkeys((tag, *options.extra_tags)))
     log_path = options.log_path or build_log_path(project.root, inputs.arch.name)
     record_path = options.record_path or build_record_path(project.root, inputs.arch.name)
     attestations = AttestationPaths.beside(record_path, inputs.arch.name)
@@ -116,6 +134,8 @@ def build_image(
         f"building {tag} for {inputs.arch.name} on {engine.address} ({len(context) // 1024} KiB context)"
     )
 
+    if options.pull:
+        _pull_images(inputs, engine, show)
     tracker = StepTracker(dockerfile, steady, show)
     started = steady.now()
     started_at = datetime.now(UTC)
@@ -142,10 +162,14 @@ def build_image(
         )
     tracker.finish()
     finished_at = datetime.now(UTC)
-    engine.tag(image_id, tag)
+    for name in tags:
+        engine.tag(image_id, name)
+    if options.iidfile is not None:
+        write_atomically(options.iidfile, image_id)  # docker's format: the ID, no newline
     record = BuildRecord(
         image_id=image_id,
         tag=tag,
+        tags=tags,
         arch=inputs.arch.name,
         labels=labels,
         pins={p.name: p.require_identity() for p in inputs.pins},
@@ -172,6 +196,17 @@ def build_image(
     )
     _attest(project, inputs, facts, engine, paths=attestations, show=show)
     return record
+
+
+def _pull_images(inputs: Inputs, engine: Engine, show: BuildProgress) -> None:
+    """--pull: the base and donor images from their registries, even when the engine has them.
+
+    By digest when locked, so a pull never changes what is built, only where it comes from.
+    """
+    for pin in inputs.pins.images():
+        show.message(f"pulling {pin.reference} ({pin.name})")
+        image_id = engine.pull(pin.reference)
+        show.message(f"pulled {pin.reference}: {image_id[:19]}")
 
 
 def _attest(

@@ -8,17 +8,56 @@ traceback.
 
 from __future__ import annotations
 
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Every exit status of ``imagebuild``: each verb's --help and the README show this table."""
+
+    OK = 0
+    FAILED = 1
+    BAD_INPUT = 2
+    NO_ENGINE = 3
+    BUILD_FAILED = 4
+    LOCK_FAILED = 5
+    VERIFY_FAILED = 6
+    INTEGRITY = 7
+    REGISTRY = 8
+    ATTESTATION = 9
+    INTERRUPTED = 130
+    PIPE_CLOSED = 141
+
+    @property
+    def meaning(self) -> str:
+        return EXIT_MEANINGS[self]
+
+
+EXIT_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "done",
+    ExitCode.FAILED: "render --check or lock --check found a stale file; any other failure",
+    ExitCode.BAD_INPUT: "bad input: an argument, an input file, an image the engine does not have",
+    ExitCode.NO_ENGINE: "no Docker engine, or the engine refused",
+    ExitCode.BUILD_FAILED: "a build step failed; nothing was tagged",
+    ExitCode.LOCK_FAILED: "a source could not be resolved; pins.toml is unchanged",
+    ExitCode.VERIFY_FAILED: "the image failed its smoke checks",
+    ExitCode.INTEGRITY: "an archive's size, sha256 or image ID differs from its manifest",
+    ExitCode.REGISTRY: "a registry is unreachable or refused the credentials",
+    ExitCode.ATTESTATION: "built and tagged, but the SBOM or provenance could not be made",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGTERM)",
+    ExitCode.PIPE_CLOSED: "stdout was closed before the output was written (piped into head)",
+}
+
 
 class ImageBuildError(Exception):
     """Base of every error imagebuild reports to the user."""
 
-    exit_code = 1
+    exit_code: ExitCode = ExitCode.FAILED
 
 
 class ConfigError(ImageBuildError):
     """Bad input: pins.toml, stages/, an arch profile, constraints/ or an argument."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 class UnpinnedError(ConfigError):
@@ -38,46 +77,46 @@ class CommandError(ImageBuildError):
 class EngineError(ImageBuildError):
     """The Docker engine is unreachable or refused a request."""
 
-    exit_code = 3
+    exit_code = ExitCode.NO_ENGINE
 
 
 class UnknownImageError(EngineError):
     """The engine has no image of the name or ID a command was given: the user's input, so exit 2."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 class BuildError(ImageBuildError):
     """A build step failed; nothing was tagged."""
 
-    exit_code = 4
+    exit_code = ExitCode.BUILD_FAILED
 
 
 class LockError(ImageBuildError):
     """A source could not be resolved; pins.toml was left untouched."""
 
-    exit_code = 5
+    exit_code = ExitCode.LOCK_FAILED
 
 
 class VerifyError(ImageBuildError):
     """The image failed its smoke checks."""
 
-    exit_code = 6
+    exit_code = ExitCode.VERIFY_FAILED
 
 
 class IntegrityError(ImageBuildError):
     """An archive does not match its manifest (sha256, size, image ID); nothing was tagged."""
 
-    exit_code = 7
+    exit_code = ExitCode.INTEGRITY
 
 
 class RegistryError(ImageBuildError):
     """A registry is unreachable or refused a push or pull (credentials, insecure HTTP)."""
 
-    exit_code = 8
+    exit_code = ExitCode.REGISTRY
 
 
 class AttestationError(ImageBuildError):
     """The image was built and tagged, but its SBOM or provenance could not be made."""
 
-    exit_code = 9
+    exit_code = ExitCode.ATTESTATION

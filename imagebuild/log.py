@@ -27,12 +27,14 @@ class _Formatter(logging.Formatter):
         return f"{colour}{text}\033[0m" if colour else text
 
 
-def setup_logging(verbosity: int) -> None:
+def setup_logging(verbosity: int, *, quiet: bool = False) -> None:
+    """-v: debug lines too; -q: warnings and errors only (quiet wins: it is asked for by scripts)."""
     handler = logging.StreamHandler(sys.stderr)
     colour = sys.stderr.isatty() and "NO_COLOR" not in os.environ
     handler.setFormatter(_Formatter(colour))
     logger.handlers[:] = [handler]
-    logger.setLevel(logging.DEBUG if verbosity > 0 else logging.INFO)
+    level = logging.WARNING if quiet else logging.DEBUG if verbosity > 0 else logging.INFO
+    logger.setLevel(level)
     logger.propagate = False
 
 

@@ -60,12 +60,18 @@ class Inputs:
     constraints: str  # the text of /etc/pip-constraints.txt
 
 
-def find_project(start: Path, pins: Path | None = None) -> Project:
-    """The checkout containing ``start``: the nearest directory with stages/image.toml."""
-    for candidate in (start, *start.parents):
+def find_project(start: Path, pins: Path | None = None, *, search_parents: bool = True) -> Project:
+    """The checkout containing ``start``: the nearest directory with stages/image.toml.
+
+    ``search_parents=False`` (``imagebuild -C DIR``): ``start`` itself or nothing.
+    """
+    for candidate in (start, *start.parents) if search_parents else (start,):
         if (candidate / "stages" / "image.toml").is_file():
             return Project(root=candidate, pins_path=(pins or candidate / "pins.toml").resolve())
-    msg = f"{start}: not inside an imagebuild checkout (no stages/image.toml here or above); cd into the repository"
+    if not search_parents:
+        msg = f"-C {start}: not an imagebuild checkout (no stages/image.toml in it); give the repository's directory"
+        raise ConfigError(msg)
+    msg = f"{start}: not inside an imagebuild checkout (no stages/image.toml here or above); cd into the repository or give it with -C DIR"
     raise ConfigError(msg)
 
 

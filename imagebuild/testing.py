@@ -166,6 +166,8 @@ class FakeEngine(Engine):
     refuse_push: str | None = None
     interrupt_save_after: int | None = None  # chunks of `save`, then Ctrl-C
     pushed: dict[str, str] = field(default_factory=dict)  # repository:tag -> digest
+    pulls: list[str] = field(default_factory=list)  # references, in order
+    refuse_pull: str | None = None
     loads: int = 0
 
     @property
@@ -245,8 +247,14 @@ class FakeEngine(Engine):
         yield PushEvent(digest=digest)
 
     def pull(self, reference: str) -> str:
-        msg = f"FakeEngine has no registry to pull {reference} from"
-        raise AssertionError(msg)
+        """Pulls every reference as an image of its own; ``refuse_pull``: the registry's refusal."""
+        if self.refuse_pull is not None:
+            msg = f"pull of {reference}: {self.refuse_pull}"
+            raise RegistryError(msg)
+        self.pulls.append(reference)
+        image_id = "sha256:" + hashlib.sha256(reference.encode()).hexdigest()
+        self.images.append(image_info(image_id, tags=(reference,)))
+        return image_id
 
     def save(self, image_id: str) -> Iterator[bytes]:
         payload = self.saved[self.inspect_image(image_id).id]

@@ -1,6 +1,6 @@
 """The command-line side of publish, export and import: arguments in, results on stdout.
 
-Registered by ``imagebuild.cli`` like its own commands; each checks its arguments before it
+Registered with ``imagebuild.cli`` like every verb (``register``); each checks its arguments before it
 touches the engine, and reports through ``imagebuild.cli.main`` (one line, the error's exit code).
 """
 
@@ -10,15 +10,13 @@ import argparse
 import json
 import signal
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-from imagebuild.errors import ImageBuildError
-from imagebuild.layout import default_tag
+from imagebuild.cli import arguments
+from imagebuild.cli.verbs import Verb, Verbs, project_of
+from imagebuild.errors import ExitCode, ImageBuildError
+from imagebuild.layout import build_record_path, default_tag
 from imagebuild.log import format_duration, logger
-from imagebuild.project import find_project
-
-AddCommand = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -34,7 +32,7 @@ def _default_record(args: argparse.Namespace) -> Path | None:
     if args.record:
         return Path(args.record)
     try:
-        return find_project(Path.cwd(), args.pins).root / "build" / f"{args.arch}.build.json"
+        return build_record_path(project_of(args).root, args.arch)
     except ImageBuildError:
         return None
 
@@ -118,13 +116,37 @@ def cmd_import(args: argparse.Namespace) -> int:
         else f"verified and loaded in {format_duration(result.seconds)}"
     )
     logger.info("%s %s; tagged %s", result.image_id, how, ", ".join(result.tags) or "nothing")
-    sys.stdout.write(result.image_id + "\n")
+    if args.json:
+        _print_json(
+            {
+                "image_id": result.image_id,
+                "tags": list(result.tags),
+                "already_present": result.already_present,
+                "seconds": round(result.seconds, 3),
+            }
+        )
+    else:
+        sys.stdout.write(result.image_id + "\n")
     return 0
 
 
-def add_distribute_commands(add: AddCommand) -> None:
-    p = add("publish", cmd_publish, "push the image; print the reference nodes pull by digest")
-    p.add_argument("image", nargs="?", help="image to push (default imagebuild/kimi-k3:ARCH)")
+def register(verbs: Verbs) -> None:
+    p = verbs.add(
+        Verb(
+            name="publish",
+            summary="push the image; print the reference nodes pull by digest",
+            run=cmd_publish,
+            examples=(
+                "imagebuild publish --repository registry.example.com/ml/kimi-k3",
+                "imagebuild publish kimi-k3:gfx942 --repository 127.0.0.1:5000/kimi-k3 --tag v1 --json",
+            ),
+            exit_codes=(ExitCode.NO_ENGINE, ExitCode.REGISTRY),
+            json="reference, digest, image ID, repository and tag",
+        )
+    )
+    p.add_argument(
+        "image", nargs="?", type=arguments.image, help="image to push (default imagebuild/kimi-k3:ARCH)"
+    )
     p.add_argument(
         "--repository", required=True, metavar="HOST[:PORT]/REPO", help="where to push, registry first"
     )
@@ -132,10 +154,23 @@ def add_distribute_commands(add: AddCommand) -> None:
     p.add_argument(
         "--record", type=Path, help="build record to note the reference in (default build/ARCH.build.json)"
     )
-    p.add_argument("--json", action="store_true", help="print reference, digest, image ID as JSON")
 
-    p = add("export", cmd_export, "write the image as a verified archive, a manifest and the importer")
-    p.add_argument("image", nargs="?", help="image to export (default imagebuild/kimi-k3:ARCH)")
+    p = verbs.add(
+        Verb(
+            name="export",
+            summary="write the image as a verified archive, a manifest and the importer",
+            run=cmd_export,
+            examples=(
+                "imagebuild export --output /shared/images",
+                "imagebuild export kimi-k3:gfx942 --output /shared/images --compress gzip",
+            ),
+            exit_codes=(ExitCode.NO_ENGINE,),
+            json="the manifest",
+        )
+    )
+    p.add_argument(
+        "image", nargs="?", type=arguments.image, help="image to export (default imagebuild/kimi-k3:ARCH)"
+    )
     p.add_argument(
         "--output", type=Path, required=True, metavar="DIR", help="directory (e.g. shared storage)"
     )
@@ -145,7 +180,15 @@ def add_distribute_commands(add: AddCommand) -> None:
         default="zstd",
         help="archive compression (default zstd)",
     )
-    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
-    p = add("import", cmd_import, "verify an exported archive against its manifest, load and tag it")
+    p = verbs.add(
+        Verb(
+            name="import",
+            summary="verify an exported archive against its manifest, load and tag it",
+            run=cmd_import,
+            examples=("imagebuild import /shared/images/kimi-k3-06203f705c54.tar.zst.json",),
+            exit_codes=(ExitCode.NO_ENGINE, ExitCode.INTEGRITY),
+            json="the image ID, its tags and whether it was already present",
+        )
+    )
     p.add_argument("manifest", type=Path, help="the .json manifest export wrote next to the archive")

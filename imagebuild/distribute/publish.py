@@ -17,14 +17,13 @@ from pathlib import Path
 
 from imagebuild.engine import Engine, ImageInfo, PushEvent
 from imagebuild.errors import ConfigError, RegistryError
+from imagebuild.references import COMPONENT, TAG_RE
 from imagebuild.util.files import write_atomically
 
-# docker's reference grammar: a registry host (with a dot or a port, or localhost), then lowercase
-# path components separated by . _ __ or -.
-COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-HOST = r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|\[?[0-9A-Fa-f:.]+\]?)(?::[0-9]{1,5})?|[A-Za-z0-9-]+:[0-9]{1,5}"
-REPOSITORY_RE = re.compile(rf"^(?:{HOST})/{COMPONENT}(?:/{COMPONENT})*$")
-TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+# A repository to push to starts with a host docker takes for a registry (a dot or a port, or
+# localhost: without one, docker would push to Docker Hub), then docker's path components.
+REGISTRY_HOST = r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|\[?[0-9A-Fa-f:.]+\]?)(?::[0-9]{1,5})?|[A-Za-z0-9-]+:[0-9]{1,5}"
+REPOSITORY_RE = re.compile(rf"^(?:{REGISTRY_HOST})/{COMPONENT}(?:/{COMPONENT})*$")
 PROGRESS_EVERY_S = 5.0
 DONE_STATUSES = ("Pushed", "Layer already exists", "Mounted from")
 
@@ -62,7 +61,7 @@ def check_repository(text: str) -> str:
 
 
 def check_tag(text: str) -> str:
-    if not TAG_RE.match(text):
+    if not TAG_RE.fullmatch(text):
         msg = f"--tag {text!r}: a tag is 1-128 letters, digits, '_', '.' or '-', not starting with '.' or '-'"
         raise ConfigError(msg)
     return text
@@ -71,7 +70,7 @@ def check_tag(text: str) -> str:
 def default_tag(info: ImageInfo) -> str:
     """``<arch>-<id12>``: unique per image, so a publish never moves a tag another image had."""
     arch = info.labels.get("io.imagebuild.arch", "image")
-    return f"{arch if TAG_RE.match(arch) else 'image'}-{info.id.removeprefix('sha256:')[:12]}"
+    return f"{arch if TAG_RE.fullmatch(arch) else 'image'}-{info.id.removeprefix('sha256:')[:12]}"
 
 
 class _PushProgress:

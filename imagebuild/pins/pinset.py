@@ -43,6 +43,10 @@ class PinSet:
             raise ConfigError(msg)
         return pin
 
+    def images(self) -> list[ImagePin]:
+        """The image pins (base, donor), in file order."""
+        return [pin for pin in self.pins if isinstance(pin, ImagePin)]
+
     def build_args(self) -> dict[str, str]:
         """Every pin's ARGs; ARG names are unique across pins by construction."""
         args: dict[str, str] = {}

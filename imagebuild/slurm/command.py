@@ -3,38 +3,45 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from imagebuild import __version__
-from imagebuild.errors import ConfigError
+from imagebuild.cli import arguments
+from imagebuild.cli.verbs import Verb, Verbs
 from imagebuild.launcher.inputs import SPECS
 from imagebuild.log import logger
 from imagebuild.slurm import job as jobs
 from imagebuild.slurm.archive import read_archive
 from imagebuild.slurm.recipe import check_topology
 from imagebuild.slurm.script import render_script
+from imagebuild.util.files import atomic_file
 
 DESCRIPTION = (
     "write an sbatch script that gets the image onto every node (pull by digest, or import a verified "
     "archive) and starts the image's launcher there"
 )
-EPILOG = """\
+NOTES = """\
 Options whose value starts with '-' take it after '=': --docker-arg=--privileged, --sbatch-arg=--exclusive.
 Nothing is written unless every value is valid and the node count fits the recipe (exit 2 otherwise)."""
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "slurm",
-        help=DESCRIPTION,
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+def register(verbs: Verbs) -> None:
+    p = verbs.add(
+        Verb(
+            name="slurm",
+            summary=DESCRIPTION,
+            run=run,
+            examples=(
+                "imagebuild slurm --nodes 2 --variant pp2xtp8 --model-path /shared/models/kimi-k3 "
+                "--image registry.example.com/ml/kimi-k3@sha256:<64 hex> --time 04:00:00 -o kimi-k3.sbatch",
+                "imagebuild slurm --nodes 2 --variant pp2xtp8 --model-path /shared/models/kimi-k3 "
+                "--archive /shared/images/kimi-k3-06203f705c54.tar.zst.json > kimi-k3.sbatch",
+            ),
+            checkout=False,
+            notes=NOTES,
+        )
     )
-    p.set_defaults(func=run)
     p.add_argument("--nodes", type=int, required=True, help="nodes of the job; must fit the recipe's TP x PP")
     p.add_argument("--recipe", default=SPECS["RECIPE"].default, help="launcher recipe (default %(default)s)")
     p.add_argument("--variant", required=True, help="variant of the recipe, e.g. pp2xtp8")
@@ -124,7 +131,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="mount only the --rdma-lib paths, not the default list",
     )
     p.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG", help="one more #SBATCH option")
-    p.add_argument("-o", "--output", type=Path, help="write the script here (default: stdout)")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=arguments.output_file,
+        metavar="FILE",
+        help="write the script here (default: stdout)",
+    )
 
 
 def _request(args: argparse.Namespace) -> jobs.JobRequest:
@@ -159,27 +172,6 @@ def _request(args: argparse.Namespace) -> jobs.JobRequest:
     )
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Complete or absent: a temporary file in the same directory, renamed over the target."""
-    directory = path.parent if str(path.parent) else Path()
-    if not directory.is_dir():
-        msg = f"-o {path}: directory {directory} does not exist; create it or write elsewhere"
-        raise ConfigError(msg)
-    try:
-        fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        msg = f"-o {path}: cannot write in {directory} ({e.strerror}); choose a writable directory"
-        raise ConfigError(msg) from e
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        Path(temp).chmod(0o755)
-        Path(temp).replace(path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def run(args: argparse.Namespace) -> int:
     job = jobs.make_job(_request(args))
     topology = check_topology(job)
@@ -187,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
         return 0
-    write_atomically(args.output, text)
+    # Complete or absent, and executable: a script half-written by a full disk must not be submitted.
+    with atomic_file(args.output, mode=0o755) as out:
+        out.write(text.encode("utf-8"))
     logger.info("wrote %s: submit it with `sbatch %s`", args.output, args.output)
     return 0

@@ -2,6 +2,14 @@
 
 from imagebuild.verify.expectations import Expectations, build_expectations
 from imagebuild.verify.result import CheckResult, VerifyResult
-from imagebuild.verify.runner import VerifyOptions, verify
+from imagebuild.verify.runner import VerifyOptions, prepare_verify, verify
 
-__all__ = ["CheckResult", "Expectations", "VerifyOptions", "VerifyResult", "build_expectations", "verify"]
+__all__ = [
+    "CheckResult",
+    "Expectations",
+    "VerifyOptions",
+    "VerifyResult",
+    "build_expectations",
+    "prepare_verify",
+    "verify",
+]

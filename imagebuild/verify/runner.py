@@ -59,6 +59,14 @@ class VerifyOptions:
     junit: Path | None = None  # write JUnit XML here
 
 
+def prepare_verify(inputs: Inputs, options: VerifyOptions) -> Expectations:
+    """What the image must hold, and the tools the checks need: all that can fail before the engine is asked."""
+    if shutil.which("docker") is None:
+        msg = "verify runs its checks with testinfra through the `docker` CLI (docker exec), which is not on PATH; install it (docker.io)"
+        raise VerifyError(msg)
+    return build_expectations(inputs, image=options.image)
+
+
 def verify(
     inputs: Inputs, options: VerifyOptions, engine: Engine, *, progress: Callable[[str], None] | None = None
 ) -> VerifyResult:
@@ -68,12 +76,9 @@ def verify(
     VerifyError only when the checks could not run at all (a failed check is a
     result), EngineError when the image or a container is out of reach.
     """
+    expectations = prepare_verify(inputs, options)
     say = progress or (lambda _: None)
     started = time.monotonic()
-    if shutil.which("docker") is None:
-        msg = "verify runs its checks with testinfra through the `docker` CLI (docker exec), which is not on PATH; install it (docker.io)"
-        raise VerifyError(msg)
-    expectations = build_expectations(inputs, image=options.image)
     info = engine.inspect_image(options.image)
     arch = inputs.arch.name
     say(f"verify: {options.image} ({info.id[:19]}) against {inputs.pins.path}, arch {arch}")

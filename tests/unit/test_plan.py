@@ -29,11 +29,16 @@ def test_base_change_rebuilds_everything_and_donor_only_the_graft(capsys: pytest
     assert plan(capsys, "--changed", "donor")[0] == 12
 
 
-def test_plan_table_and_mechanism(capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_prints_only_the_table_and_explains_on_request(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan"]) == 0
     out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["step", "instruction", "title", "pins"]
+    assert len(out.splitlines()) == 1 + 18  # the header and one row per step: nothing else on stdout
     assert "vLLM fork, full source compile" in out
-    assert "PIP_BUILD_CONSTRAINT" in out
+    assert main(["plan", "--explain"]) == 0
+    assert "PIP_BUILD_CONSTRAINT" in capsys.readouterr().out
+    assert main(["plan", "--json", "--explain"]) == 0
+    assert "PIP_BUILD_CONSTRAINT" in json.loads(capsys.readouterr().out)["explanation"]
 
 
 def test_locked_package_change_rebuilds_from_the_step_that_installs_it(

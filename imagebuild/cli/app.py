@@ -1,0 +1,162 @@
+"""``main``: parse the command line, run the verb, exit once.
+
+Only ``main`` prints errors or decides the exit status: a verb returns its
+code or raises an ImageBuildError, whose message is printed as one line on
+stderr (and, with ``--json``, as ``{"error": ..., "exit_code": ...}`` on
+stdout) and whose ``exit_code`` is the status. Verbs write their result to
+stdout and everything else to stderr (imagebuild.log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from imagebuild import __version__
+from imagebuild.cli import build, image, lock
+from imagebuild.cli.verbs import (
+    PROGRESS_HELP,
+    PROGRESS_MODES,
+    HelpFormatter,
+    Parser,
+    UsageError,
+    Verb,
+    Verbs,
+    add_global_flags,
+    exit_code_table,
+    merge_global_flags,
+)
+from imagebuild.distribute import commands as distribute
+from imagebuild.errors import ExitCode, ImageBuildError
+from imagebuild.log import logger, setup_logging
+from imagebuild.slurm import command as slurm
+
+# Every verb, in the order `imagebuild --help` lists them; a new verb adds its module's register here.
+REGISTRARS: tuple[Callable[[Verbs], None], ...] = (
+    image.register,  # render, plan, verify
+    lock.register,
+    build.register,
+    distribute.register,  # publish, export, import
+    slurm.register,
+)
+PROGRESS_BEFORE_VERB = "progress_before_verb"
+
+
+def build_parser() -> tuple[Parser, Verbs]:
+    parser = Parser(
+        prog="imagebuild",
+        description="Reproducible builds of the Kimi-K3 vLLM serving image for AMD MI300X.",
+        epilog=f"`imagebuild VERB --help` shows a verb's options and examples.\n\n{exit_code_table()}",
+        formatter_class=HelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"imagebuild {__version__}")
+    add_global_flags(parser, after_verb=False)
+    parser.add_argument(
+        "--progress",
+        dest=PROGRESS_BEFORE_VERB,
+        choices=PROGRESS_MODES,
+        default=None,
+        help=f"for verbs that show progress (build): {PROGRESS_HELP}",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="VERB", parser_class=Parser)
+    verbs = Verbs(sub)
+    for register in REGISTRARS:
+        register(verbs)
+    return parser, verbs
+
+
+def registered_verbs() -> list[Verb]:
+    return list(build_parser()[1])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    options = arguments[: arguments.index("--")] if "--" in arguments else arguments
+    wants_json = "--json" in options  # so even a usage error answers a machine in JSON
+    try:
+        directory = _project_directory(arguments)
+    except UsageError as e:
+        return _usage_failure(e, wants_json)
+    with contextlib.chdir(directory) if directory is not None else contextlib.nullcontext():
+        return _main(arguments, wants_json)
+
+
+def _main(arguments: list[str], wants_json: bool) -> int:
+    parser, _ = build_parser()
+    try:
+        args, unknown = parser.parse_known_args(arguments)
+        if unknown:
+            # Named by the verb's own help, which lists what it does accept.
+            msg = f"unrecognized arguments: {' '.join(unknown)}"
+            raise UsageError(msg, f"imagebuild {args.verb.name}")
+        merge_global_flags(args)
+        _merge_progress(args)
+    except UsageError as e:
+        return _usage_failure(e, wants_json)
+    except SystemExit as e:  # --help and --version print and exit 0
+        return e.code if isinstance(e.code, int) else 0
+    setup_logging(args.verbose, quiet=args.quiet)
+    verb: Verb = args.verb
+    try:
+        return verb.run(args)
+    except ImageBuildError as e:
+        if args.traceback:
+            logger.exception("imagebuild: error")
+        return _fail(str(e), e.exit_code, json_too=bool(getattr(args, "json", False)))
+    except KeyboardInterrupt:
+        return _fail("interrupted", ExitCode.INTERRUPTED, json_too=bool(getattr(args, "json", False)))
+    except BrokenPipeError:
+        # The reader stopped early (`imagebuild render | head`): not an error worth a traceback.
+        # Python would report the failed flush of stdout at exit, so stdout goes to /dev/null.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return int(ExitCode.PIPE_CLOSED)
+
+
+def _project_directory(arguments: list[str]) -> Path | None:
+    """-C DIR, wherever it is on the command line: applied before the rest is parsed, so every
+    relative path argument is checked where the verb will use it (as git -C and make -C do)."""
+    scan = Parser(prog="imagebuild", add_help=False, allow_abbrev=False)
+    scan.add_argument("-C", "--project", type=Path, action="append", default=[])
+    known, _ = scan.parse_known_args(arguments)
+    if not known.project:
+        return None
+    directory: Path = known.project[-1]
+    if not directory.is_dir():
+        msg = f"argument -C/--project: {directory} is not a directory; give the checkout's directory"
+        raise UsageError(msg, "imagebuild")
+    return directory
+
+
+def _merge_progress(args: argparse.Namespace) -> None:
+    before = getattr(args, PROGRESS_BEFORE_VERB)
+    delattr(args, PROGRESS_BEFORE_VERB)
+    if before is None:
+        return
+    if not args.verb.progress:
+        msg = f"--progress does not apply to `{args.verb.name}` (only to verbs that show progress: build)"
+        raise UsageError(msg, f"imagebuild {args.verb.name}")
+    if args.progress is None:
+        args.progress = before
+
+
+def _usage_failure(error: UsageError, wants_json: bool) -> int:
+    message = f"{error}; see `{error.prog} --help`"
+    return _fail(message, ExitCode.BAD_INPUT, json_too=wants_json)
+
+
+def _fail(message: str, code: ExitCode, *, json_too: bool) -> int:
+    """Report an error: one line on stderr, and with --json a JSON document on stdout too."""
+    if code is ExitCode.INTERRUPTED:
+        print(f"imagebuild: {message}", file=sys.stderr)
+    else:
+        print(f"imagebuild: error: {message}", file=sys.stderr)
+    if json_too:
+        json.dump({"error": message, "exit_code": int(code)}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    return int(code)

@@ -1,0 +1,71 @@
+"""Argument types: each value is checked as it is parsed, before any verb contacts the engine or the network.
+
+argparse reports a refused value as ``argument --tag: <why>``, so the message
+names the argument; ``main`` prints it on one line with exit 2. Paths are
+checked relative to the directory the verb runs in (``-C DIR`` is applied
+before the arguments are parsed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+
+from imagebuild.references import image_problem, tag_reference_problem
+
+# docker's network modes for a build: bridge, host, none, default, a user-defined network's
+# name, or container:<name|id>.
+NETWORK_RE = re.compile(r"(?:container:)?[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def build_arg(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        msg = f"{text!r}: expected NAME=VALUE"
+        raise argparse.ArgumentTypeError(msg)
+    return name, value
+
+
+def image_tag(text: str) -> str:
+    problem = tag_reference_problem(text)
+    if problem:
+        msg = f"{text!r}: {problem}; e.g. registry.example.com/ml/kimi-k3:gfx942"
+        raise argparse.ArgumentTypeError(msg)
+    return text
+
+
+def image(text: str) -> str:
+    """An image to read: its ID, or NAME[:TAG][@DIGEST]."""
+    problem = image_problem(text)
+    if problem:
+        msg = f"{text!r}: {problem}; give an image ID or a name `docker images` lists"
+        raise argparse.ArgumentTypeError(msg)
+    return text
+
+
+def network_mode(text: str) -> str:
+    if not NETWORK_RE.fullmatch(text):
+        msg = f"{text!r}: not a network mode: host, bridge, none, a network's name or container:NAME"
+        raise argparse.ArgumentTypeError(msg)
+    return text
+
+
+def output_file(text: str) -> Path:
+    """A file the verb will write: its directory must exist and be writable, and it must not be a directory."""
+    path = Path(text)
+    if not text or path.is_dir():
+        msg = f"{text!r} is a directory; name a file to write"
+        raise argparse.ArgumentTypeError(msg)
+    parent = path.parent
+    if not parent.exists():
+        msg = f"{text}: directory {parent} does not exist; create it or write elsewhere"
+        raise argparse.ArgumentTypeError(msg)
+    if not parent.is_dir():
+        msg = f"{text}: {parent} is not a directory; name a file in a directory"
+        raise argparse.ArgumentTypeError(msg)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        msg = f"{text}: directory {parent} is not writable; choose a directory you can write"
+        raise argparse.ArgumentTypeError(msg)
+    return path

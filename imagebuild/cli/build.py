@@ -1,0 +1,119 @@
+"""`imagebuild build` on the command line: options in, the image ID (or the build record as JSON) out."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from imagebuild.cli import arguments
+from imagebuild.cli.verbs import Verb, Verbs, project_of
+from imagebuild.errors import ExitCode
+from imagebuild.layout import BUILD_DIR, DEFAULT_REPOSITORY
+from imagebuild.log import format_duration, logger
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from imagebuild.build import BuildOptions, build_image, prepare_build
+    from imagebuild.docker_engine import DockerEngine
+    from imagebuild.progress import BuildProgress, ProgressMode, make_progress
+
+    project = project_of(args)
+    inputs = project.load(args.arch)
+    tags: list[str] = args.tag
+    options = BuildOptions(
+        arch=args.arch,
+        tag=tags[0] if tags else None,
+        extra_tags=tuple(tags[1:]),
+        no_cache=args.no_cache,
+        network=args.network,
+        build_args=dict(args.build_arg),
+        record_path=args.record,
+        pull=args.pull,
+        iidfile=args.iidfile,
+    )
+    prepare_build(inputs, options)  # bad arguments and inputs are found before the engine is asked
+    progress = (
+        BuildProgress.quiet()
+        if args.quiet
+        else make_progress(ProgressMode(args.progress or "auto"), sys.stderr, verbose=args.verbose > 0)
+    )
+    engine = DockerEngine.from_env()
+    try:
+        record = build_image(project, inputs, options, engine, progress=progress)
+    finally:
+        engine.close()
+    cached = sum(t.cached for t in record.steps)
+    logger.info(
+        "built %s (%s) in %s, %d/%d steps cached",
+        ", ".join(record.tags),
+        record.image_id,
+        format_duration(record.total_seconds),
+        cached,
+        len(record.steps),
+    )
+    if args.json:
+        json.dump(record.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(record.image_id + "\n")
+    return 0
+
+
+def register(verbs: Verbs) -> None:
+    p = verbs.add(
+        Verb(
+            name="build",
+            summary="render and build the image through the Docker engine; tag it only on success",
+            run=cmd_build,
+            examples=(
+                "imagebuild build",
+                "imagebuild build --tag registry.example.com/ml/kimi-k3:gfx942 --tag kimi-k3:latest "
+                "--iidfile build/image-id",
+                "imagebuild build --pins sampleworld/pins.toml --network host --progress plain",
+            ),
+            exit_codes=(ExitCode.NO_ENGINE, ExitCode.BUILD_FAILED, ExitCode.REGISTRY, ExitCode.ATTESTATION),
+            json="the build record",
+            progress=True,
+        )
+    )
+    p.add_argument(
+        "-t",
+        "--tag",
+        action="append",
+        default=[],
+        type=arguments.image_tag,
+        metavar="NAME[:TAG]",
+        help=f"name to tag on success, repeatable; the first is the record's (default {DEFAULT_REPOSITORY}:ARCH)",
+    )
+    p.add_argument("--no-cache", action="store_true", help="build every step again")
+    p.add_argument(
+        "--pull",
+        action="store_true",
+        help="pull the base and donor images (by digest) even when the engine has them",
+    )
+    p.add_argument(
+        "--network",
+        type=arguments.network_mode,
+        help="build network mode, e.g. host (needed for loopback sources)",
+    )
+    p.add_argument(
+        "--build-arg",
+        action="append",
+        default=[],
+        type=arguments.build_arg,
+        metavar="NAME=VALUE",
+        help="override a tunable",
+    )
+    p.add_argument(
+        "--record",
+        type=arguments.output_file,
+        metavar="FILE",
+        help=f"build record JSON (default {BUILD_DIR}/ARCH.build.json)",
+    )
+    p.add_argument(
+        "--iidfile",
+        type=arguments.output_file,
+        metavar="FILE",
+        help="write the image ID (sha256:...) to FILE, as docker build does",
+    )

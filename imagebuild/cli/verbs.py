@@ -1,0 +1,212 @@
+"""How a verb joins the command line, so that every verb behaves the same.
+
+A verb registers a :class:`Verb` (its name, what it does, its handler, an
+example, the exit codes it uses, whether it has ``--json`` or ``--progress``)
+and then adds its own arguments to the parser it gets back. Registration adds
+what every verb shares: the global flags (accepted before or after the verb),
+``--arch``/``--pins`` for verbs that read the checkout, ``--json``, and an
+epilog with the example and the exit codes from ``imagebuild.errors``.
+``tests/unit/test_cli_contract.py`` checks each registered verb for this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from imagebuild.errors import ExitCode
+from imagebuild.layout import DEFAULT_ARCH
+from imagebuild.project import Project, find_project
+
+# Every verb can be given bad input, be interrupted and find its reader gone.
+COMMON_EXIT_CODES = (ExitCode.OK, ExitCode.BAD_INPUT, ExitCode.INTERRUPTED, ExitCode.PIPE_CLOSED)
+AFTER = "_after_verb"  # dest suffix of a global flag given after the verb
+HELP_WIDTH = 100
+
+
+class UsageError(Exception):
+    """A command line argparse cannot parse; ``main`` reports it as bad input (one line, exit 2)."""
+
+    def __init__(self, message: str, prog: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error raised (main prints one line) instead of usage text and exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.prog)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the epilog's table as written; descriptions are wrapped by ``_wrap``."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=HELP_WIDTH, max_help_position=32)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GlobalFlag:
+    """A flag of imagebuild itself, accepted before the verb and after it."""
+
+    flags: tuple[str, ...]
+    dest: str
+    default: Any
+    options: dict[str, Any]
+
+    def merged(self, args: argparse.Namespace) -> Any:
+        before = getattr(args, self.dest)
+        if not hasattr(args, self.dest + AFTER):
+            return before
+        after = getattr(args, self.dest + AFTER)
+        if self.options.get("action") == "count":
+            return before + after
+        if self.options.get("action") == "store_true":
+            return before or after
+        return after  # a value given after the verb wins, as the later of two options does
+
+
+GLOBAL_FLAGS = (
+    GlobalFlag(
+        flags=("-v", "--verbose"),
+        dest="verbose",
+        default=0,
+        options={
+            "action": "count",
+            "help": "more output on stderr: build step logs, lock's retries, commands run",
+        },
+    ),
+    GlobalFlag(
+        flags=("-q", "--quiet"),
+        dest="quiet",
+        default=False,
+        options={"action": "store_true", "help": "no progress on stderr, only warnings and errors"},
+    ),
+    GlobalFlag(
+        flags=("--traceback",),
+        dest="traceback",
+        default=False,
+        options={"action": "store_true", "help": "show the Python traceback of an error"},
+    ),
+    GlobalFlag(
+        flags=("-C", "--project"),
+        dest="project",
+        default=None,
+        options={
+            "type": Path,
+            "metavar": "DIR",
+            "help": "run as if started in DIR, the checkout (not searched for upwards)",
+        },
+    ),
+)
+PROGRESS_MODES = ("auto", "plain", "tty")
+PROGRESS_HELP = (
+    "plain: a line per step start, end and 30 s heartbeat; tty: one live line; "
+    "auto (default): tty when stderr is a terminal. Under GitHub Actions steps are collapsible groups"
+)
+
+
+def add_global_flags(parser: argparse.ArgumentParser, *, after_verb: bool) -> None:
+    group = parser.add_argument_group("global options (before or after the verb)")
+    for flag in GLOBAL_FLAGS:
+        dest = flag.dest + AFTER if after_verb else flag.dest
+        default = argparse.SUPPRESS if after_verb else flag.default
+        group.add_argument(*flag.flags, dest=dest, default=default, **flag.options)
+
+
+def merge_global_flags(args: argparse.Namespace) -> None:
+    """One value per global flag, wherever it was given."""
+    for flag in GLOBAL_FLAGS:
+        value = flag.merged(args)
+        if hasattr(args, flag.dest + AFTER):
+            delattr(args, flag.dest + AFTER)
+        setattr(args, flag.dest, value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verb:
+    name: str
+    summary: str  # one line, for `imagebuild --help` and the top of the verb's help
+    run: Callable[[argparse.Namespace], int]
+    examples: tuple[str, ...]  # command lines, shown in --help
+    exit_codes: tuple[ExitCode, ...] = ()  # besides COMMON_EXIT_CODES
+    json: str | None = None  # what --json prints; None: the verb has no --json
+    progress: bool = False  # has --progress
+    checkout: bool = True  # reads the checkout: has --arch and --pins
+    notes: str = ""  # more text for the epilog
+
+    @property
+    def all_exit_codes(self) -> tuple[ExitCode, ...]:
+        return tuple(sorted({*COMMON_EXIT_CODES, *self.exit_codes}))
+
+    def epilog(self) -> str:
+        parts = [self.notes] if self.notes else []
+        parts.append("examples:\n" + "\n".join(f"  {line}" for line in self.examples))
+        parts.append(exit_code_table(self.all_exit_codes))
+        return "\n\n".join(parts)
+
+
+def exit_code_table(codes: Sequence[ExitCode] = tuple(ExitCode)) -> str:
+    return "exit codes:\n" + "\n".join(f"  {int(code):<4} {code.meaning}" for code in codes)
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=HELP_WIDTH)
+
+
+class Verbs:
+    """The registry: ``add`` gives a verb its parser with everything verbs share."""
+
+    def __init__(self, sub: argparse._SubParsersAction[Parser]) -> None:
+        self._sub = sub
+        self._verbs: dict[str, Verb] = {}
+
+    def add(self, verb: Verb) -> Parser:
+        if verb.name in self._verbs:
+            msg = f"verb {verb.name!r} registered twice"
+            raise AssertionError(msg)
+        self._verbs[verb.name] = verb
+        parser = self._sub.add_parser(
+            verb.name,
+            help=verb.summary,
+            description=_wrap(verb.summary),
+            epilog=verb.epilog(),
+            formatter_class=HelpFormatter,
+        )
+        parser.set_defaults(verb=verb)
+        # The verb's own options come first in its help (the parser's default group); these after them.
+        common = parser.add_argument_group("common options")
+        if verb.checkout:
+            common.add_argument(
+                "--arch", default=DEFAULT_ARCH, help=f"arch profile in stages/arch/ (default {DEFAULT_ARCH})"
+            )
+            common.add_argument(
+                "--pins", type=Path, metavar="FILE", help="pins file (default: pins.toml of the checkout)"
+            )
+        if verb.json is not None:
+            common.add_argument(
+                "--json",
+                action="store_true",
+                help=f'print {verb.json} as JSON on stdout; on failure {{"error": MESSAGE, "exit_code": N}}',
+            )
+        if verb.progress:
+            common.add_argument("--progress", choices=PROGRESS_MODES, default=None, help=PROGRESS_HELP)
+        add_global_flags(parser, after_verb=True)
+        return parser
+
+    def __iter__(self) -> Iterator[Verb]:
+        return iter(self._verbs.values())
+
+    def get(self, name: str) -> Verb:
+        return self._verbs[name]
+
+
+def project_of(args: argparse.Namespace) -> Project:
+    """The checkout the verb works on: -C DIR exactly, else the nearest one above the working directory."""
+    explicit = args.project is not None
+    return find_project(Path.cwd(), getattr(args, "pins", None), search_parents=not explicit)
