@@ -27,10 +27,10 @@ from docker.context import ContextAPI
 
 import docker
 from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo, PushEvent, classic_build_events
+from imagebuild.engine_errors import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, unreachable
 from imagebuild.errors import ConfigError, EngineError, RegistryError, UnknownImageError
 from imagebuild.registry_errors import RegistryCredentials, registry_error
 
-START_HINT = "start one with `bash scripts/ensure-docker.sh` (or `systemctl start docker`), or point DOCKER_HOST at a remote engine"
 CHUNK_SIZE = 1 << 20  # save stream chunks: large enough for throughput, small enough to bound memory
 ZSTD_LOAD_API = (1, 42)  # Docker 23.0 (API 1.42) is the first engine whose `load` reads zstd archives
 
@@ -56,7 +56,8 @@ class DockerEngine(Engine):
     @classmethod
     def from_env(cls, timeout: int = 600) -> DockerEngine:
         host = _context_host()
-        address = os.environ.get("DOCKER_HOST") or host or "unix:///var/run/docker.sock"
+        address = os.environ.get("DOCKER_HOST") or host or f"unix://{DEFAULT_SOCKET}"
+        _check_address(address, "DOCKER_HOST" if os.environ.get("DOCKER_HOST") else "the docker context")
         try:
             # Creating the client asks the engine for its API version (GET /version):
             # that request is the reachability check, so no separate ping.
@@ -66,8 +67,13 @@ class DockerEngine(Engine):
                 else docker.from_env(timeout=timeout)
             )
         except docker.errors.DockerException as e:
-            msg = f"cannot reach the Docker engine at {address}: {_reason(e)}; {START_HINT}"
-            raise EngineError(msg) from e
+            if "paramiko" in str(e):
+                msg = (
+                    f"DOCKER_HOST={address}: ssh:// engines need the paramiko package (pip install paramiko); "
+                    "or forward the engine's socket with ssh -L and point DOCKER_HOST at the local end"
+                )
+                raise EngineError(msg) from e
+            raise EngineError(unreachable(address, e)) from e
         return cls(client, address)
 
     @property
@@ -313,8 +319,17 @@ class DockerEngine(Engine):
 
 
 def _reason(e: Exception) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0]
+    return plain_reason(e)
+
+
+def _check_address(address: str, source: str) -> None:
+    """A malformed address is bad input, not a missing engine: said before anything connects."""
+    try:
+        docker.utils.parse_host(address, False, False)
+    except (docker.errors.DockerException, ValueError) as e:
+        detail = "a port is required" if "port is required" in str(e) else "not understood"
+        msg = f"{source} = {address!r} is not a Docker engine address ({detail}); use {ADDRESS_FORMS}"
+        raise ConfigError(msg) from e
 
 
 def registry_credentials(registry: str) -> tuple[str, str] | None:
