@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sampleworld_fixtures import node_engines, sample_cluster  # noqa: F401  (registers the fixtures)
 
 from imagebuild.cli import main
 from imagebuild.docker_engine import DockerEngine

@@ -17,7 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_support import (
+
+from imagebuild.cli import main
+from sampleworld.cluster import Cluster
+from sampleworld.world import World
+from tests.integration.cluster_support import (
     JobDirs,
     JobResult,
     benchmark_results,
@@ -31,10 +35,6 @@ from cluster_support import (
     wait,
     wait_for_output,
 )
-
-from imagebuild.cli import main
-from sampleworld.cluster import Cluster
-from sampleworld.world import World
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

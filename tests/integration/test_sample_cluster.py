@@ -6,11 +6,11 @@ import os
 import subprocess
 
 import pytest
-from cluster_support import docker_on
-from sampleworld_fixtures import sample_world_state_dir
 
 from sampleworld import cluster
 from sampleworld.cluster import Cluster
+from sampleworld.pytest_plugin import sample_world_state_dir
+from tests.integration.cluster_support import docker_on
 
 pytestmark = pytest.mark.docker
 

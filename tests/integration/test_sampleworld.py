@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import requests
-import sampleworld_fixtures
 
 import docker
 from sampleworld import World
@@ -19,9 +18,6 @@ from sampleworld.index_server import JSON_TYPE, start_index_server
 from sampleworld.registry import MANIFEST_TYPES
 from sampleworld.wheels import STAND_IN_WHEELS, build_stand_in
 from sampleworld.world import GIT_PINS
-
-# Registers the session fixture in this module (tests/ is on sys.path through its conftest).
-sample_world = sampleworld_fixtures.sample_world
 
 PINS = tomllib.loads((Path(__file__).resolve().parents[2] / "sampleworld" / "pins.toml").read_text())
 

@@ -6,30 +6,14 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from launcher_support import STUB_DIR, BarrierPeer, free_port, k3_env, start_launcher
 
-
-@pytest.fixture(autouse=True)
-def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fail loudly if an in-process test reaches beyond the loopback."""
-    real_connect = socket.socket.connect
-
-    def connect(self: socket.socket, address: Any) -> None:
-        host = address[0] if isinstance(address, tuple) else address
-        if host not in ("127.0.0.1", "::1", "localhost"):
-            msg = f"launcher test tried to reach {address!r}"
-            raise AssertionError(msg)
-        real_connect(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
+from tests.launcher.launcher_support import STUB_DIR, BarrierPeer, free_port, k3_env, start_launcher
 
 
 @pytest.fixture

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from launcher_support import GOLDEN_DIR, argv_section, k3_env
 
 from imagebuild.launcher import serve
 from imagebuild.launcher.flags import MANAGED_FLAGS, managed_flag
 from imagebuild.launcher.recipes import recipes_dir
+from tests.launcher.launcher_support import GOLDEN_DIR, argv_section, k3_env
 
 
 def plan_json(capsys: pytest.CaptureFixture[str], env: dict[str, str], *args: str) -> dict[str, Any]:

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from launcher_support import GOLDEN_DIR, LAUNCHER, LAUNCHER_PYTHON, argv_section, k3_env
 
 from imagebuild.launcher import serve
 from imagebuild.launcher.inputs import INPUTS, RECIPE_INPUTS
 from imagebuild.launcher.plan import resolve_plan
 from imagebuild.launcher.recipes import load_recipe, recipes_dir
+from tests.launcher.launcher_support import GOLDEN_DIR, LAUNCHER, LAUNCHER_PYTHON, argv_section, k3_env
 
 K3_ENV = {
     "EP_TP_SIZE": "2", "GPU_ARCHS": "gfx942", "VLLM_USE_V1": "1", "VLLM_ROCM_USE_AITER": "1",

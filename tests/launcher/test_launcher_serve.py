@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from launcher_support import BarrierPeer, alive, log_dir, stub_record, wait_for
 
 from imagebuild.launcher import serve
 from imagebuild.launcher.plan import resolve_plan
+from tests.launcher.launcher_support import BarrierPeer, alive, log_dir, stub_record, wait_for
 
 Launch = Callable[..., subprocess.Popen[str]]
 Peer = Callable[[dict[str, str], int], BarrierPeer]

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from launcher_support import k3_env
 
 from imagebuild.launcher import serve
 from imagebuild.launcher.messages import LauncherError
 from imagebuild.launcher.slurm import expand_hostlist
+from tests.launcher.launcher_support import k3_env
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.cli import main
-from tests.lock.conftest import FileServer, SilentServer, processes_mentioning, wait_for, zip_bytes
+from tests.lock.servers import FileServer, SilentServer, processes_mentioning, wait_for, zip_bytes
 
 WHEEL = zip_bytes(("aiter/__init__.py", b"v = 1\n"))
 REPO = Path(__file__).resolve().parents[2]

@@ -21,7 +21,8 @@ from imagebuild.lock import lock
 from imagebuild.lock.http import FetchError, Http
 from imagebuild.lock.registry import RegistryClient, parse_image_name
 from imagebuild.lock.registry_auth import may_send_credentials
-from tests.lock.conftest import LocalServer, Registry, make_arch, options, send
+from tests.lock.repositories import Registry
+from tests.lock.servers import LocalServer, make_arch, options, send
 
 REALM_HOST = "auth.example.test"  # not a loopback name: resolves to 127.0.0.1 only in these tests
 

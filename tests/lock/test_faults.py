@@ -25,10 +25,10 @@ from imagebuild.lock.pypi import DistFile, choose_wheel, target_tags
 from imagebuild.lock.turns import writer_turn
 from imagebuild.retry import Cancelled
 from imagebuild.util.files import write_atomically
-from tests.lock.conftest import (
+from tests.lock.repositories import Registry
+from tests.lock.servers import (
     FileServer,
     GitHttpServer,
-    Registry,
     SilentServer,
     options,
     processes_mentioning,

@@ -8,7 +8,7 @@ import pytest
 
 from imagebuild.lock.files import hash_url
 from imagebuild.lock.http import FetchError, Http
-from tests.lock.conftest import FileServer, free_port
+from tests.lock.servers import FileServer, free_port
 
 BODY = bytes(range(256)) * 4096 + b"tail"  # 1 MiB + 4 bytes: more than one chunk
 

@@ -13,17 +13,8 @@ import pytest
 from imagebuild.arch import ArchProfile
 from imagebuild.errors import ConfigError, LockError
 from imagebuild.lock import LockResult, lock
-from tests.lock.conftest import (
-    FileServer,
-    GitDaemon,
-    GitRepo,
-    IndexFile,
-    Registry,
-    TokenProxy,
-    options,
-    serve_index,
-    zip_bytes,
-)
+from tests.lock.repositories import GitDaemon, GitRepo, Registry, TokenProxy
+from tests.lock.servers import FileServer, IndexFile, options, serve_index, zip_bytes
 
 WHEEL = zip_bytes(("amd_aiter/__init__.py", b"bytes to hash\n" * 1000))
 PYPI_NAMES = [

@@ -7,7 +7,7 @@ from packaging.tags import Tag
 
 from imagebuild.lock.http import FetchError, Http
 from imagebuild.lock.pypi import DistFile, NoMatchingWheel, choose_wheel, list_files, target_tags
-from tests.lock.conftest import FileServer, IndexFile, serve_index
+from tests.lock.servers import FileServer, IndexFile, serve_index
 
 NAMES = [
     "flydsl-0.2.4-cp312-cp312-manylinux_2_27_x86_64.whl",

@@ -13,7 +13,7 @@ from imagebuild.lock.registry import (
     is_loopback,
     parse_image_name,
 )
-from tests.lock.conftest import DOCKER_LIST, OCI_MANIFEST, Registry, TokenProxy
+from tests.lock.repositories import DOCKER_LIST, OCI_MANIFEST, Registry, TokenProxy
 
 
 def resolve(

@@ -10,7 +10,7 @@ from typing import Any
 from imagebuild.pins import PinSet, parse_pins
 from imagebuild.python_lock import PythonLock, read_python_lock
 from imagebuild.sbom import InstalledDistribution, SbomInputs
-from tests.conftest import REPO
+from tests import REPO
 
 IMAGE_ID = "sha256:" + "9" * 64
 INPUTS = "sha256:" + "8" * 64

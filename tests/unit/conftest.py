@@ -1,12 +1,10 @@
-"""Unit tests need neither docker nor network (accidental use fails loudly); fixtures replaying recorded builds."""
+"""Fixtures of the unit tests: a throw-away checkout, and builds replayed from recorded streams."""
 
 from __future__ import annotations
 
 import shutil
-import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,17 +14,7 @@ from imagebuild.progress import BuildProgress
 from imagebuild.project import find_project
 from imagebuild.testing import FakeClock, FakeEngine, Recording
 from sampleworld.layout import BAD_SHA
-from tests.conftest import REPO
-
-
-@pytest.fixture(autouse=True)
-def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        msg = "unit tests must not open network connections; use a docker/network-marked test"
-        raise AssertionError(msg)
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+from tests import REPO
 
 
 @pytest.fixture

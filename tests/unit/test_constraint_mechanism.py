@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from imagebuild.render import CONSTRAINT_FILE, SETUPTOOLS_GUARD, ConstraintMode
-from tests.unit.test_render import rendered
+from tests.unit.render_support import rendered
 
 PIP_RE = re.compile(r"python3 -m pip (\w+)")
 

@@ -23,7 +23,7 @@ from imagebuild.python_lock import (
     render_python_lock,
 )
 from imagebuild.stages import load_stages
-from tests.conftest import REPO
+from tests import REPO
 
 SHA_A, SHA_B, SHA_C = "a" * 64, "b" * 64, "c" * 64
 

@@ -1,39 +1,40 @@
 from __future__ import annotations
 
 import itertools
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from imagebuild.errors import ConfigError, UnpinnedError
 from imagebuild.pins import load_pins
-from imagebuild.project import find_project
-from imagebuild.render import Dockerfile, RenderOptions, render
-from tests.conftest import REPO
+from tests import REPO
+from tests.unit.render_support import final_stage, rendered
 
 STEP_KEYWORDS = ("FROM", "WORKDIR", "RUN", "COPY")
-
-
-def rendered(root: Path = REPO, **options: object) -> Dockerfile:
-    inputs = find_project(root).load("gfx942")
-    opts = RenderOptions(**{"allow_unpinned": True, **options})  # type: ignore[arg-type]
-    return render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, opts)
-
-
-def final_stage(text: str) -> list[str]:
-    """Instruction lines of the final stage (after the second FROM)."""
-    instructions = [line for line in text.splitlines() if line and not line.startswith((" ", "#"))]
-    froms = [i for i, line in enumerate(instructions) if line.startswith("FROM ")]
-    return instructions[froms[1] :]
 
 
 def test_golden_matches_committed_dockerfile() -> None:
     assert rendered().text == (REPO / "docker" / "gfx942.Dockerfile").read_text()
 
 
-def test_rendering_is_deterministic() -> None:
-    assert rendered().text == rendered().text
+def test_rendering_is_deterministic_across_processes_and_hash_seeds() -> None:
+    """Set and dict order must not leak into the Dockerfile: two interpreters, two hash seeds, one text."""
+    texts = set()
+    for seed in ("1", "4242"):
+        done = subprocess.run(
+            [sys.executable, "-m", "imagebuild", "-C", str(REPO), "render", "--allow-unpinned"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            check=True,
+            timeout=60,
+        )
+        texts.add(done.stdout)
+    assert texts == {rendered().text}
 
 
 def test_final_stage_has_eighteen_steps_launcher_last() -> None:

@@ -1,41 +1,35 @@
-"""Fixtures for verify's tests: tier guard, the Docker engine, a good image and broken ones."""
+"""Fixtures for verify's tests: the Docker engine, a good image and broken ones."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from verify_support import REPO, build, context_tar, dockerfile, good_files, good_labels, write_pins
 
 from imagebuild.engine import Engine
 from imagebuild.project import find_project
-from imagebuild.verify.expectations import Expectations, build_expectations
+from imagebuild.verify.expectations import build_expectations
 from sampleworld.layout import BASE_REPOSITORY
+from tests.verify.verify_support import (
+    REPO,
+    GoodImage,
+    build,
+    context_tar,
+    dockerfile,
+    good_files,
+    good_labels,
+    write_pins,
+)
 
 # Local images with python3 >= 3.11 (the launcher needs tomllib), best first: the sample world's.
 BASE_CANDIDATES = ("sampleworld/base:", f"{BASE_REPOSITORY}:ci_base-")
 PY_PROBE = (
     "import site, sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}', site.getsitepackages()[0])"
 )
-
-
-@pytest.fixture(autouse=True)
-def _no_network_unless_docker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unit tests of verify need neither docker nor network: accidental use fails loudly."""
-    if request.node.get_closest_marker("docker"):
-        return
-
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        msg = "this verify test is not marked docker but opened a connection"
-        raise AssertionError(msg)
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
 
 
 @pytest.fixture
@@ -48,14 +42,6 @@ def in_repo(monkeypatch: pytest.MonkeyPatch) -> Path:
     """verify finds stages/ and constraints/ from the working directory, as the CLI does."""
     monkeypatch.chdir(REPO)
     return REPO
-
-
-@dataclass(frozen=True, kw_only=True)
-class GoodImage:
-    image: str  # ref or id
-    pins: Path
-    expectations: Expectations
-    synthetic: bool
 
 
 @pytest.fixture(scope="session")

@@ -9,12 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import GoodImage
-from verify_support import REPO
 
 from imagebuild.engine import Engine
 from imagebuild.project import find_project
 from imagebuild.verify import VerifyOptions, VerifyResult, verify
+from tests.verify.verify_support import REPO, GoodImage
 
 pytestmark = pytest.mark.docker
 BUDGET_S = 20.0  # the whole verify against a built image

@@ -7,6 +7,7 @@ import io
 import json
 import tarfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +175,11 @@ def build(
             image_id = str(aux["ID"])
     assert image_id, "".join(log[-20:])
     return image_id
+
+
+@dataclass(frozen=True, kw_only=True)
+class GoodImage:
+    image: str  # ref or id
+    pins: Path
+    expectations: Expectations
+    synthetic: bool

@@ -1,8 +1,7 @@
-"""The `sample_world` pytest fixture: the loopback world that stands in for GitHub, Docker Hub and PyPI.
+"""A pytest plugin: the `sample_world` fixture, the loopback world that stands in for GitHub, Docker Hub and PyPI.
 
-Use it from any test tree by importing it into a conftest (or the test module):
-
-    from sampleworld_fixtures import sample_world  # noqa: F401  (registers the fixture)
+Registered once for the whole suite (``pytest_plugins`` in tests/conftest.py), so every test tree
+can ask for its fixtures by name; nothing imports them.
 
 `node_engines` gives extra Docker engines (sampleworld/engines.py), one per sample cluster node;
 `sample_cluster` the sample SLURM cluster (sampleworld/cluster.py) with its two nodes and their engines.
