@@ -27,10 +27,11 @@ from docker.context import ContextAPI
 
 import docker
 from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo, PushEvent, classic_build_events
-from imagebuild.engine_errors import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, unreachable
+from imagebuild.engine_errors import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, probe, unreachable
 from imagebuild.errors import ConfigError, EngineError, RegistryError, UnknownImageError
 from imagebuild.registry_errors import RegistryCredentials, registry_error
 
+PROBE_TIMEOUT_S = 10  # connecting to a live engine takes milliseconds; a filtered port never answers
 CHUNK_SIZE = 1 << 20  # save stream chunks: large enough for throughput, small enough to bound memory
 ZSTD_LOAD_API = (1, 42)  # Docker 23.0 (API 1.42) is the first engine whose `load` reads zstd archives
 
@@ -58,6 +59,10 @@ class DockerEngine(Engine):
         host = _context_host()
         address = os.environ.get("DOCKER_HOST") or host or f"unix://{DEFAULT_SOCKET}"
         _check_address(address, "DOCKER_HOST" if os.environ.get("DOCKER_HOST") else "the docker context")
+        try:
+            probe(address, PROBE_TIMEOUT_S)
+        except OSError as e:
+            raise EngineError(unreachable(address, e)) from e
         try:
             # Creating the client asks the engine for its API version (GET /version):
             # that request is the reachability check, so no separate ping.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import ssl
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import imagebuild
 
@@ -27,6 +28,24 @@ def start_hint() -> str:
     if script.is_file():
         hint += f"; in this checkout: bash {script.relative_to(script.parents[1])}"
     return hint
+
+
+def probe(address: str, timeout: float) -> None:
+    """Connect to the engine once before docker-py does; raise OSError when that fails.
+
+    docker-py buries the cause of a failed connection in its wrappers and leaves the
+    failed socket unclosed; this connection is closed whatever happens.
+    """
+    scheme, _, rest = address.partition("://")
+    if scheme in ("unix", "http+unix"):
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(timeout)
+            sock.connect(rest or DEFAULT_SOCKET)
+    elif scheme in ("tcp", "http", "https"):
+        where = urlsplit(f"//{rest}")
+        if where.hostname and where.port:
+            with socket.create_connection((where.hostname, where.port), timeout=timeout):
+                pass
 
 
 def unreachable(address: str, error: BaseException) -> str:

@@ -87,16 +87,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(arguments, wants_json)
 
 
-def _main(arguments: list[str], wants_json: bool) -> int:
+def parse_arguments(arguments: Sequence[str]) -> argparse.Namespace:
+    """The command line as the verb sees it: one value per global flag, wherever it was given."""
     parser, _ = build_parser()
+    args, unknown = parser.parse_known_args(arguments)
+    if unknown:
+        # Named by the verb's own help, which lists what it does accept.
+        msg = f"unrecognized arguments: {' '.join(unknown)}"
+        raise UsageError(msg, f"imagebuild {args.verb.name}")
+    merge_global_flags(args)
+    _merge_progress(args)
+    return args
+
+
+def _main(arguments: list[str], wants_json: bool) -> int:
     try:
-        args, unknown = parser.parse_known_args(arguments)
-        if unknown:
-            # Named by the verb's own help, which lists what it does accept.
-            msg = f"unrecognized arguments: {' '.join(unknown)}"
-            raise UsageError(msg, f"imagebuild {args.verb.name}")
-        merge_global_flags(args)
-        _merge_progress(args)
+        args = parse_arguments(arguments)
     except UsageError as e:
         return _usage_failure(e, wants_json)
     except SystemExit as e:  # --help and --version print and exit 0

@@ -165,6 +165,7 @@ class Verbs:
     def __init__(self, sub: argparse._SubParsersAction[Parser]) -> None:
         self._sub = sub
         self._verbs: dict[str, Verb] = {}
+        self._parsers: dict[str, Parser] = {}
 
     def add(self, verb: Verb) -> Parser:
         if verb.name in self._verbs:
@@ -197,6 +198,7 @@ class Verbs:
         if verb.progress:
             common.add_argument("--progress", choices=PROGRESS_MODES, default=None, help=PROGRESS_HELP)
         add_global_flags(parser, after_verb=True)
+        self._parsers[verb.name] = parser
         return parser
 
     def __iter__(self) -> Iterator[Verb]:
@@ -204,6 +206,9 @@ class Verbs:
 
     def get(self, name: str) -> Verb:
         return self._verbs[name]
+
+    def parser(self, name: str) -> Parser:
+        return self._parsers[name]
 
 
 def project_of(args: argparse.Namespace) -> Project:

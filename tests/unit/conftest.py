@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,28 +56,36 @@ def vllm_bad_pins(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def replay(tmp_path: Path) -> Replay:
-    """replay(NAME or Recording, pins=..., progress=...): build_image on a FakeEngine replaying it, fake time."""
+    """replay(NAME or Recording, pins=, progress=, engine=, **BuildOptions): build_image on a FakeEngine
+    replaying it, in fake time."""
 
     def run(
-        recording: str | Recording, *, pins: Path | None = None, progress: BuildProgress | None = None
+        recording: str | Recording,
+        *,
+        pins: Path | None = None,
+        progress: BuildProgress | None = None,
+        engine: FakeEngine | None = None,
+        **options_given: Any,
     ) -> tuple[FakeEngine, BuildRecord]:
         if isinstance(recording, str):
             recording = Recording.load(BUILD_STREAMS / f"{recording}.jsonl")
         project = find_project(REPO, pins or BUILD_STREAMS / "pins.toml")
         clock = FakeClock()
         inventory = (BUILD_STREAMS / "inventory.txt").read_text()
-        engine = FakeEngine(
-            builds=[recording],
-            clock=clock,
-            # The SBOM's pip inventory, as the recorded image's python printed it.
-            run_result=lambda _image, command: (0, inventory if INVENTORY_SCRIPT in command else ""),
-        )
+        engine = engine or FakeEngine()
+        engine.builds.append(recording)
+        engine.clock = clock
+        # The SBOM's pip inventory, as the recorded image's python printed it.
+        engine.run_result = lambda _image, command: (0, inventory if INVENTORY_SCRIPT in command else "")
         options = BuildOptions(
-            arch="gfx942",
-            tag=FAKE_TAG,
-            network="host",
-            record_path=tmp_path / "record.json",
-            log_path=tmp_path / "build.log",
+            **{
+                "arch": "gfx942",
+                "tag": FAKE_TAG,
+                "network": "host",
+                "record_path": tmp_path / "record.json",
+                "log_path": tmp_path / "build.log",
+                **options_given,
+            }
         )
         record = build_image(project, project.load("gfx942"), options, engine, progress=progress, clock=clock)
         return engine, record
