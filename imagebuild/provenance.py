@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from imagebuild.pins import GitPin, ImagePin, Pin, PinSet, ToolchainPin, WheelPin
+from imagebuild.pins import Pin, PinSet
 from imagebuild.python_lock import PythonLock
 from imagebuild.sbom import pin_component
 
@@ -60,23 +60,16 @@ def _hex(digest: str) -> str:
 
 
 def _pin(pin: Pin, lock: PythonLock | None) -> dict[str, Any]:
-    entry: dict[str, Any] = {"name": f"pin:{pin.name}"}
+    """The pin as a resolved dependency, from what its kind says about it (Pin.describe)."""
+    described = pin.describe()
     purl = pin_component(pin, lock).purl
-    if isinstance(pin, GitPin):
-        entry["uri"] = f"git+{pin.url}"
-        entry["digest"] = {"gitCommit": pin.require_identity()}
-    elif isinstance(pin, WheelPin):
-        entry["uri"] = pin.url
-        entry["digest"] = {"sha256": pin.require_identity()}
-    elif isinstance(pin, ToolchainPin):
-        entry["uri"] = purl.to_string() if purl else pin.name
-    else:
-        entry["uri"] = purl.to_string() if purl else pin.name
-        entry["digest"] = {"sha256": _hex(pin.require_identity())}
-    annotations = {"tracked": pin.tracked}
-    if isinstance(pin, ImagePin) and pin.platform_digest:
-        annotations["platformDigest"] = pin.platform_digest
-    entry["annotations"] = annotations
+    entry: dict[str, Any] = {
+        "name": f"pin:{pin.name}",
+        "uri": described.uri or (purl.to_string() if purl else pin.name),
+    }
+    if described.digest:
+        entry["digest"] = dict(described.digest)
+    entry["annotations"] = {"tracked": pin.tracked, **dict(described.annotations)}
     return entry
 
 

@@ -1,13 +1,20 @@
-"""docker's image reference grammar (distribution/reference), defined once.
+"""docker's image references, defined once: their grammar, and where the image they name lives.
 
-``[HOST[:PORT]/]COMPONENT[/COMPONENT...][:TAG][@DIGEST]``: the host may hold
-upper case, the path components may not; a tag is up to 128 word characters,
-dots and dashes, not starting with a dot or dash.
+``[HOST[:PORT]/]COMPONENT[/COMPONENT...][:TAG][@DIGEST]`` (distribution/reference):
+the host may hold upper case, the path components may not; a tag is up to 128
+word characters, dots and dashes, not starting with a dot or dash. A name's
+registry is its first component when that looks like a host (a dot, a port, or
+localhost), else Docker Hub, as docker normalises it (``rocm/vllm-dev`` ->
+docker.io, ``ubuntu`` -> ``library/ubuntu``).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from dataclasses import dataclass
+
+from imagebuild.errors import ConfigError
 
 COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
@@ -49,3 +56,63 @@ def image_problem(text: str) -> str | None:
     if at and not DIGEST_RE.fullmatch(digest):
         return f"digest {digest!r} is not 'sha256:' and 64 hex digits"
     return tag_reference_problem(name)
+
+
+# Where an image lives ----------------------------------------------------------------------------------
+
+DOCKER_HUB = "docker.io"
+DOCKER_HUB_API = "registry-1.docker.io"
+_HUB_ALIASES = {"docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com"}
+REPOSITORY_PATH_RE = re.compile(rf"{COMPONENT}(?:/{COMPONENT})*")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageName:
+    """A normalised image name: where the registry is and which repository."""
+
+    registry: str  # host[:port] as docker names it, docker.io for Docker Hub
+    repository: str
+
+    @property
+    def api_host(self) -> str:
+        return DOCKER_HUB_API if self.registry == DOCKER_HUB else self.registry
+
+    @property
+    def base_url(self) -> str:
+        scheme = "http" if is_loopback(self.api_host) else "https"
+        return f"{scheme}://{self.api_host}/v2/{self.repository}"
+
+
+def parse_image_name(image: str) -> ImageName:
+    """Split ``[host[:port]/]path`` like docker; the tag lives in its own field."""
+    first, sep, rest = image.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost" or first.startswith("[")):
+        registry, path = first, rest
+    else:
+        registry, path = DOCKER_HUB, image
+    if registry in _HUB_ALIASES:
+        registry = DOCKER_HUB
+    if registry == DOCKER_HUB and "/" not in path:
+        path = f"library/{path}"
+    if not REPOSITORY_PATH_RE.fullmatch(path):
+        msg = (
+            f"image '{image}' is not a valid repository name (lowercase path components; "
+            f"put the tag in `tag`, not in `image`)"
+        )
+        raise ConfigError(msg)
+    return ImageName(registry=registry, repository=path)
+
+
+def is_loopback(host_port: str) -> bool:
+    """Whether a registry's host[:port] is this machine: docker speaks plain HTTP to those by default."""
+    host = host_port
+    if host.startswith("["):  # [::1]:5000
+        host = host[1 : host.index("]")]
+    elif host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

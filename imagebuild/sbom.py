@@ -23,7 +23,6 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from urllib.parse import urlsplit
 
 from cyclonedx.model import (
     ExternalReference,
@@ -42,11 +41,9 @@ from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
 from imagebuild.errors import AttestationError
-from imagebuild.lock.registry import parse_image_name
-from imagebuild.pins import GitPin, ImagePin, Pin, PinSet, PypiPin, ToolchainPin, WheelPin
+from imagebuild.pins import PYPI_SIMPLE, Pin, PinSet
 from imagebuild.python_lock import LockedPackage, PythonLock
 
-PYPI_SIMPLE = "https://pypi.org/simple/"
 PROPERTY = "imagebuild"  # namespace of our CycloneDX properties
 
 
@@ -83,123 +80,41 @@ def _repository_url(index: str) -> dict[str, str]:
     return {} if index == PYPI_SIMPLE else {"repository_url": index}
 
 
-def _image(pin: ImagePin) -> Component:
-    digest = pin.require_identity()
-    name = parse_image_name(pin.image)
-    purl = PackageURL(
-        type="oci",
-        name=name.repository.rsplit("/", 1)[-1],
-        version=digest,
-        qualifiers={"repository_url": f"{name.registry}/{name.repository}", "tag": pin.tag},
-    )
-    properties = [_prop("pin", pin.name), _prop("tag", pin.tag)]
-    if pin.platform_digest:
-        properties.append(_prop("platform-digest", pin.platform_digest))
-    return Component(
-        type=ComponentType.CONTAINER,
-        name=f"{name.registry}/{name.repository}",
-        version=digest,
-        bom_ref=f"pin:{pin.name}",
-        purl=purl,
-        hashes=[_sha256(digest)],
-        properties=properties,
-    )
-
-
-def _git(pin: GitPin) -> Component:
-    commit = pin.require_identity()
-    parts = urlsplit(pin.url)
-    path = parts.path.strip("/").removesuffix(".git")
-    if parts.hostname == "github.com" and path.count("/") == 1:
-        owner, repo = path.split("/")
-        purl = PackageURL(type="github", namespace=owner, name=repo, version=commit)
-    else:
-        purl = PackageURL(
-            type="generic",
-            name=path.rsplit("/", 1)[-1],
-            version=commit,
-            qualifiers={"vcs_url": f"git+{pin.url}@{commit}"},
-        )
-    return Component(
-        type=ComponentType.LIBRARY,
-        name=path,
-        version=commit,
-        bom_ref=f"pin:{pin.name}",
-        purl=purl,
-        # A commit ID is the SHA-1 of the commit object: the source's identity.
-        hashes=[HashType(alg=HashAlgorithm.SHA_1, content=commit)],
-        external_references=[ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(pin.url))],
-        properties=[_prop("pin", pin.name), _prop("tracked", pin.tracked)],
-    )
-
-
-def _wheel(pin: WheelPin) -> Component:
-    sha256 = pin.require_identity()
-    project = canonicalize_name(pin.filename.split("-", 1)[0])
-    return Component(
-        type=ComponentType.LIBRARY,
-        name=project,
-        version=pin.version,
-        bom_ref=f"pin:{pin.name}",
-        purl=PackageURL(
-            type="pypi",
-            name=project,
-            version=pin.version,
-            qualifiers={"file_name": pin.filename, "download_url": pin.url},
-        ),
-        hashes=[_sha256(sha256)],
-        external_references=[ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(pin.url))],
-        properties=[_prop("pin", pin.name)],
-    )
-
-
-def _pypi(pin: PypiPin, lock: PythonLock | None) -> Component:
-    sha256 = pin.require_identity()
-    project = canonicalize_name(pin.project)
-    properties = [_prop("pin", pin.name)]
-    locked = lock.get(project) if lock else None
-    if locked is not None:
-        properties.append(_prop("lock-groups", ",".join(locked.groups)))
-    return Component(
-        type=ComponentType.LIBRARY,
-        name=project,
-        version=pin.version,
-        bom_ref=f"pin:{pin.name}",
-        purl=PackageURL(
-            type="pypi",
-            name=project,
-            version=pin.version,
-            qualifiers={"file_name": pin.filename or "", **_repository_url(pin.index)},
-        ),
-        hashes=[_sha256(sha256)],
-        properties=properties,
-    )
-
-
-def _toolchain(pin: ToolchainPin) -> Component:
-    return Component(
-        type=ComponentType.APPLICATION,
-        name=pin.name,
-        version=pin.version,
-        bom_ref=f"pin:{pin.name}",
-        purl=PackageURL(type="generic", name=pin.name, version=pin.version),
-        properties=[_prop("pin", pin.name)],
-    )
+_ROLES = {
+    "container": ComponentType.CONTAINER,
+    "library": ComponentType.LIBRARY,
+    "application": ComponentType.APPLICATION,
+}
+_HASHES = {"sha1": HashAlgorithm.SHA_1, "sha256": HashAlgorithm.SHA_256}
+_LINKS = {"vcs": ExternalReferenceType.VCS, "distribution": ExternalReferenceType.DISTRIBUTION}
 
 
 def pin_component(pin: Pin, lock: PythonLock | None) -> Component:
-    if isinstance(pin, ImagePin):
-        return _image(pin)
-    if isinstance(pin, GitPin):
-        return _git(pin)
-    if isinstance(pin, WheelPin):
-        return _wheel(pin)
-    if isinstance(pin, PypiPin):
-        return _pypi(pin, lock)
-    if isinstance(pin, ToolchainPin):
-        return _toolchain(pin)
-    msg = f"no SBOM component for a {pin.kind} pin"
-    raise AssertionError(msg)
+    """The pin's component, from what its kind says about it (Pin.describe)."""
+    described = pin.describe()
+    properties = [_prop("pin", pin.name), *(_prop(key, value) for key, value in described.properties)]
+    locked = lock.get(described.python_project) if lock and described.python_project else None
+    if locked is not None:
+        properties.append(_prop("lock-groups", ",".join(locked.groups)))
+    purl = described.purl
+    return Component(
+        type=_ROLES[described.role],
+        name=described.name,
+        version=described.version,
+        bom_ref=f"pin:{pin.name}",
+        purl=PackageURL(
+            type=purl.type,
+            namespace=purl.namespace,
+            name=purl.name,
+            version=purl.version,
+            qualifiers=dict(purl.qualifiers),
+        ),
+        hashes=[HashType(alg=_HASHES[alg], content=content) for alg, content in described.hashes],
+        external_references=[
+            ExternalReference(type=_LINKS[kind], url=XsUri(url)) for kind, url in described.links
+        ],
+        properties=properties,
+    )
 
 
 def locked_component(package: LockedPackage, index: str) -> Component:

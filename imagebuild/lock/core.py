@@ -30,12 +30,12 @@ from imagebuild.lock.checks import check_numbers, check_pins, target_python
 from imagebuild.lock.git import GitOptions, GitProcesses
 from imagebuild.lock.http import Http
 from imagebuild.lock.plan import judge, kept, needs_resolution, updates_for
-from imagebuild.lock.registry import RegistryClient, parse_image_name
+from imagebuild.lock.registry import RegistryClient
 from imagebuild.lock.registry_auth import Credentials
 from imagebuild.lock.report import LockResult, Mode, short_identity
 from imagebuild.lock.sources import Resolved, SourceContext, SourceError, resolve_pin, source_url
 from imagebuild.lock.turns import writer_turn
-from imagebuild.pins import ImagePin, Pin, PinSet, PypiPin, load_pins, render_updates
+from imagebuild.pins import Pin, PinSet, load_pins, render_updates
 from imagebuild.retry import Cancelled, Deadline, RetryPolicy
 from imagebuild.util.files import write_atomically
 
@@ -89,7 +89,7 @@ def _lock(options: LockOptions, deadline: Deadline, say: Progress, verbose: Prog
         return options.upgrade or pin.name in options.upgrade_pins
 
     todo = [p for p in pinset if needs_resolution(p, upgrade=upgrading(p))]
-    check_pins(pinset, options.upgrade_pins, needs_python=any(isinstance(p, PypiPin) for p in todo))
+    check_pins(pinset, options.upgrade_pins, needs_python=any(p.needs_target_python for p in todo))
     credentials = _credentials(todo)
     resolved = _resolve_all(
         todo, pinset, options=options, deadline=deadline, credentials=credentials, say=say, verbose=verbose
@@ -139,7 +139,7 @@ def _diff(path: Path, old: str, new: str) -> str:
 
 def _credentials(todo: list[Pin]) -> dict[str, Credentials]:
     """docker's credentials for each registry the lock will ask; read before any request."""
-    registries = {parse_image_name(p.image).registry for p in todo if isinstance(p, ImagePin)}
+    registries = {p.registry for p in todo if p.registry is not None}
     if not registries:
         return {}
     from imagebuild.docker_engine import registry_credentials  # docker-py loads only when needed

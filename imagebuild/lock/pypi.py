@@ -26,6 +26,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from imagebuild.lock.http import FetchError, Http
+from imagebuild.pins.base import simple_project_url
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{JSON_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
@@ -54,7 +55,7 @@ class NoMatchingWheel(Exception):
 
 
 def project_url(index: str, project: str) -> str:
-    return f"{index.rstrip('/')}/{canonicalize_name(project)}/"
+    return simple_project_url(index, project)
 
 
 def target_platforms(machine: str) -> list[str]:

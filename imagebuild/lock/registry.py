@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from imagebuild.errors import ConfigError
 from imagebuild.lock.http import FetchError, Http
-from imagebuild.lock.registry_auth import Credentials, RegistrySession, is_loopback
+from imagebuild.lock.registry_auth import Credentials, RegistrySession
 from imagebuild.pins import DIGEST_RE
+from imagebuild.references import ImageName, is_loopback, parse_image_name
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -36,28 +35,6 @@ INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
 ACCEPT = ", ".join((*INDEX_TYPES, *MANIFEST_TYPES))
 
-DOCKER_HUB = "docker.io"
-DOCKER_HUB_API = "registry-1.docker.io"
-_HUB_ALIASES = {"docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com"}
-_REPO_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ImageName:
-    """A normalised image name: where the registry is and which repository."""
-
-    registry: str  # host[:port] as docker names it, docker.io for Docker Hub
-    repository: str
-
-    @property
-    def api_host(self) -> str:
-        return DOCKER_HUB_API if self.registry == DOCKER_HUB else self.registry
-
-    @property
-    def base_url(self) -> str:
-        scheme = "http" if is_loopback(self.api_host) else "https"
-        return f"{scheme}://{self.api_host}/v2/{self.repository}"
-
 
 @dataclass(frozen=True, kw_only=True)
 class ImageDigests:
@@ -65,26 +42,6 @@ class ImageDigests:
     platform_digest: str
     media_type: str
     platforms: tuple[str, ...]  # of the index; the one platform of a single manifest
-
-
-def parse_image_name(image: str) -> ImageName:
-    """Split ``[host[:port]/]path`` like docker; the tag lives in its own field."""
-    first, sep, rest = image.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost" or first.startswith("[")):
-        registry, path = first, rest
-    else:
-        registry, path = DOCKER_HUB, image
-    if registry in _HUB_ALIASES:
-        registry = DOCKER_HUB
-    if registry == DOCKER_HUB and "/" not in path:
-        path = f"library/{path}"
-    if not _REPO_RE.fullmatch(path):
-        msg = (
-            f"image '{image}' is not a valid repository name (lowercase path components; "
-            f"put the tag in `tag`, not in `image`)"
-        )
-        raise ConfigError(msg)
-    return ImageName(registry=registry, repository=path)
 
 
 class RegistryClient:

@@ -20,7 +20,6 @@ does. They are then used as docker uses them, with one line drawn tighter:
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -30,6 +29,7 @@ import requests
 from requests.structures import CaseInsensitiveDict
 
 from imagebuild.lock.http import FetchError, Http
+from imagebuild.references import is_loopback
 
 Headers = CaseInsensitiveDict[str]
 Credentials = tuple[str, str]
@@ -38,20 +38,6 @@ Credentials = tuple[str, str]
 IDENTITY_TOKEN_USER = "<token>"
 OAUTH_CLIENT_ID = "imagebuild"
 _CHALLENGE_PARAM_RE = re.compile(r'(\w+)="([^"]*)"')
-
-
-def is_loopback(host_port: str) -> bool:
-    host = host_port
-    if host.startswith("["):  # [::1]:5000
-        host = host[1 : host.index("]")]
-    elif host.count(":") == 1:
-        host = host.split(":", 1)[0]
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def may_send_credentials(url: str) -> bool:

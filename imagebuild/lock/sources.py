@@ -53,13 +53,7 @@ class SourceContext:
 
 def source_url(pin: Pin) -> str:
     """Where the pin's identity comes from, for messages."""
-    if isinstance(pin, GitPin | WheelPin):
-        return pin.url
-    if isinstance(pin, ImagePin):
-        return f"{pin.image}:{pin.tag}"
-    if isinstance(pin, PypiPin):
-        return project_url(pin.index, pin.project)
-    return pin.name
+    return pin.source_url
 
 
 def resolve_pin(pin: Pin, ctx: SourceContext) -> Resolved:

@@ -6,33 +6,24 @@ dataclasses of ``kinds`` (one class per kind of pin) and the ``PinSet`` of
 order and formatting survive; the caller writes the text atomically.
 """
 
-from imagebuild.pins.kinds import (
-    COMMIT_RE,
-    DIGEST_RE,
-    PIN_TYPES,
-    SHA256_RE,
-    Drift,
-    GitPin,
-    ImagePin,
-    Pin,
-    PinKind,
-    PypiPin,
-    Refresh,
-    ToolchainPin,
-    WheelPin,
-)
+from imagebuild.pins.base import COMMIT_RE, DIGEST_RE, PYPI_SIMPLE, SHA256_RE, Drift, Pin, PinKind, Refresh
+from imagebuild.pins.description import PackageUrl, PinDescription
+from imagebuild.pins.kinds import PIN_TYPES, GitPin, ImagePin, PypiPin, ToolchainPin, WheelPin
 from imagebuild.pins.pinset import IdentityUpdate, PinSet, load_pins, parse_pins, render_updates
 
 __all__ = [
     "COMMIT_RE",
     "DIGEST_RE",
     "PIN_TYPES",
+    "PYPI_SIMPLE",
     "SHA256_RE",
     "Drift",
     "GitPin",
     "IdentityUpdate",
     "ImagePin",
+    "PackageUrl",
     "Pin",
+    "PinDescription",
     "PinKind",
     "PinSet",
     "PypiPin",

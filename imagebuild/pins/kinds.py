@@ -4,112 +4,37 @@ A pin records what a human tracks (a tag, a branch, a version, a URL) beside
 the immutable identity the build uses (a commit SHA, an image digest, a file's
 sha256). Each kind's class says which keys its table in pins.toml has and how
 they parse, which fields are its identity, which Docker ARGs it provides, when
-``imagebuild lock`` asks its source again and what a changed identity means.
-Adding a kind is adding a class here (and a resolver in lock/sources.py when it
+``imagebuild lock`` asks its source again (and where: ``source_url``, ``registry``)
+and what a changed identity means, and what the SBOM and the provenance say
+about it (``describe``). Adding a kind is adding a class here (and a resolver in lock/sources.py when it
 has a remote source); ``tests/unit/test_pin_kinds.py`` checks both are there.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal, Self
+from typing import ClassVar, Self
 
-from imagebuild.errors import ConfigError, UnpinnedError
+from packaging.utils import canonicalize_name
+
+from imagebuild.errors import ConfigError
+from imagebuild.pins.base import (
+    COMMIT_RE,
+    DIGEST_RE,
+    PYPI_SIMPLE,
+    SHA256_RE,
+    Drift,
+    Pin,
+    PinKind,
+    Refresh,
+    identity_field,
+    simple_project_url,
+)
+from imagebuild.pins.description import PackageUrl, PinDescription, git_package_url
+from imagebuild.references import parse_image_name
 from imagebuild.schema import Table, suggest
-
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-
-
-class PinKind(StrEnum):
-    IMAGE = "image"
-    GIT = "git"
-    WHEEL = "wheel"
-    PYPI = "pypi"
-    TOOLCHAIN = "toolchain"
-
-
-class Refresh(StrEnum):
-    """When ``imagebuild lock`` asks a pin's source again (the policy is in lock/plan.py)."""
-
-    NEVER = "never"  # nothing can move: a bare commit, an exact toolchain version
-    ALWAYS = "always"  # a tag or branch: one cheap request tells whether it moved
-    WHEN_EMPTY = "when-empty"  # a download to hash: only when the identity is empty, or on upgrade
-
-
-Drift = Literal["moved", "updated"]
-"""What a recorded identity that differs from the source means: the tracked name now
-names other bits (moved: a supply-chain signal), or it moved on as intended (updated)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Pin:
-    """Common part of every pin. ``identity`` is None until locked.
-
-    Everything that differs between kinds of pin is defined on the kind's class:
-    its keys in pins.toml and how they parse (``keys``, ``from_table``), its
-    identity fields, its ARGs, when lock asks its source again (``refresh``) and
-    what a changed identity means (``drift``). A new kind is a new subclass here,
-    plus a resolver in lock/sources.py if it has a remote source.
-    """
-
-    kind: ClassVar[PinKind]
-    keys: ClassVar[tuple[str, ...]]  # keys of its table in pins.toml, besides 'kind'
-    # Keys an identity is stored under; lock writes only these.
-    identity_keys: ClassVar[tuple[str, ...]]
-
-    name: str
-    source: Path = field(compare=False, repr=False)
-
-    @classmethod
-    def from_table(cls, t: Table, *, name: str, source: Path) -> Self:
-        raise NotImplementedError
-
-    @property
-    def arg_prefix(self) -> str:
-        return self.name.upper()
-
-    @property
-    def identity(self) -> str | None:
-        raise NotImplementedError
-
-    @property
-    def tracked(self) -> str:
-        """What a human follows, e.g. 'tag v1.2.2'."""
-        raise NotImplementedError
-
-    @property
-    def refresh(self) -> Refresh:
-        raise NotImplementedError
-
-    def drift(
-        self, differs: Collection[str], old: Mapping[str, str | int], new: Mapping[str, str | int]
-    ) -> Drift:
-        """What it means that the identity fields ``differs`` changed from ``old`` to ``new``."""
-        return "moved"
-
-    def build_args(self) -> dict[str, str]:
-        """The Docker ARGs this pin provides; unlocked identities are empty."""
-        raise NotImplementedError
-
-    def identity_fields(self) -> dict[str, str | int]:
-        """The recorded identity fields; empty ones as '' (strings) or 0 (sizes)."""
-        values = {key: getattr(self, key) for key in self.identity_keys}
-        return {key: "" if value is None else value for key, value in values.items()}
-
-    def require_identity(self) -> str:
-        if self.identity is None:
-            msg = (
-                f"{self.source}: [{self.name}] ({self.tracked}) has no immutable "
-                f"identity yet; run `imagebuild lock` to resolve it"
-            )
-            raise UnpinnedError(msg)
-        return self.identity
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,8 +57,8 @@ class ImagePin(Pin):
             source=source,
             image=t.string("image"),
             tag=t.string("tag"),
-            digest=_identity(t, "digest", DIGEST_RE, "'sha256:' + 64 hex digest"),
-            platform_digest=_identity(t, "platform_digest", DIGEST_RE, "'sha256:' + 64 hex digest"),
+            digest=identity_field(t, "digest", DIGEST_RE, "'sha256:' + 64 hex digest"),
+            platform_digest=identity_field(t, "platform_digest", DIGEST_RE, "'sha256:' + 64 hex digest"),
             python=t.string("python"),
             site_packages=t.string("site_packages"),
         )
@@ -170,6 +95,35 @@ class ImagePin(Pin):
             f"{p}_SITE_PACKAGES": self.site_packages,
         }
 
+    @property
+    def source_url(self) -> str:
+        return f"{self.image}:{self.tag}"
+
+    @property
+    def registry(self) -> str:
+        return parse_image_name(self.image).registry
+
+    def describe(self) -> PinDescription:
+        digest = self.require_identity()
+        name = parse_image_name(self.image)
+        where = f"{name.registry}/{name.repository}"
+        platform = (("platform-digest", self.platform_digest),) if self.platform_digest else ()
+        return PinDescription(
+            role="container",
+            name=where,
+            version=digest,
+            purl=PackageUrl(
+                type="oci",
+                name=name.repository.rsplit("/", 1)[-1],
+                version=digest,
+                qualifiers=(("repository_url", where), ("tag", self.tag)),
+            ),
+            hashes=(("sha256", digest.removeprefix("sha256:")),),
+            properties=(("tag", self.tag), *platform),
+            digest=(("sha256", digest.removeprefix("sha256:")),),
+            annotations=(("platformDigest", self.platform_digest),) if self.platform_digest else (),
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class GitPin(Pin):
@@ -194,7 +148,7 @@ class GitPin(Pin):
             url=t.string("url"),
             tag=tag,
             branch=branch,
-            commit=_identity(t, "commit", COMMIT_RE, "40-hex commit SHA"),
+            commit=identity_field(t, "commit", COMMIT_RE, "40-hex commit SHA"),
         )
 
     @property
@@ -223,6 +177,26 @@ class GitPin(Pin):
         p = self.arg_prefix
         return {f"{p}_REPO": self.url, f"{p}_COMMIT": self.commit or ""}
 
+    @property
+    def source_url(self) -> str:
+        return self.url
+
+    def describe(self) -> PinDescription:
+        commit = self.require_identity()
+        path, purl = git_package_url(self.url, commit)
+        return PinDescription(
+            role="library",
+            name=path,
+            version=commit,
+            purl=purl,
+            # A commit ID is the SHA-1 of the commit object: the source's identity.
+            hashes=(("sha1", commit),),
+            links=(("vcs", self.url),),
+            properties=(("tracked", self.tracked),),
+            uri=f"git+{self.url}",
+            digest=(("gitCommit", commit),),
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class WheelPin(Pin):
@@ -242,7 +216,7 @@ class WheelPin(Pin):
             source=source,
             url=t.string("url"),
             version=t.string("version"),
-            sha256=_identity(t, "sha256", SHA256_RE, "64-hex sha256"),
+            sha256=identity_field(t, "sha256", SHA256_RE, "64-hex sha256"),
             size=t.integer("size", default=0),
         )
 
@@ -275,10 +249,34 @@ class WheelPin(Pin):
             f"{p}_VERSION": self.version,
         }
 
+    @property
+    def source_url(self) -> str:
+        return self.url
+
+    def describe(self) -> PinDescription:
+        sha256 = self.require_identity()
+        project = canonicalize_name(self.filename.split("-", 1)[0])
+        return PinDescription(
+            role="library",
+            name=project,
+            version=self.version,
+            purl=PackageUrl(
+                type="pypi",
+                name=project,
+                version=self.version,
+                qualifiers=(("file_name", self.filename), ("download_url", self.url)),
+            ),
+            hashes=(("sha256", sha256),),
+            links=(("distribution", self.url),),
+            uri=self.url,
+            digest=(("sha256", sha256),),
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class PypiPin(Pin):
     kind: ClassVar[PinKind] = PinKind.PYPI
+    needs_target_python: ClassVar[bool] = True
     keys: ClassVar[tuple[str, ...]] = ("project", "version", "index", "filename", "sha256")
     identity_keys: ClassVar[tuple[str, ...]] = ("filename", "sha256")
 
@@ -297,7 +295,7 @@ class PypiPin(Pin):
             version=t.string("version"),
             index=t.string("index"),
             filename=t.optional_string("filename") or None,
-            sha256=_identity(t, "sha256", SHA256_RE, "64-hex sha256"),
+            sha256=identity_field(t, "sha256", SHA256_RE, "64-hex sha256"),
         )
 
     @property
@@ -325,6 +323,29 @@ class PypiPin(Pin):
             f"{p}_FILE": self.filename or "",
             f"{p}_SHA256": self.sha256 or "",
         }
+
+    @property
+    def source_url(self) -> str:
+        return simple_project_url(self.index, self.project)
+
+    def describe(self) -> PinDescription:
+        sha256 = self.require_identity()
+        project = canonicalize_name(self.project)
+        index = (("repository_url", self.index),) if self.index != PYPI_SIMPLE else ()
+        return PinDescription(
+            role="library",
+            name=project,
+            version=self.version,
+            purl=PackageUrl(
+                type="pypi",
+                name=project,
+                version=self.version,
+                qualifiers=(("file_name", self.filename or ""), *index),
+            ),
+            hashes=(("sha256", sha256),),
+            python_project=project,
+            digest=(("sha256", sha256),),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -356,24 +377,18 @@ class ToolchainPin(Pin):
     def build_args(self) -> dict[str, str]:
         return {f"{self.arg_prefix}_VERSION": self.version}
 
+    def describe(self) -> PinDescription:
+        return PinDescription(
+            role="application",
+            name=self.name,
+            version=self.version,
+            purl=PackageUrl(type="generic", name=self.name, version=self.version),
+        )
+
 
 PIN_TYPES: dict[PinKind, type[Pin]] = {
     cls.kind: cls for cls in (ImagePin, GitPin, WheelPin, PypiPin, ToolchainPin)
 }
-
-
-def _identity(t: Table, key: str, pattern: re.Pattern[str], example: str) -> str | None:
-    """An identity field: empty means 'not locked yet', anything else must be well formed."""
-    value = t.string(key, default="")
-    if not value:
-        return None
-    if not pattern.fullmatch(value):
-        msg = (
-            f"{t.where}: '{key}' = {value!r} is not a valid {example}; "
-            f"fix it or clear it and run `imagebuild lock`"
-        )
-        raise ConfigError(msg)
-    return value
 
 
 def parse_pin(name: str, t: Table, source: Path) -> Pin:

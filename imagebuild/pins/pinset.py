@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ConfigError
-from imagebuild.pins.kinds import ImagePin, Pin, parse_pin
+from imagebuild.pins.base import Pin
+from imagebuild.pins.kinds import ImagePin, parse_pin
 from imagebuild.schema import Table, read_toml, suggest
 
 PIN_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")

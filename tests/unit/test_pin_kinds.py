@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from imagebuild.lock.sources import RESOLVERS
-from imagebuild.pins import PIN_TYPES, PinKind, Refresh, load_pins, parse_pins
+from imagebuild.pins import PIN_TYPES, Pin, PinKind, Refresh, load_pins, parse_pins
+from tests.unit.attest_support import pin_data
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -17,6 +18,18 @@ def test_every_kind_has_a_class_whose_identity_is_among_its_keys() -> None:
     for kind, cls in PIN_TYPES.items():
         assert cls.kind is kind
         assert set(cls.identity_keys) <= set(cls.keys), cls
+
+
+def test_every_kind_describes_itself_for_the_sbom_and_provenance() -> None:
+    """The documents ask each pin (Pin.describe); a kind without it would fail the build's attestations."""
+    pins = parse_pins(pin_data(), Path("pins.toml"))  # every identity filled
+    assert {p.kind for p in pins} == set(PinKind)
+    for pin in pins:
+        described = pin.describe()
+        assert described.version
+        assert described.purl.name
+    for cls in PIN_TYPES.values():
+        assert cls.describe is not Pin.describe, cls
 
 
 def test_every_pin_lock_may_refresh_has_a_resolver() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +11,8 @@ import pytest
 from imagebuild.errors import AttestationError
 from imagebuild.sbom import make_sbom, validate_sbom
 from tests.unit.attest_support import IMAGE_ID, INPUTS, lock, pin_data, pins, sbom_inputs
+
+GOLDEN = Path(__file__).parent / "golden" / "sbom.cdx.json"
 
 
 def components(text: str) -> dict[str, dict[str, Any]]:
@@ -30,6 +33,15 @@ def test_sbom_is_valid_cyclonedx_16_and_deterministic() -> None:
     assert image["version"] == IMAGE_ID
     assert properties(image)["imagebuild:inputs-digest"] == INPUTS
     assert doc["metadata"]["timestamp"] == "2026-11-30T12:01:30+00:00"
+
+
+def test_sbom_matches_the_golden_file() -> None:
+    """Byte for byte: the golden file was made before each kind of pin described itself (Pin.describe).
+
+    Regenerate it after an intended change with
+    PYTHONPATH=. python -c "from tests.unit.attest_support import sbom_inputs; from imagebuild.sbom import make_sbom; print(make_sbom(sbom_inputs()), end='')" > tests/unit/golden/sbom.cdx.json
+    """
+    assert make_sbom(sbom_inputs()) == GOLDEN.read_text(encoding="utf-8")
 
 
 def test_every_pin_appears_with_its_identity() -> None:
