@@ -1,7 +1,7 @@
 """SLSA v1 provenance: a pure function of the build's inputs and record, checked against a golden file.
 
 Regenerate the golden file after an intended change with:
-    IMAGEBUILD_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_provenance.py
+    IMAGEBUILD_UPDATE_GOLDEN=1 pytest tests/unit/test_provenance.py
 """
 
 from __future__ import annotations
