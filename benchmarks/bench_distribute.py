@@ -113,7 +113,7 @@ def measure(
         exports.append(run(command))
         manifest = Path(exports[-1].stdout.strip())
         forget()
-        imports.append(run([sys.executable, str(out / "imagebuild-import.py"), str(manifest)], on_node))
+        imports.append(run([sys.executable, str(out / "imagebuild-import.pyz"), str(manifest)], on_node))
         saves.append(shell(f"docker save {image_id} | {BASELINE_COMPRESS[compression]} > {baseline_file}"))
         forget()
         loads.append(shell(BASELINE_LOAD[compression].format(f=baseline_file), on_node))
@@ -163,7 +163,7 @@ def main() -> int:
         manifest = next((work / "zstd").glob("*.json"))
         present = best(
             [
-                run([sys.executable, str(work / "zstd" / "imagebuild-import.py"), str(manifest)], on_node)
+                run([sys.executable, str(work / "zstd" / "imagebuild-import.pyz"), str(manifest)], on_node)
                 for _ in range(args.repeat)
             ]
         )

@@ -8,8 +8,8 @@ could not name a file that is being written. The image is saved by ID, so the ar
 loading it tags nothing until the importer has verified it.
 
 Files appear in this order, each complete (temporary name, fsync, rename): the archive, the importer
-(``imagebuild-import.py``, standard library only, for nodes without imagebuild), then the manifest
-(``<archive>.json``) last. A manifest therefore always names a complete archive, and an interrupted
+(``imagebuild-import.pyz``, standard library only, for nodes without imagebuild; the same bytes from
+every export of one imagebuild), then the manifest (``<archive>.json``) last. A manifest therefore always names a complete archive, and an interrupted
 export leaves no file that looks complete.
 """
 
@@ -27,14 +27,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 from imagebuild import __version__
-from imagebuild.distribute import importer
 from imagebuild.distribute.compression import Compression, compressing
+from imagebuild.distribute.importer.manifest import Manifest, parse_manifest
+from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
 from imagebuild.engine import Engine, ImageInfo
 from imagebuild.errors import ConfigError
 from imagebuild.secrets import secret_value_reason
 from imagebuild.util.files import atomic_file
 
-IMPORTER_NAME = "imagebuild-import.py"
 PIN_LABEL_PREFIX = "io.imagebuild.pin."
 PROGRESS_EVERY_S = 10.0
 
@@ -49,7 +49,7 @@ class ExportOptions:
 @dataclass(frozen=True, kw_only=True)
 class ExportResult:
     manifest_path: Path
-    manifest: importer.Manifest
+    manifest: Manifest
     seconds: float
 
 
@@ -132,8 +132,8 @@ def export_image(options: ExportOptions, engine: Engine, *, report: Callable[[st
                 if time.monotonic() >= next_report:
                     next_report = time.monotonic() + PROGRESS_EVERY_S
                     report(f"{name}: {saved / 1e9:.1f} GB saved, {sink.size / 1e9:.1f} GB written")
-    _write(output / IMPORTER_NAME, Path(importer.__file__).read_bytes(), mode=0o755)
-    manifest = importer.Manifest(
+    _write(output / IMPORTER_NAME, importer_zipapp(), mode=0o755)
+    manifest = Manifest(
         archive=name,
         sha256=sink.hash.hexdigest(),
         size=sink.size,
@@ -145,7 +145,7 @@ def export_image(options: ExportOptions, engine: Engine, *, report: Callable[[st
         imagebuild_version=__version__,
         origin=f"{socket.gethostname()}:{output}",
     )
-    importer.parse_manifest(manifest.to_json(), name)  # what nodes will accept, checked before writing
+    parse_manifest(manifest.to_json(), name)  # what nodes will accept, checked before writing
     manifest_path = output / f"{name}.json"
     _write(manifest_path, (json.dumps(manifest.to_json(), indent=2) + "\n").encode())
     seconds = time.monotonic() - started

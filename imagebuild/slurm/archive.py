@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imagebuild.distribute.export import IMPORTER_NAME
 from imagebuild.distribute.local_import import check_manifest
+from imagebuild.distribute.shipped_importer import IMPORTER_NAME
 from imagebuild.errors import ConfigError
 from imagebuild.slurm.job import ArchivedImage
 

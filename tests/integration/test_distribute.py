@@ -106,7 +106,7 @@ def test_the_shipped_importer_loads_verifies_and_tags_on_a_fresh_engine_with_pyt
     if not PYTHON38.exists():
         pytest.skip(f"no Python 3.8 at {PYTHON38} (pyenv)")
     _forget(node, str(built["image_id"]))
-    importer = exported.parent / "imagebuild-import.py"
+    importer = exported.parent / "imagebuild-import.pyz"
     env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": node.host}
     done = subprocess.run(
         [str(PYTHON38), str(importer), str(exported)], env=env, capture_output=True, text=True, check=False
@@ -143,7 +143,7 @@ def test_a_one_byte_corruption_fails_the_import_with_nothing_left_on_the_node(
     built: dict[str, object], exported: Path, node: NodeEngine, tmp_path: Path
 ) -> None:
     manifest = json.loads(exported.read_text())
-    for name in (exported.name, manifest["archive"], "imagebuild-import.py"):
+    for name in (exported.name, manifest["archive"], "imagebuild-import.pyz"):
         shutil.copy(exported.parent / name, tmp_path / name)
     archive = tmp_path / manifest["archive"]
     with archive.open("r+b") as f:
@@ -153,7 +153,7 @@ def test_a_one_byte_corruption_fails_the_import_with_nothing_left_on_the_node(
         f.write(bytes([byte[0] ^ 0x01]))
     _forget(node, str(built["image_id"]))
     done = subprocess.run(
-        [sys.executable, str(tmp_path / "imagebuild-import.py"), str(tmp_path / exported.name)],
+        [sys.executable, str(tmp_path / "imagebuild-import.pyz"), str(tmp_path / exported.name)],
         env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": node.host},
         capture_output=True,
         text=True,
@@ -181,7 +181,7 @@ def test_an_archive_of_another_image_is_refused_and_removed(
     _forget(node, donor_id)
     _forget(node, str(built["image_id"]))
     done = subprocess.run(
-        [sys.executable, str(tmp_path / "imagebuild-import.py"), str(manifest_path)],
+        [sys.executable, str(tmp_path / "imagebuild-import.pyz"), str(manifest_path)],
         env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": node.host},
         capture_output=True,
         text=True,
@@ -213,7 +213,7 @@ def test_an_unreachable_registry_is_named(
 
 def test_the_shipped_importer_names_a_missing_engine(exported: Path, tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(exported.parent / "imagebuild-import.py"), str(exported)],
+        [sys.executable, str(exported.parent / "imagebuild-import.pyz"), str(exported)],
         env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": f"unix://{tmp_path}/docker.sock"},
         capture_output=True,
         text=True,

@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 
 from imagebuild import errors
-from imagebuild.distribute import importer
 from imagebuild.distribute.compression import Compression
-from imagebuild.distribute.export import IMPORTER_NAME, ExportOptions, export_image
+from imagebuild.distribute.export import ExportOptions, export_image
+from imagebuild.distribute.importer import cli, failures
+from imagebuild.distribute.importer.manifest import FORMAT, FORMAT_VERSION
+from imagebuild.distribute.importer.socket_engine import SocketEngine
 from imagebuild.distribute.local_import import check_manifest, import_manifest
+from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
 from imagebuild.errors import ConfigError, EngineError, IntegrityError
 from imagebuild.testing import FakeEngine
 
@@ -73,11 +76,11 @@ def test_export_writes_archive_importer_and_manifest_and_nothing_else(tmp_path: 
     assert data["pins"] == {"mori": LABELS["io.imagebuild.pin.mori"]}
     assert data["labels"] == LABELS
     assert data["compression"] == "zstd"
-    assert data["format"] == importer.FORMAT
-    assert data["format_version"] == importer.FORMAT_VERSION
+    assert data["format"] == FORMAT
+    assert data["format_version"] == FORMAT_VERSION
     assert str(data["origin"]).endswith(f":{manifest_path.parent}")
     shipped = manifest_path.parent / IMPORTER_NAME
-    assert shipped.read_bytes() == Path(importer.__file__).read_bytes()
+    assert shipped.read_bytes() == importer_zipapp()
     assert os.access(shipped, os.X_OK)
     assert archive.stat().st_mode & 0o044 == 0o044  # readable by the other users' jobs on the nodes
 
@@ -212,8 +215,8 @@ def test_zstd_on_an_old_engine_without_the_zstd_tool_says_what_to_install(
 
 
 VALID = {
-    "format": importer.FORMAT,
-    "format_version": importer.FORMAT_VERSION,
+    "format": FORMAT,
+    "format_version": FORMAT_VERSION,
     "archive": "kimi-k3-0123456789ab.tar.zst",
     "sha256": "0" * 64,
     "size": 10,
@@ -274,9 +277,9 @@ def test_a_missing_manifest_is_bad_input(tmp_path: Path) -> None:
 
 
 def test_the_importers_exit_codes_are_imagebuilds() -> None:
-    assert importer.EXIT_BAD_INPUT == errors.ConfigError.exit_code == 2
-    assert importer.EXIT_NO_ENGINE == errors.EngineError.exit_code == 3
-    assert importer.EXIT_INTEGRITY == errors.IntegrityError.exit_code == 7
+    assert failures.EXIT_BAD_INPUT == errors.ConfigError.exit_code == 2
+    assert failures.EXIT_NO_ENGINE == errors.EngineError.exit_code == 3
+    assert failures.EXIT_INTEGRITY == errors.IntegrityError.exit_code == 7
 
 
 def test_the_shipped_importer_reports_bad_input_before_looking_for_an_engine(
@@ -285,12 +288,12 @@ def test_the_shipped_importer_reports_bad_input_before_looking_for_an_engine(
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
     path = tmp_path / "m.json"
     path.write_text(json.dumps({**VALID, "archive": "../x"}))
-    assert importer.main([str(path)]) == 2
+    assert cli.main([str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith(f"imagebuild-import: error: manifest {path}: 'archive' must be a bare file name")
 
 
 def test_the_shipped_importer_refuses_an_ssh_docker_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(importer.EngineUnavailable, match="only unix:// and tcp:// engines"):
-        importer.SocketEngine("ssh://user@node")
+    with pytest.raises(failures.EngineUnavailable, match="only unix:// and tcp:// engines"):
+        SocketEngine("ssh://user@node")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.cli import main
-from imagebuild.distribute.importer import Manifest
+from imagebuild.distribute.importer.manifest import Manifest
 
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"127.0.0.1:5000/imagebuild/kimi-k3@{DIGEST}"
@@ -138,7 +138,7 @@ def _export_dir(tmp_path: Path, manifest: object, *, archive: bool = True, impor
     if archive:
         (tmp_path / "kimi-k3-cdcdcdcdcdcd.tar.zst").write_bytes(b"x")
     if importer:
-        (tmp_path / "imagebuild-import.py").write_text("# the shipped importer\n")
+        (tmp_path / "imagebuild-import.pyz").write_text("# the shipped importer\n")
     return path
 
 
@@ -148,7 +148,7 @@ def test_archive_job_runs_the_manifest_image_id(capsys: pytest.CaptureFixture[st
     assert code == 0, err
     assert f"IMAGE=sha256:{'cd' * 32}\n" in out
     assert f"ARCHIVE_MANIFEST={manifest}\n" in out
-    assert f"ARCHIVE_IMPORTER={tmp_path / 'imagebuild-import.py'}\n" in out
+    assert f"ARCHIVE_IMPORTER={tmp_path / 'imagebuild-import.pyz'}\n" in out
 
 
 @pytest.mark.parametrize(

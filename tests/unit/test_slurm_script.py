@@ -22,7 +22,7 @@ DIGEST = "sha256:" + "0123456789abcdef" * 4
 IMAGE = PulledImage(reference=f"registry.example:5000/imagebuild/kimi-k3@{DIGEST}")
 ARCHIVE = ArchivedImage(
     manifest="/shared/images/kimi-k3-0123456789ab.tar.zst.json",
-    importer="/shared/images/imagebuild-import.py",
+    importer="/shared/images/imagebuild-import.pyz",
     image_id="sha256:" + "fedcba9876543210" * 4,
 )
 CASES = {

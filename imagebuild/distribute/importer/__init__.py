@@ -1,0 +1,15 @@
+"""The importer: verify an archive `imagebuild export` wrote and load it into a Docker engine.
+
+One implementation for two callers: `imagebuild import` uses these modules with imagebuild's own
+engine, and `export` ships the same files next to every archive as ``imagebuild-import.pyz`` (a
+zipapp, see ``imagebuild.distribute.shipped_importer``) for nodes that have only python3 and docker.
+Hence the rules here: the standard library only, Python 3.8 syntax and library, and modules that
+import each other relatively (in the zipapp the package is not under ``imagebuild``).
+
+failures       the one-line failures and their exit codes (imagebuild's own)
+manifest       the manifest format: the Manifest written by export, read and checked here
+verified_load  import_archive: hash while streaming into an engine, check, then tag; ImportEngine
+docker_api     the engine API's load and error messages, as both engines read them
+socket_engine  SocketEngine: the engine API over DOCKER_HOST with http.client
+cli            main(): what the shipped zipapp runs
+"""

@@ -1,0 +1,121 @@
+"""The manifest `imagebuild export` writes beside each archive: its one definition, read and checked.
+
+Everything a node trusts comes from here: the archive's file name (a bare name beside the manifest),
+its size and sha256, and the image ID the engine must report after loading it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .failures import BadInput
+
+FORMAT = "imagebuild-image-archive"
+FORMAT_VERSION = 1
+COMPRESSIONS = ("zstd", "gzip", "none")
+IMAGE_ID_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+# A docker reference with a tag: an optional registry (has a dot or a port, or is localhost), then
+# lowercase path components.
+REPO_TAG_RE = re.compile(
+    r"^(?:(?:(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)(?::[0-9]+)?|[A-Za-z0-9-]+:[0-9]+)/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
+    r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+)
+REQUIRED = {
+    "format": str, "format_version": int, "archive": str, "sha256": str, "size": int, "compression": str,
+    "image_id": str, "repo_tags": list, "pins": dict, "labels": dict, "imagebuild_version": str,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What `export` wrote beside the archive; the single definition of the format (keyword use only)."""
+
+    archive: str  # a bare file name in the manifest's directory
+    sha256: str  # of the archive file as written (compressed bytes)
+    size: int
+    compression: str
+    image_id: str
+    repo_tags: tuple[str, ...]
+    pins: dict[str, str]
+    labels: dict[str, str]
+    imagebuild_version: str
+    origin: str = ""  # host:directory it was exported to, for "copy it again from host:dir/archive"
+    format: str = FORMAT
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data["repo_tags"] = list(self.repo_tags)
+        return data
+
+
+def parse_manifest(data: object, where: str) -> Manifest:
+    """Validate a decoded manifest; ``where`` names the file in messages."""
+    if not isinstance(data, dict):
+        msg = f"manifest {where}: expected a JSON object; export the image again"
+        raise BadInput(msg)
+    for key, kind in REQUIRED.items():
+        if key not in data:
+            msg = f"manifest {where}: missing key '{key}'; export the image again"
+            raise BadInput(msg)
+        value = data[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            msg = f"manifest {where}: '{key}' must be a {kind.__name__}, not {type(value).__name__}"
+            raise BadInput(msg)
+    if data["format"] != FORMAT or data["format_version"] != FORMAT_VERSION:
+        msg = (
+            f"manifest {where}: format {data['format']!r} version {data['format_version']} is not "
+            f"{FORMAT!r} version {FORMAT_VERSION}; use the importer shipped next to that archive"
+        )
+        raise BadInput(msg)
+    name = data["archive"]
+    if not name or name in (".", "..") or "/" in name or "\\" in name or not name.isprintable():
+        msg = f"manifest {where}: 'archive' must be a bare file name beside the manifest, not {name!r}"
+        raise BadInput(msg)
+    checks = (
+        ("sha256", SHA256_RE.match(data["sha256"]), "64 lowercase hex digits"),
+        ("image_id", IMAGE_ID_RE.match(data["image_id"]), "sha256: and 64 hex digits"),
+        ("compression", data["compression"] in COMPRESSIONS, " or ".join(COMPRESSIONS)),
+        ("size", data["size"] >= 0, "a byte count"),
+    )
+    for key, ok, expected in checks:
+        if not ok:
+            msg = f"manifest {where}: '{key}' must be {expected}, not {data[key]!r}"
+            raise BadInput(msg)
+    for tag in data["repo_tags"]:
+        if not isinstance(tag, str) or not REPO_TAG_RE.match(tag):
+            msg = f"manifest {where}: repo tag {tag!r} is not a repository:tag reference"
+            raise BadInput(msg)
+    for key in ("pins", "labels"):
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in data[key].items()):
+            msg = f"manifest {where}: '{key}' must map strings to strings"
+            raise BadInput(msg)
+    origin = data.get("origin", "")
+    return Manifest(
+        archive=name, sha256=data["sha256"], size=data["size"], compression=data["compression"],
+        image_id=data["image_id"], repo_tags=tuple(data["repo_tags"]), pins=dict(data["pins"]),
+        labels=dict(data["labels"]), imagebuild_version=data["imagebuild_version"],
+        origin=origin if isinstance(origin, str) else "",
+    )  # fmt: skip
+
+
+def read_manifest(path: Path) -> Manifest:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        msg = f"manifest {path}: not found; give the .json that export wrote next to the archive"
+        raise BadInput(msg) from None
+    except (OSError, UnicodeDecodeError) as e:
+        msg = f"manifest {path}: cannot be read ({e})"
+        raise BadInput(msg) from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        msg = f"manifest {path}: not valid JSON ({e}); export the image again"
+        raise BadInput(msg) from None
+    return parse_manifest(data, str(path))

@@ -1,0 +1,156 @@
+"""The Docker engine API over DOCKER_HOST with http.client: the engine of nodes without imagebuild.
+
+unix:// or tcp:// (TLS from DOCKER_TLS_VERIFY and DOCKER_CERT_PATH), default /var/run/docker.sock.
+It talks to the engine itself rather than running the docker CLI, so it needs no CLI on the node and
+reports the engine's own error messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import socket
+import ssl
+import urllib.parse
+from pathlib import Path
+from typing import Any, Iterable
+
+from .docker_api import loaded_images, loads_zstd, stream_error
+from .failures import EngineUnavailable
+
+
+class SocketEngine:
+    """The engine calls the importer makes (``verified_load.ImportEngine``), and nothing else."""
+
+    def __init__(self, host: str) -> None:
+        self.address = host
+        url = urllib.parse.urlsplit(host)
+        self._unix = url.path if url.scheme == "unix" else None
+        self._netloc = url.netloc if url.scheme == "tcp" else None
+        if self._unix is None and self._netloc is None:
+            msg = f"DOCKER_HOST={host}: only unix:// and tcp:// engines are supported here"
+            raise EngineUnavailable(msg)
+        self._tls: ssl.SSLContext | None = None
+        if url.scheme == "tcp" and os.environ.get("DOCKER_TLS_VERIFY"):
+            certs = Path(os.environ.get("DOCKER_CERT_PATH") or Path.home() / ".docker")
+            self._tls = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+            self._tls.load_cert_chain(str(certs / "cert.pem"), str(certs / "key.pem"))
+        version = self._json("/version", "report its version").get("ApiVersion", "0.0")
+        self.loads_zstd = loads_zstd(str(version))
+
+    @classmethod
+    def from_env(cls) -> SocketEngine:
+        return cls(os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
+
+    def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
+        if self._unix is not None:
+            return _UnixConnection(self._unix, timeout)
+        assert self._netloc is not None
+        if self._tls is not None:
+            return http.client.HTTPSConnection(self._netloc, timeout=timeout, context=self._tls)
+        return http.client.HTTPConnection(self._netloc, timeout=timeout)
+
+    def _request(
+        self, method: str, path: str, body: Iterable[bytes] | None = None, timeout: float | None = 60
+    ) -> tuple[int, bytes]:
+        # Unversioned paths: every engine serves them at its own API version (Docker 29 refuses < 1.44).
+        conn = self._connect(timeout)
+        try:
+            headers = {"Content-Type": "application/x-tar"} if body is not None else {}
+            # The engine may hang up mid-upload (bad data): its answer, if it sent one, says why.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                conn.request(method, path, body=body, headers=headers, encode_chunked=body is not None)
+            response = conn.getresponse()
+            return response.status, response.read()
+        except (OSError, http.client.HTTPException) as e:
+            msg = (
+                f"the Docker engine at {self.address} did not answer {method} {path.split('?', maxsplit=1)[0]} ({e or type(e).__name__}); "
+                "start docker on this node, or point DOCKER_HOST at its engine"
+            )
+            raise EngineUnavailable(msg) from None
+        finally:
+            conn.close()
+
+    def _call(self, method: str, path: str, what: str, body: Iterable[bytes] | None = None) -> bytes:
+        """The response body of a successful call; an error status becomes one line naming ``what``."""
+        status, data = self._request(method, path, body, timeout=None if body is not None else 60)
+        if status >= 300:
+            msg = f"the Docker engine at {self.address} refused to {what}: {_api_error(data)}"
+            raise EngineUnavailable(msg)
+        return data
+
+    def _json(self, path: str, what: str) -> Any:
+        return json.loads(self._call("GET", path, what) or b"{}")
+
+    def has_image(self, image_id: str) -> bool:
+        status, data = self._request("GET", f"/images/{image_id}/json")
+        if status == 404:
+            return False
+        if status >= 300:
+            msg = f"the Docker engine at {self.address} refused to inspect {image_id}: {_api_error(data)}"
+            raise EngineUnavailable(msg)
+        return True
+
+    def image_ids(self) -> frozenset[str]:
+        return frozenset(str(i["Id"]) for i in self._json("/images/json?all=1", "list images"))
+
+    def load(self, chunks: Iterable[bytes]) -> list[str]:
+        data = self._call("POST", "/images/load?quiet=1", "load the archive", body=chunks)
+        loaded: list[str] = []
+        for line in data.decode(errors="replace").splitlines():
+            message = json.loads(line) if line.strip() else {}
+            detail = stream_error(message)
+            if detail is not None:
+                msg = f"the Docker engine at {self.address} refused to load the archive: {detail}"
+                raise EngineUnavailable(msg)
+            loaded += loaded_images(str(message.get("stream", "")), self._image_id)
+        return loaded
+
+    def _image_id(self, name: str) -> str:
+        quoted = urllib.parse.quote(name, safe="")
+        return str(self._json(f"/images/{quoted}/json", f"inspect {quoted}")["Id"])
+
+    def tag(self, image_id: str, name: str) -> None:
+        repository, tag = name.rsplit(":", 1)
+        query = urllib.parse.urlencode({"repo": repository, "tag": tag})
+        self._call("POST", f"/images/{image_id}/tag?{query}", f"tag {image_id} as {name}")
+
+    def remove_image(self, image_id: str) -> None:
+        status, data = self._request("DELETE", f"/images/{image_id}")
+        if status >= 300 and status != 404:
+            msg = f"the Docker engine at {self.address} refused to remove {image_id}: {_api_error(data)}"
+            raise EngineUnavailable(msg)
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float | None) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def _api_error(data: bytes) -> str:
+    """The message of an error response's body ({"message": ...}), or the start of its text."""
+    try:
+        message = json.loads(data)
+    except ValueError:
+        return data.decode(errors="replace").strip()[:300] or "no detail"
+    if isinstance(message, dict):
+        detail = (
+            message.get("message")
+            or (message.get("errorDetail") or {}).get("message")
+            or message.get("error")
+        )
+        return str(detail or message).strip()
+    return str(message)

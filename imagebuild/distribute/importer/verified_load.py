@@ -1,0 +1,213 @@
+"""Import an archive into an engine: one pass, its bytes hashed as they stream into the engine.
+
+The archive carries no tags (export saves by image ID), so a load tags nothing; the manifest's tags
+are applied only after the sha256 matched and the engine reported the manifest's image ID. A failed
+check removes the image the load created (never one that was there before). An image ID already
+present returns at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import queue
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Callable, Generator, Iterable, Iterator, Protocol
+
+from .failures import BadInput, EngineUnavailable, IntegrityFailure
+from .manifest import Manifest, read_manifest
+
+CHUNK_SIZE = 1 << 20
+HASH_QUEUE = 8  # chunks between the reader and the hashing thread: memory stays bounded
+PROGRESS_EVERY_S = 10.0
+
+
+class ImportEngine(Protocol):
+    """What the importer needs of an engine (imagebuild's DockerEngine, or the shipped SocketEngine)."""
+
+    @property
+    def address(self) -> str: ...
+    @property
+    def loads_zstd(self) -> bool: ...
+    def has_image(self, image_id: str) -> bool: ...
+    def image_ids(self) -> frozenset[str]: ...
+    def load(self, chunks: Iterable[bytes]) -> list[str]: ...
+    def tag(self, image_id: str, name: str) -> None: ...
+    def remove_image(self, image_id: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    image_id: str
+    tags: tuple[str, ...]
+    already_present: bool
+    seconds: float
+
+
+class _HashingReader:
+    """Reads the archive in chunks, counting them and reporting progress now and then.
+
+    A second thread hashes the chunks (hashlib releases the GIL), so hashing overlaps sending to the
+    engine instead of adding to it; the queue bounds what is in flight to HASH_QUEUE chunks.
+    """
+
+    def __init__(self, file: BinaryIO, total: int, report: Callable[[str], None], name: str) -> None:
+        self.file, self.total, self.report, self.name = file, total, report, name
+        self.done = 0
+        self._next_report = time.monotonic() + PROGRESS_EVERY_S
+        self._hash = hashlib.sha256()
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=HASH_QUEUE)
+        self._hasher = threading.Thread(target=self._hash_chunks, name="sha256", daemon=True)
+        self._hasher.start()
+
+    def _hash_chunks(self) -> None:
+        for chunk in iter(self._queue.get, None):
+            self._hash.update(chunk)
+
+    def chunks(self) -> Generator[bytes, None, None]:
+        for chunk in iter(lambda: self.file.read(CHUNK_SIZE), b""):
+            self._queue.put(chunk)
+            self.done += len(chunk)
+            if time.monotonic() >= self._next_report:
+                self._next_report = time.monotonic() + PROGRESS_EVERY_S
+                self.report(f"{self.name}: {self.done / 1e9:.1f} of {self.total / 1e9:.1f} GB loaded")
+            yield chunk
+
+    def drain(self) -> None:
+        """Hash what the engine did not read, to tell a damaged archive from a failing engine."""
+        for _ in self.chunks():
+            pass
+
+    def hexdigest(self) -> str:
+        self.close()
+        return self._hash.hexdigest()
+
+    def close(self) -> None:
+        if self._hasher.is_alive():
+            self._queue.put(None)
+            self._hasher.join()
+
+
+def _zstd_decompressed(chunks: Iterator[bytes], archive: Path) -> Generator[bytes, None, None]:
+    """Decompress through the zstd tool, for engines older than Docker 23 (they cannot read zstd)."""
+    tool = shutil.which("zstd")
+    if tool is None:
+        msg = (
+            f"archive {archive}: zstd-compressed, the engine predates Docker 23 and cannot read zstd, "
+            "and no zstd tool is on PATH: install zstd on this node, or export with --compress gzip"
+        )
+        raise EngineUnavailable(msg)
+    proc = subprocess.Popen([tool, "-dcq"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+
+    def feed() -> None:
+        try:
+            for chunk in chunks:
+                stdin.write(chunk)
+        except (BrokenPipeError, ValueError):  # the reader stopped (engine error); drain() hashes the rest
+            pass
+        finally:
+            with contextlib.suppress(BrokenPipeError):
+                stdin.close()
+
+    feeder = threading.Thread(target=feed, name="zstd-feed", daemon=True)
+    feeder.start()
+    try:
+        while True:
+            chunk = stdout.read(CHUNK_SIZE)
+            if not chunk:
+                break
+            yield chunk
+        feeder.join()
+        if proc.wait() != 0:
+            msg = f"archive {archive}: zstd could not decompress it (exit {proc.returncode}); copy it again"
+            raise IntegrityFailure(msg)
+    finally:
+        if proc.poll() is None:
+            proc.kill()  # stopped early (the engine refused): the feeder then stops on a broken pipe
+        stdout.close()
+        feeder.join()
+        proc.wait()
+
+
+def import_archive(
+    manifest_path: Path, engine: ImportEngine, report: Callable[[str], None] = lambda _: None
+) -> ImportResult:
+    """Make the manifest's image present and tagged in ``engine``, or fail with nothing tagged."""
+    started = time.monotonic()
+    manifest = read_manifest(manifest_path)
+    if engine.has_image(manifest.image_id):
+        _tag(engine, manifest)
+        return ImportResult(
+            image_id=manifest.image_id, tags=manifest.repo_tags, already_present=True,
+            seconds=time.monotonic() - started,
+        )  # fmt: skip
+    archive = manifest_path.parent / manifest.archive
+    where = f"{manifest.origin}/{manifest.archive}" if manifest.origin else "where it was exported"
+    again = f"copy it again from {where}"
+    try:
+        size = archive.stat().st_size
+    except FileNotFoundError:
+        msg = f"archive {archive}: not found (named by {manifest_path}); {again}"
+        raise BadInput(msg) from None
+    if size != manifest.size:
+        msg = (
+            f"archive {archive}: {size} bytes, the manifest says {manifest.size} (truncated or still "
+            f"being copied); {again}"
+        )
+        raise IntegrityFailure(msg)
+    before = engine.image_ids()
+    report(f"loading {archive.name} ({size / 1e9:.2f} GB, {manifest.compression}) into {engine.address}")
+    loaded: list[str] = []
+    engine_error: BaseException | None = None
+    with archive.open("rb") as file, contextlib.closing(
+        _HashingReader(file, size, report, archive.name)
+    ) as reader:
+        stream: Generator[bytes, None, None] = reader.chunks()
+        if manifest.compression == "zstd" and not engine.loads_zstd:
+            stream = _zstd_decompressed(stream, archive)
+        try:
+            loaded = engine.load(stream)
+        except Exception as e:  # any engine's failure: judged below, once the whole file is hashed
+            engine_error = e
+        finally:
+            stream.close()  # stops a zstd process the engine left unread
+        reader.drain()
+        digest = reader.hexdigest()
+    if digest != manifest.sha256:
+        _remove_new(engine, loaded, before)
+        msg = f"archive {archive}: sha256 mismatch (expected {manifest.sha256}, got {digest}); {again}"
+        raise IntegrityFailure(msg)
+    if engine_error is not None:
+        raise engine_error
+    if loaded != [manifest.image_id]:
+        _remove_new(engine, loaded, before)
+        got = ", ".join(loaded) or "nothing"
+        msg = (
+            f"archive {archive}: the engine loaded {got}, but {manifest_path} says {manifest.image_id}: "
+            "archive and manifest do not belong together; export the image again"
+        )
+        raise IntegrityFailure(msg)
+    _tag(engine, manifest)
+    return ImportResult(
+        image_id=manifest.image_id, tags=manifest.repo_tags, already_present=False,
+        seconds=time.monotonic() - started,
+    )  # fmt: skip
+
+
+def _tag(engine: ImportEngine, manifest: Manifest) -> None:
+    for name in manifest.repo_tags:
+        engine.tag(manifest.image_id, name)
+
+
+def _remove_new(engine: ImportEngine, loaded: list[str], before: frozenset[str]) -> None:
+    for image_id in loaded:
+        if image_id not in before:
+            engine.remove_image(image_id)

@@ -1,0 +1,119 @@
+"""The importer that export ships (imagebuild-import.pyz): the package's own modules, byte-identical from
+every export, and runnable by a bare python3 as old as 3.8 without imagebuild."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from imagebuild.distribute import importer
+from imagebuild.distribute.export import ExportOptions, export_image
+from imagebuild.distribute.importer.docker_api import loaded_images, loads_zstd, stream_error
+from imagebuild.distribute.shipped_importer import IMPORTER_NAME, ZIP_TIME, importer_zipapp
+from imagebuild.testing import FakeEngine
+
+TAG = "imagebuild/kimi-k3:gfx942"
+PYTHON38 = Path.home() / ".pyenv/versions/3.8.18/bin/python3.8"
+PYTHONS = [
+    pytest.param(Path(sys.executable), id="this-python"),
+    pytest.param(
+        PYTHON38,
+        id="python3.8",
+        marks=pytest.mark.skipif(not PYTHON38.exists(), reason=f"no Python 3.8 at {PYTHON38} (pyenv)"),
+    ),
+]
+
+
+def _export(output: Path) -> Path:
+    source = FakeEngine()
+    source.add_saved_image(TAG)
+    export_image(ExportOptions(image=TAG, output=output), source, report=lambda _: None)
+    return output / IMPORTER_NAME
+
+
+def test_two_exports_write_byte_identical_importers(tmp_path: Path) -> None:
+    first, second = _export(tmp_path / "a"), _export(tmp_path / "b")
+    assert first.read_bytes() == second.read_bytes() == importer_zipapp()
+
+
+def test_the_zipapp_holds_the_package_modules_unchanged_in_a_fixed_order_and_time() -> None:
+    data = importer_zipapp()
+    assert data.startswith(b"#!/usr/bin/env python3\n")
+    package = Path(importer.__file__).parent
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        entries = archive.infolist()
+        names = [entry.filename for entry in entries]
+        assert names == ["__main__.py", *(f"importer/{p.name}" for p in sorted(package.glob("*.py")))]
+        for entry in entries[1:]:
+            assert archive.read(entry) == (package / Path(entry.filename).name).read_bytes()
+    assert {entry.date_time for entry in entries} == {ZIP_TIME}
+    assert {entry.compress_type for entry in entries} == {zipfile.ZIP_STORED}
+    assert {entry.external_attr >> 16 for entry in entries} == {0o100644}
+
+
+def _run(python: Path, zipapp: Path, manifest: Path, docker_host: str) -> subprocess.CompletedProcess[str]:
+    # -I -S: no PYTHON* variables, no site-packages at all: only the zipapp and the standard library.
+    return subprocess.run(
+        [str(python), "-I", "-S", str(zipapp), str(manifest)],
+        env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": docker_host},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_the_zipapp_runs_on_a_bare_python_and_refuses_bad_input_before_the_engine(
+    tmp_path: Path, python: Path
+) -> None:
+    zipapp = _export(tmp_path / "shared")
+    (manifest_path,) = (tmp_path / "shared").glob("*.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**json.loads(manifest_path.read_text()), "archive": "../x"}))
+    done = _run(python, zipapp, bad, f"unix://{tmp_path}/docker.sock")
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert done.stderr == (
+        f"imagebuild-import: error: manifest {bad}: 'archive' must be a bare file name beside the "
+        "manifest, not '../x'\n"
+    )
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_the_zipapp_names_a_missing_engine_with_exit_3(tmp_path: Path, python: Path) -> None:
+    zipapp = _export(tmp_path / "shared")
+    (manifest_path,) = (tmp_path / "shared").glob("*.json")
+    done = _run(python, zipapp, manifest_path, f"unix://{tmp_path}/docker.sock")
+    assert done.returncode == 3, done.stderr
+    assert done.stderr == (
+        f"imagebuild-import: error: the Docker engine at unix://{tmp_path}/docker.sock did not answer GET "
+        "/version ([Errno 2] No such file or directory); start docker on this node, or point DOCKER_HOST at "
+        "its engine\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [("1.41", False), ("1.42", True), ("1.47", True), ("2.0", True), ("1", False), ("x.y", False)],
+)
+def test_zstd_loads_from_api_1_42_docker_23(version: str, expected: bool) -> None:
+    assert loads_zstd(version) is expected
+
+
+def test_a_stream_error_is_its_detail_and_other_messages_are_none() -> None:
+    assert stream_error({"stream": "Loaded image ID: sha256:ab\n"}) is None
+    assert stream_error({"errorDetail": {"message": "unexpected EOF "}, "error": "EOF"}) == "unexpected EOF"
+    assert stream_error({"error": "no space left on device"}) == "no space left on device"
+    assert stream_error({"errorDetail": {}}) == "no detail"
+
+
+def test_loaded_images_gives_ids_and_looks_up_loaded_names() -> None:
+    text = "Loaded image ID: sha256:aa\nLoaded image: x/y:z\nsomething else\n"
+    assert loaded_images(text, lambda name: f"id-of-{name}") == ["sha256:aa", "id-of-x/y:z"]
