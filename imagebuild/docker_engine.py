@@ -6,6 +6,8 @@ and the TLS variables, else the current docker context, else the local socket.
 Registry credentials come from docker's own config (``auths``, ``credsStore``, ``credHelpers``)
 through docker-py's auth module, so they resolve exactly as docker resolves them: for lock's
 registry queries (:func:`registry_credentials`) and for push and pull.
+What the engine's load and stream messages mean is decided in ``importer.docker_api``, shared with the
+standard-library engine that nodes without imagebuild run.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import urllib3
 from docker.context import ContextAPI
 
 import docker
+from imagebuild.distribute.importer.docker_api import loaded_images, loads_zstd, stream_error
 from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo, PushEvent, classic_build_events
 from imagebuild.engine_errors import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, probe, unreachable
 from imagebuild.errors import ConfigError, EngineError, RegistryError, UnknownImageError
@@ -33,7 +36,6 @@ from imagebuild.registry_errors import RegistryCredentials, registry_error
 
 PROBE_TIMEOUT_S = 10  # connecting to a live engine takes milliseconds; a filtered port never answers
 CHUNK_SIZE = 1 << 20  # save stream chunks: large enough for throughput, small enough to bound memory
-ZSTD_LOAD_API = (1, 42)  # Docker 23.0 (API 1.42) is the first engine whose `load` reads zstd archives
 
 
 def _context_host() -> str | None:
@@ -199,7 +201,7 @@ class DockerEngine(Engine):
                     repository, tag=tag, stream=True, decode=True, auth_config=credentials.config
                 )
             for chunk in stream:
-                detail = _stream_error(chunk)
+                detail = stream_error(chunk)
                 if detail is not None:
                     raise _registry_error(what, registry, detail, credentials)
                 aux = chunk.get("aux")
@@ -223,7 +225,7 @@ class DockerEngine(Engine):
         credentials = _credentials(registry)
         try:
             for chunk in self._api.pull(reference, stream=True, decode=True, auth_config=credentials.config):
-                detail = _stream_error(chunk)
+                detail = stream_error(chunk)
                 if detail is not None:
                     raise _registry_error(what, registry, detail, credentials)
             return str(self._api.inspect_image(reference)["Id"])
@@ -248,26 +250,23 @@ class DockerEngine(Engine):
             with self._without_timeout():  # uploading many GB is one request
                 stream = self._api.load_image(iter(chunks), quiet=True)
             for chunk in stream:
-                detail = _stream_error(chunk)
+                detail = stream_error(chunk)
                 if detail is not None:
                     msg = f"the Docker engine at {self._address} refused the archive: {detail}"
                     raise EngineError(msg)
-                text = str(chunk.get("stream") or "")
-                loaded += _loaded_ids(self._api, text)
+                loaded += loaded_images(str(chunk.get("stream") or ""), self._image_id)
         except (docker.errors.DockerException, OSError) as e:
             # requests raises ConnectionError when the engine hangs up mid-stream (bad data).
             msg = f"the Docker engine at {self._address} stopped reading the archive: {_reason(e)}"
             raise EngineError(msg) from e
         return loaded
 
+    def _image_id(self, name: str) -> str:
+        return str(self._api.inspect_image(name)["Id"])
+
     @property
     def loads_zstd(self) -> bool:
-        version = str(self._api.api_version)
-        try:
-            major, minor = (int(part) for part in version.split(".")[:2])
-        except ValueError:
-            return False
-        return (major, minor) >= ZSTD_LOAD_API
+        return loads_zstd(str(self._api.api_version))
 
     def has_image(self, image_id: str) -> bool:
         try:
@@ -403,22 +402,3 @@ def _registry_error(what: str, registry: str, detail: str, credentials: _Credent
             found=bool(credentials.config), source=credentials.source, config_file=credentials.config_file
         ),
     )
-
-
-def _stream_error(chunk: dict[str, Any]) -> str | None:
-    """The error message of a JSON stream message, or None."""
-    if "error" not in chunk and "errorDetail" not in chunk:
-        return None
-    detail = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error")
-    return str(detail or "no detail").strip()
-
-
-def _loaded_ids(api: Any, text: str) -> list[str]:
-    """IDs from a load stream line: "Loaded image ID: sha256:..." or, for a tagged archive, "Loaded image: name"."""
-    ids: list[str] = []
-    for line in text.splitlines():
-        if line.startswith("Loaded image ID: "):
-            ids.append(line.removeprefix("Loaded image ID: ").strip())
-        elif line.startswith("Loaded image: "):
-            ids.append(str(api.inspect_image(line.removeprefix("Loaded image: ").strip())["Id"]))
-    return ids
