@@ -6,8 +6,7 @@ and the TLS variables, else the current docker context, else the local socket.
 Registry credentials come from docker's own config (``auths``, ``credsStore``, ``credHelpers``)
 through docker-py's auth module, so they resolve exactly as docker resolves them: for lock's
 registry queries (:func:`registry_credentials`) and for push and pull.
-What the engine's load and stream messages mean is decided in ``importer.docker_api``, shared with the
-standard-library engine that nodes without imagebuild run.
+Load and stream messages are read by ``importer.docker_api``, shared with the nodes' stdlib engine.
 """
 
 from __future__ import annotations
@@ -29,7 +28,15 @@ from docker.context import ContextAPI
 
 import docker
 from imagebuild.distribute.importer.docker_api import loaded_images, loads_zstd, stream_error
-from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo, PushEvent, classic_build_events
+from imagebuild.engine import (
+    BuildEvent,
+    BuildRequest,
+    Engine,
+    ImageInfo,
+    PushEvent,
+    classic_build_events,
+    push_event,
+)
 from imagebuild.engine_errors import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, probe, unreachable
 from imagebuild.errors import ConfigError, EngineError, RegistryError, UnknownImageError
 from imagebuild.registry_errors import RegistryCredentials, registry_error
@@ -94,21 +101,19 @@ class DockerEngine(Engine):
         try:
             return str(self._api.version().get("Version", "unknown"))
         except docker.errors.DockerException as e:
-            msg = f"could not ask the Docker engine at {self._address} for its version: {_reason(e)}"
+            msg = f"could not ask the Docker engine at {self._address} for its version: {plain_reason(e)}"
             raise EngineError(msg) from e
 
     def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
         try:
             yield from classic_build_events(self.build_chunks(request))
         except docker.errors.DockerException as e:
-            msg = f"the Docker engine at {self._address} failed the build request: {_reason(e)}"
+            msg = f"the Docker engine at {self._address} failed the build request: {plain_reason(e)}"
             raise EngineError(msg) from e
         except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as e:
             # docker-py lets the transport's errors through unwrapped: a connection lost
             # mid-stream (a daemon restart, a dropped tunnel) is urllib3's ProtocolError.
-            msg = (
-                f"lost the connection to the Docker engine at {self._address} during the build: {_reason(e)}"
-            )
+            msg = f"lost the connection to the Docker engine at {self._address} during the build: {plain_reason(e)}"
             raise EngineError(msg) from e
 
     def build_chunks(self, request: BuildRequest) -> Iterator[dict[str, Any]]:
@@ -131,7 +136,7 @@ class DockerEngine(Engine):
         try:
             self._api.tag(image_id, repository, tag)
         except docker.errors.DockerException as e:
-            msg = f"could not tag {image_id} as {name}: {_reason(e)}"
+            msg = f"could not tag {image_id} as {name}: {plain_reason(e)}"
             raise EngineError(msg) from e
 
     def inspect_image(self, ref: str) -> ImageInfo:
@@ -142,7 +147,7 @@ class DockerEngine(Engine):
             msg = f"no image '{ref}' in the Docker engine at {self._address}; build it first (imagebuild build) or name an image `docker images` lists"
             raise UnknownImageError(msg) from e
         except docker.errors.DockerException as e:
-            msg = f"could not inspect image '{ref}': {_reason(e)}"
+            msg = f"could not inspect image '{ref}': {plain_reason(e)}"
             raise EngineError(msg) from e
         config = data.get("Config") or {}
         env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
@@ -166,7 +171,7 @@ class DockerEngine(Engine):
             code = int(self._api.wait(container_id)["StatusCode"])
             output = self._api.logs(container_id, stdout=True, stderr=True).decode(errors="replace")
         except docker.errors.DockerException as e:
-            msg = f"could not run {command[0]} in {image}: {_reason(e)}"
+            msg = f"could not run {command[0]} in {image}: {plain_reason(e)}"
             raise EngineError(msg) from e
         finally:
             self.remove(container_id)
@@ -178,7 +183,7 @@ class DockerEngine(Engine):
             self._api.start(container_id)
         except docker.errors.DockerException as e:
             self.remove(container_id)
-            msg = f"could not start a container of {image}: {_reason(e)}"
+            msg = f"could not start a container of {image}: {plain_reason(e)}"
             raise EngineError(msg) from e
         return container_id
 
@@ -188,7 +193,7 @@ class DockerEngine(Engine):
         except docker.errors.NotFound:
             pass
         except docker.errors.DockerException as e:
-            msg = f"could not remove container {container_id[:12]}: {_reason(e)}"
+            msg = f"could not remove container {container_id[:12]}: {plain_reason(e)}"
             raise EngineError(msg) from e
 
     def push(self, repository: str, tag: str) -> Iterator[PushEvent]:
@@ -204,19 +209,9 @@ class DockerEngine(Engine):
                 detail = stream_error(chunk)
                 if detail is not None:
                     raise _registry_error(what, registry, detail, credentials)
-                aux = chunk.get("aux")
-                if isinstance(aux, dict) and aux.get("Digest"):
-                    yield PushEvent(digest=str(aux["Digest"]))
-                    continue
-                progress = chunk.get("progressDetail") or {}
-                yield PushEvent(
-                    layer=str(chunk.get("id") or ""),
-                    status=str(chunk.get("status") or ""),
-                    current=int(progress.get("current") or 0),
-                    total=int(progress.get("total") or 0),
-                )
+                yield push_event(chunk)
         except docker.errors.DockerException as e:
-            raise _registry_error(what, registry, _reason(e), credentials) from e
+            raise _registry_error(what, registry, plain_reason(e), credentials) from e
 
     def pull(self, reference: str) -> str:
         what = f"pull of {reference}"
@@ -230,7 +225,7 @@ class DockerEngine(Engine):
                     raise _registry_error(what, registry, detail, credentials)
             return str(self._api.inspect_image(reference)["Id"])
         except docker.errors.DockerException as e:
-            raise _registry_error(what, registry, _reason(e), credentials) from e
+            raise _registry_error(what, registry, plain_reason(e), credentials) from e
 
     def save(self, image_id: str) -> Iterator[bytes]:
         try:
@@ -241,7 +236,7 @@ class DockerEngine(Engine):
             msg = f"no image {image_id} in the Docker engine at {self._address}"
             raise UnknownImageError(msg) from e
         except docker.errors.DockerException as e:
-            msg = f"the Docker engine at {self._address} failed to save {image_id}: {_reason(e)}"
+            msg = f"the Docker engine at {self._address} failed to save {image_id}: {plain_reason(e)}"
             raise EngineError(msg) from e
 
     def load(self, chunks: Iterable[bytes]) -> list[str]:
@@ -257,7 +252,7 @@ class DockerEngine(Engine):
                 loaded += loaded_images(str(chunk.get("stream") or ""), self._image_id)
         except (docker.errors.DockerException, OSError) as e:
             # requests raises ConnectionError when the engine hangs up mid-stream (bad data).
-            msg = f"the Docker engine at {self._address} stopped reading the archive: {_reason(e)}"
+            msg = f"the Docker engine at {self._address} stopped reading the archive: {plain_reason(e)}"
             raise EngineError(msg) from e
         return loaded
 
@@ -274,7 +269,7 @@ class DockerEngine(Engine):
         except docker.errors.ImageNotFound:
             return False
         except docker.errors.DockerException as e:
-            msg = f"could not inspect image {image_id}: {_reason(e)}"
+            msg = f"could not inspect image {image_id}: {plain_reason(e)}"
             raise EngineError(msg) from e
         return True
 
@@ -282,7 +277,7 @@ class DockerEngine(Engine):
         try:
             return frozenset(str(i) for i in self._api.images(all=True, quiet=True))
         except docker.errors.DockerException as e:
-            msg = f"could not list the images of the Docker engine at {self._address}: {_reason(e)}"
+            msg = f"could not list the images of the Docker engine at {self._address}: {plain_reason(e)}"
             raise EngineError(msg) from e
 
     def remove_image(self, image_id: str) -> None:
@@ -291,7 +286,7 @@ class DockerEngine(Engine):
         except docker.errors.ImageNotFound:
             pass
         except docker.errors.DockerException as e:
-            msg = f"could not remove image {image_id}: {_reason(e)}"
+            msg = f"could not remove image {image_id}: {plain_reason(e)}"
             raise EngineError(msg) from e
 
     @contextmanager
@@ -317,13 +312,9 @@ class DockerEngine(Engine):
             msg = f"no image '{image}' in the Docker engine at {self._address}"
             raise EngineError(msg) from e
         except docker.errors.DockerException as e:
-            msg = f"could not create a container of {image}: {_reason(e)}"
+            msg = f"could not create a container of {image}: {plain_reason(e)}"
             raise EngineError(msg) from e
         return str(container["Id"])
-
-
-def _reason(e: Exception) -> str:
-    return plain_reason(e)
 
 
 def _check_address(address: str, source: str) -> None:
@@ -352,7 +343,7 @@ def registry_credentials(registry: str) -> tuple[str, str] | None:
             warnings.simplefilter("ignore")
             entry = docker.auth.load_config().resolve_authconfig(registry)
     except docker.errors.DockerException as e:
-        msg = f"{where}: cannot read the credentials for {registry} ({_reason(e)}); fix the docker config or run `docker login {registry}`"
+        msg = f"{where}: cannot read the credentials for {registry} ({plain_reason(e)}); fix the docker config or run `docker login {registry}`"
         raise ConfigError(msg) from e
     # An auths entry that is not base64 of 'user:password', or a helper's bad JSON:
     except (KeyError, ValueError) as e:
@@ -389,7 +380,7 @@ def _credentials(registry: str) -> _Credentials:
             warnings.simplefilter("ignore", UserWarning)
             return _Credentials(registry)
     except docker.errors.DockerException as e:
-        msg = f"docker's credentials for {registry} could not be read: {_reason(e)}; fix the credential helper or run `docker login {registry}`"
+        msg = f"docker's credentials for {registry} could not be read: {plain_reason(e)}; fix the credential helper or run `docker login {registry}`"
         raise RegistryError(msg) from e
 
 

@@ -147,3 +147,22 @@ def classic_build_events(chunks: Iterable[Mapping[str, Any]]) -> Iterator[BuildE
         aux = chunk.get("aux")
         if isinstance(aux, dict) and "ID" in aux:
             yield BuildEvent(image_id=str(aux["ID"]))
+
+
+def push_event(message: Mapping[str, Any]) -> PushEvent:
+    """One message of a push stream that is not an error, as a PushEvent.
+
+    The wire format of ``POST /images/{name}/push``: ``{"id": layer, "status": ...,
+    "progressDetail": {"current": n, "total": n}}`` for a layer, and ``{"aux": {"Tag": ...,
+    "Digest": "sha256:...", "Size": n}}`` once the manifest is pushed.
+    """
+    aux = message.get("aux")
+    if isinstance(aux, dict) and aux.get("Digest"):
+        return PushEvent(digest=str(aux["Digest"]))
+    progress = message.get("progressDetail") or {}
+    return PushEvent(
+        layer=str(message.get("id") or ""),
+        status=str(message.get("status") or ""),
+        current=int(progress.get("current") or 0),
+        total=int(progress.get("total") or 0),
+    )

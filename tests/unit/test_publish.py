@@ -9,6 +9,7 @@ import pytest
 
 from imagebuild.cli import main
 from imagebuild.distribute.publish import PublishOptions, check_repository, publish_image
+from imagebuild.engine import PushEvent, push_event
 from imagebuild.errors import ConfigError, RegistryError
 from imagebuild.testing import FakeEngine
 
@@ -111,3 +112,13 @@ def test_export_and_import_check_their_arguments_before_the_engine(
     assert "--output" in err[0]
     assert "not a directory" in err[0].lower()
     assert err[1].startswith(f"imagebuild: error: manifest {tmp_path / 'missing.json'}: not found")
+
+
+def test_push_stream_messages_become_layer_progress_then_the_digest() -> None:
+    layer = {"status": "Pushing", "progressDetail": {"current": 512, "total": 2048}, "id": "0a1b2c3d4e5f"}
+    assert push_event(layer) == PushEvent(layer="0a1b2c3d4e5f", status="Pushing", current=512, total=2048)
+    assert push_event({"status": "The push refers to repository [127.0.0.1:5000/ml/kimi-k3]"}) == PushEvent(
+        status="The push refers to repository [127.0.0.1:5000/ml/kimi-k3]"
+    )
+    done = {"progressDetail": {}, "aux": {"Tag": "t", "Digest": "sha256:" + "a" * 64, "Size": 1234}}
+    assert push_event(done) == PushEvent(digest="sha256:" + "a" * 64)
