@@ -61,7 +61,9 @@ def _cluster(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sampleworld", description=__doc__)
     parser.add_argument("command", choices=(*WORLD_COMMANDS, "cluster"))
-    parser.add_argument("action", nargs="?", choices=CLUSTER_ACTIONS, help="with `cluster`: what to do with it")
+    parser.add_argument(
+        "action", nargs="?", choices=CLUSTER_ACTIONS, help="with `cluster`: what to do with it"
+    )
     parser.add_argument(
         "--state", type=Path, default=DEFAULT_STATE_DIR, help=f"state dir (default {DEFAULT_STATE_DIR})"
     )
