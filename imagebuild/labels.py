@@ -9,6 +9,7 @@ looks like a credential is refused.
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -59,12 +60,24 @@ def image_labels(project: Project, inputs: Inputs) -> dict[str, str]:
 
 
 def public_url(url: str) -> str:
-    """A remote URL without credentials: https://user:token@host/x -> https://host/x."""
-    parts = urlsplit(url)
-    if not (parts.username or parts.password) or parts.hostname is None:
-        return url
-    host = f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname
-    return urlunsplit(parts._replace(netloc=host))
+    """A remote URL without credentials: user info, query and fragment dropped.
+
+    https://user:token@host/x?private_token=t -> https://host/x (CI systems put tokens in
+    either place); scp-like user@host:path -> host:path.
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return ""  # not a URL we can vouch for: the caller falls back to the checkout's path
+    if not parts.scheme or not parts.netloc:
+        scp = re.fullmatch(r"[^@/\s]+@([^:/\s]+:.*)", url)
+        return scp[1] if scp else url
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    netloc = f"{host}:{port}" if port else host
+    return urlunsplit(parts._replace(netloc=netloc, query="", fragment=""))
 
 
 def _git(root: Path, *args: str) -> str:

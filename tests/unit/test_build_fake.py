@@ -195,7 +195,14 @@ def test_context_is_byte_identical_across_processes_and_hash_seeds(build_streams
     [
         ("https://user:ghp_abcdefghijkl@github.com/org/repo.git", "https://github.com/org/repo.git"),
         ("https://x-access-token:abc@example.com:8443/r.git", "https://example.com:8443/r.git"),
-        ("git@github.com:org/repo.git", "git@github.com:org/repo.git"),
+        # Token-only user info, and tokens in the query, as CI systems write them.
+        ("https://ghp_abcdefghijklmnopqrstuvwxyz@github.com/o/r.git", "https://github.com/o/r.git"),
+        ("https://gitlab.com/o/r.git?private_token=glpat-abcdefghijklmnopqrst", "https://gitlab.com/o/r.git"),
+        ("https://host/r.git?X-Amz-Signature=abc#frag", "https://host/r.git"),
+        ("https://[::1]:8443/r.git", "https://[::1]:8443/r.git"),
+        ("oauth2:ghp_abcdefghijklmnopqrstuvwxyz@github.com:org/repo.git", "github.com:org/repo.git"),
+        ("git@github.com:org/repo.git", "github.com:org/repo.git"),
+        ("https://host:port/r.git", ""),  # not a URL to vouch for: the label falls back to the path
         ("", ""),
     ],
 )
@@ -203,18 +210,32 @@ def test_the_source_label_carries_no_credentials(url: str, public: str) -> None:
     assert public_url(url) == public
 
 
+def _git_checkout(project: Path, origin: str) -> None:
+    for args in (["init", "-q"], ["remote", "add", "origin", origin]):
+        subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True, timeout=30)
+
+
+def test_the_origin_url_loses_its_credentials_before_it_becomes_a_label(
+    project: Path, build_streams: Path
+) -> None:
+    token = "ghp_" + "T0k3n" * 8
+    _git_checkout(project, f"https://ci:{token}@github.com/org/repo.git?access_token={token}")
+    found = find_project(project, build_streams / "pins.toml")
+    labels = image_labels(found, found.load("gfx942"))
+    assert labels[f"{OCI_LABEL_PREFIX}source"] == "https://github.com/org/repo.git"
+    assert token not in json.dumps(labels)
+
+
 def test_a_label_that_looks_like_a_credential_is_refused(project: Path, build_streams: Path) -> None:
-    pins = project / "pins.toml"
-    pins.write_text(
-        (build_streams / "pins.toml")
-        .read_text()
-        .replace('version = "1.88.0"', 'version = "ghp_abcdefghijklmnop"')
-    )
-    found = find_project(project, pins)
+    # A token in the remote's path survives the stripping of user info and query: refused, not labelled.
+    token = "ghp_" + "T0k3n" * 8
+    _git_checkout(project, f"https://example.com/{token}/repo.git")
+    found = find_project(project, build_streams / "pins.toml")
     with pytest.raises(
-        ConfigError, match=r"image label io\.imagebuild\.pin\.rust contains a credential-like string"
-    ):
+        ConfigError, match=r"image label org\.opencontainers\.image\.source contains a credential"
+    ) as e:
         image_labels(found, found.load("gfx942"))
+    assert token[4:] not in str(e.value)  # the message names it, redacted
 
 
 def test_label_line_is_one_sorted_instruction_and_refuses_control_characters() -> None:

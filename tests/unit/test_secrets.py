@@ -1,0 +1,94 @@
+"""The one secret detector: what it finds, and that a report of a finding never shows the secret."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from imagebuild.secrets import CREDENTIAL_QUERY_PARAMS, SECRET_PATTERNS, find_secrets, redact, secret_reason
+
+ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+# A credential of each kind, as it appears in the wild, and the part that is the secret.
+EXAMPLES: dict[str, tuple[str, str]] = {
+    "GitHub token": ("ghp_" + "a1B2" * 9, "ghp_" + "a1B2" * 9),
+    "GitHub fine-grained token": ("github_pat_11ABCDEFG0123456789_abcdefXYZ", "github_pat_11ABCDEFG0123456789_abcdefXYZ"),
+    "GitLab token": ("glpat-" + "x" * 20, "glpat-" + "x" * 20),
+    "AWS access key": ("AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
+    "Slack token": ("xoxb-1234567890-abcdefghij", "xoxb-1234567890-abcdefghij"),
+    "Hugging Face token": ("hf_" + "q" * 34, "hf_" + "q" * 34),
+    "PyPI token": ("pypi-" + "AgEIcHlwaS5vcmc" * 4, "pypi-" + "AgEIcHlwaS5vcmc" * 4),
+    "GitHub App token in a URL": ("https://x-access-token:v1.abc123@github.com/o/r", "v1.abc123"),
+    "password in a URL": ("https://deploy:hunter2@example.com/r.git", "hunter2"),
+    "token in a URL": ("https://abcdefghij0123456789xyz@example.com/r.git", "abcdefghij0123456789xyz"),
+    "credential in a URL query": ("https://gitlab.com/api?private_token=s3cr3tvalue&x=1", "s3cr3tvalue"),
+    "token variable": ("export GITHUB_TOKEN=plainsecretvalue", "plainsecretvalue"),
+}  # fmt: skip
+
+
+def test_every_pattern_has_an_example() -> None:
+    assert {p.kind for p in SECRET_PATTERNS} == set(EXAMPLES)
+
+
+@pytest.mark.parametrize("kind", EXAMPLES)
+def test_each_kind_is_found_and_shown_redacted(kind: str) -> None:
+    text, secret = EXAMPLES[kind]
+    line = f"some context before {text} and after"
+    findings = find_secrets(line)
+    assert findings, kind
+    assert any(line[f.start : f.end] == secret for f in findings), findings
+    for f in findings:
+        assert secret not in f.shown
+        assert f"<redacted {f.end - f.start} chars>" in f.shown
+    assert secret not in redact(line)
+    assert "<redacted>" in redact(line)
+
+
+def test_query_parameters_match_case_insensitively() -> None:
+    assert "x-amz-signature" in CREDENTIAL_QUERY_PARAMS
+    assert find_secrets("https://b.s3.amazonaws.com/k?X-Amz-Signature=abcdef0123")
+    assert find_secrets("https://acct.blob.core.windows.net/c/b?sv=2020&SIG=abcdef0123")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "git@github.com:org/repo.git",
+        "https://github.com/ROCm/mori.git",
+        "PIP_CONSTRAINT=/etc/pip-constraints.txt",
+        "MORI_REF=fe12a11a7d6c6acd0771b772366ed9ed5e0d3d44",
+        "sha256:" + "a" * 64,
+        "GH_TOKEN is read from the environment",
+        "https://user@example.com/x",  # a user name is not a credential
+    ],
+)
+def test_ordinary_build_text_is_not_a_secret(text: str) -> None:
+    assert find_secrets(text) == []
+
+
+def test_names_that_say_secret_are_refused_whatever_the_value() -> None:
+    assert secret_reason("GH_TOKEN", "") == "the name 'GH_TOKEN' looks like a secret"
+    assert secret_reason("MAX_JOBS", "32") is None
+    reason = secret_reason("MAX_JOBS", "ghp_" + "z" * 36)
+    assert reason is not None
+    assert "z" * 8 not in reason
+
+
+secrets_ = st.sampled_from(list(EXAMPLES.values()))
+noise = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
+
+
+@given(before=noise, example=secrets_, after=noise, twice=st.booleans())
+def test_a_report_never_shows_the_secret(before: str, example: tuple[str, str], after: str, twice: bool) -> None:
+    text, secret = example
+    doc = f"{before} {text} {after}" + (f" {text}" if twice else "")
+    shown = " ".join(f.shown for f in find_secrets(doc))
+    assert find_secrets(doc), doc
+    # Neither the whole secret nor any long piece of it survives in a report or a redacted text.
+    pieces = {secret[i : i + 12] for i in range(max(1, len(secret) - 11))}
+    for piece in pieces:
+        if piece in before or piece in after:
+            continue  # the noise happened to contain it
+        assert piece not in shown
+        assert piece not in redact(doc)
