@@ -56,11 +56,11 @@ RUN cp -r /opt/imagebuild/probe /tmp/constraint-probe \
  && rm -rf /var/lib/apt/lists/* \
  && PIP_BUILD_CONSTRAINT=/etc/pip-constraints.txt python3 -m pip install --no-cache-dir meson==0.64.0 'pybind11[global]' tqdm prettytable \
  && python3 -m pip uninstall -y amd-mori \
- && git clone --quiet "${MORI_REPO}" /tmp/mori \
- && { git -C /tmp/mori cat-file -e "${MORI_COMMIT}^{commit}" 2>/dev/null || git -C /tmp/mori fetch --quiet origin "${MORI_COMMIT}"; } \
- && git -C /tmp/mori -c advice.detachedHead=false checkout --quiet "${MORI_COMMIT}" \
- && { [ "$(git -C /tmp/mori rev-parse HEAD)" = "${MORI_COMMIT}" ] || { echo "imagebuild: mori checkout is not at ${MORI_COMMIT}" >&2; exit 1; }; } \
- && git -C /tmp/mori submodule update --init --recursive \
+ && git clone --quiet "${MORI_REPO}" "/tmp/mori" \
+ && { git -C "/tmp/mori" cat-file -e "${MORI_COMMIT}^{commit}" 2>/dev/null || git -C "/tmp/mori" fetch --quiet origin "${MORI_COMMIT}"; } \
+ && git -C "/tmp/mori" -c advice.detachedHead=false checkout --quiet "${MORI_COMMIT}" \
+ && { [ "$(git -C "/tmp/mori" rev-parse HEAD)" = "${MORI_COMMIT}" ] || { echo "imagebuild: mori checkout is not at ${MORI_COMMIT}" >&2; exit 1; }; } \
+ && git -C "/tmp/mori" submodule update --init --recursive \
  && cd /tmp/mori \
  && PIP_BUILD_CONSTRAINT=/etc/pip-constraints.txt python3 -m pip install --no-cache-dir . \
  && cd / \
@@ -80,11 +80,11 @@ ARG FLYDSL_VERSION="0.2.4"
 ARG FLYDSL_SHA256="3ba78e6c1cec37c99b83d71a34c1ed50f1058231bcab1a352a1b431082fb2c4f"
 ARG FLYDSL_FILE="flydsl-0.2.4-cp312-cp312-manylinux_2_27_x86_64.whl"
 ARG AITER_VERSION="0.1.19"
-RUN mkdir -p /tmp/aiter \
+RUN mkdir -p "/tmp/aiter" \
  && curl -fsSL --retry 3 -o "/tmp/aiter/${AITER_WHEEL_FILE}" "${AITER_WHEEL_URL}" \
  && echo "${AITER_WHEEL_SHA256}  /tmp/aiter/${AITER_WHEEL_FILE}" | sha256sum -c - \
  && PIP_BUILD_CONSTRAINT=/etc/pip-constraints.txt python3 -m pip install --no-cache-dir --no-deps "/tmp/aiter/${AITER_WHEEL_FILE}" \
- && PIP_BUILD_CONSTRAINT=/etc/pip-constraints.txt python3 -m pip download --no-cache-dir --no-deps --only-binary=:all: --dest /tmp/flydsl "flydsl==${FLYDSL_VERSION}" \
+ && PIP_BUILD_CONSTRAINT=/etc/pip-constraints.txt python3 -m pip download --no-cache-dir --no-deps --only-binary=:all: --dest "/tmp/flydsl" "flydsl==${FLYDSL_VERSION}" \
  && echo "${FLYDSL_SHA256}  /tmp/flydsl/${FLYDSL_FILE}" | sha256sum -c - \
  && PIP_BUILD_CONSTRAINT=/etc/pip-constraints.txt python3 -m pip install --no-cache-dir "/tmp/flydsl/${FLYDSL_FILE}" \
  && rm -rf /tmp/aiter /tmp/flydsl \
@@ -113,10 +113,10 @@ ENV VLLM_TARGET_DEVICE="rocm" \
     PYTORCH_ROCM_ARCH="${TARGET_ROCM_ARCH}" \
     MAX_JOBS="${MAX_JOBS}"
 RUN /opt/imagebuild/bin/imagebuild-check require-env PYTORCH_ROCM_ARCH ${TARGET_ROCM_ARCH} \
- && git clone --quiet "${VLLM_REPO}" /tmp/vllm \
- && { git -C /tmp/vllm cat-file -e "${VLLM_COMMIT}^{commit}" 2>/dev/null || git -C /tmp/vllm fetch --quiet origin "${VLLM_COMMIT}"; } \
- && git -C /tmp/vllm -c advice.detachedHead=false checkout --quiet "${VLLM_COMMIT}" \
- && { [ "$(git -C /tmp/vllm rev-parse HEAD)" = "${VLLM_COMMIT}" ] || { echo "imagebuild: vllm checkout is not at ${VLLM_COMMIT}" >&2; exit 1; }; } \
+ && git clone --quiet "${VLLM_REPO}" "/tmp/vllm" \
+ && { git -C "/tmp/vllm" cat-file -e "${VLLM_COMMIT}^{commit}" 2>/dev/null || git -C "/tmp/vllm" fetch --quiet origin "${VLLM_COMMIT}"; } \
+ && git -C "/tmp/vllm" -c advice.detachedHead=false checkout --quiet "${VLLM_COMMIT}" \
+ && { [ "$(git -C "/tmp/vllm" rev-parse HEAD)" = "${VLLM_COMMIT}" ] || { echo "imagebuild: vllm checkout is not at ${VLLM_COMMIT}" >&2; exit 1; }; } \
  && echo "VLLM_REF=${VLLM_COMMIT}" >> /app/versions.txt \
  && cd /tmp/vllm \
  && /opt/imagebuild/bin/imagebuild-check setuptools-guard \
@@ -140,10 +140,10 @@ ARG ROUTER_REPO="https://github.com/raviguptaamd/router.git"
 ARG ROUTER_COMMIT="6409ac1409410f54c5ed39791aadc69ce80b7bf3"
 RUN command -v cargo >/dev/null || { curl -fsSL --proto "=https" https://sh.rustup.rs | sh -s -- -y --profile minimal --default-toolchain "${RUST_VERSION}"; } \
  && export PATH="$HOME/.cargo/bin:$PATH" \
- && git clone --quiet --filter=blob:none "${ROUTER_REPO}" /tmp/router \
- && { git -C /tmp/router cat-file -e "${ROUTER_COMMIT}^{commit}" 2>/dev/null || git -C /tmp/router fetch --quiet origin "${ROUTER_COMMIT}"; } \
- && git -C /tmp/router -c advice.detachedHead=false checkout --quiet "${ROUTER_COMMIT}" \
- && { [ "$(git -C /tmp/router rev-parse HEAD)" = "${ROUTER_COMMIT}" ] || { echo "imagebuild: router checkout is not at ${ROUTER_COMMIT}" >&2; exit 1; }; } \
+ && git clone --quiet --filter=blob:none "${ROUTER_REPO}" "/tmp/router" \
+ && { git -C "/tmp/router" cat-file -e "${ROUTER_COMMIT}^{commit}" 2>/dev/null || git -C "/tmp/router" fetch --quiet origin "${ROUTER_COMMIT}"; } \
+ && git -C "/tmp/router" -c advice.detachedHead=false checkout --quiet "${ROUTER_COMMIT}" \
+ && { [ "$(git -C "/tmp/router" rev-parse HEAD)" = "${ROUTER_COMMIT}" ] || { echo "imagebuild: router checkout is not at ${ROUTER_COMMIT}" >&2; exit 1; }; } \
  && cd /tmp/router \
  && cargo build --release --locked \
  && install -m 0755 target/release/vllm-router /usr/local/bin/vllm-router \
@@ -201,7 +201,7 @@ COPY --from=proven_k3_aiter ${DONOR_SITE_PACKAGES}/flydsl ${BASE_SITE_PACKAGES}/
 RUN cd ${BASE_SITE_PACKAGES} \
  && rm -rf flydsl flydsl-*.dist-info \
  && cd / \
- && PIP_BUILD_CONSTRAINT=/etc/pip-constraints.txt python3 -m pip download --no-cache-dir --no-deps --only-binary=:all: --dest /tmp/flydsl "flydsl==${FLYDSL_VERSION}" \
+ && PIP_BUILD_CONSTRAINT=/etc/pip-constraints.txt python3 -m pip download --no-cache-dir --no-deps --only-binary=:all: --dest "/tmp/flydsl" "flydsl==${FLYDSL_VERSION}" \
  && echo "${FLYDSL_SHA256}  /tmp/flydsl/${FLYDSL_FILE}" | sha256sum -c - \
  && PIP_BUILD_CONSTRAINT=/etc/pip-constraints.txt python3 -m pip install --no-cache-dir --no-deps --force-reinstall "/tmp/flydsl/${FLYDSL_FILE}" \
  && rm -rf /tmp/flydsl \

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from imagebuild.errors import ConfigError
 from imagebuild.schema import Table, read_toml, suggest
+from imagebuild.values import TUNABLE, shown
 
 PLATFORM_RE = re.compile(r"^linux/(amd64|arm64)$")
 _KEYS = ("description", "platform", "gfx_arch", "rocm_arch", "mori_gpu_archs", "nic_arch")
@@ -50,21 +51,22 @@ def known_arches(arch_dir: Path) -> list[str]:
 def load_arch(arch_dir: Path, name: str) -> ArchProfile:
     known = known_arches(arch_dir)
     if name not in known:
-        msg = f"unknown arch '{name}'.{suggest(name, known)} Known arches: {', '.join(known) or 'none'} (files in {arch_dir})"
+        msg = f"unknown arch {shown(name)}.{suggest(name, known)} Known arches: {', '.join(known) or 'none'} (files in {arch_dir})"
         raise ConfigError(msg)
     path = arch_dir / f"{name}.toml"
     t = Table(read_toml(path), str(path))
     t.check_keys(_KEYS)
     platform = t.string("platform")
     if not PLATFORM_RE.fullmatch(platform):
-        msg = f"{path}: platform '{platform}' must be linux/amd64 or linux/arm64"
+        msg = f"{path}: platform {shown(platform)} must be linux/amd64 or linux/arm64"
         raise ConfigError(msg)
     return ArchProfile(
         name=name,
         description=t.string("description"),
         platform=platform,
-        gfx_arch=t.string("gfx_arch"),
-        rocm_arch=t.string("rocm_arch"),
-        mori_gpu_archs=t.string("mori_gpu_archs"),
-        nic_arch=t.string("nic_arch"),
+        # ARG values of the build, like the tunables.
+        gfx_arch=t.string("gfx_arch", kind=TUNABLE),
+        rocm_arch=t.string("rocm_arch", kind=TUNABLE),
+        mori_gpu_archs=t.string("mori_gpu_archs", kind=TUNABLE),
+        nic_arch=t.string("nic_arch", kind=TUNABLE),
     )

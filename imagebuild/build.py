@@ -30,9 +30,10 @@ from imagebuild.layout import build_log_path, build_record_path, default_tag
 from imagebuild.progress import TICK_S, BuildProgress
 from imagebuild.project import Inputs, Project
 from imagebuild.render import ConstraintMode, Dockerfile, RenderOptions, render
-from imagebuild.secrets import secret_reason
+from imagebuild.secrets import redact, secret_reason
 from imagebuild.util.clock import Clock, SystemClock
 from imagebuild.util.files import write_atomically
+from imagebuild.values import ENV_NAME, TUNABLE
 
 RUNNING_MARK = "---> Running in "  # the classic builder starts a container: no cache hit
 
@@ -85,10 +86,12 @@ class BuildRecord:
 
 def check_build_args(build_args: dict[str, str]) -> None:
     for name, value in build_args.items():
+        ENV_NAME.check(name, "--build-arg", name)
         reason = secret_reason(name, value)
         if reason:
             msg = f"--build-arg {name}: refused, {reason}; build args are recorded in the image history"
             raise ConfigError(msg)
+        TUNABLE.check(value, "--build-arg", name)
 
 
 def prepare_build(inputs: Inputs, options: BuildOptions) -> Dockerfile:
@@ -125,6 +128,7 @@ def build_image(
     record_path = options.record_path or build_record_path(project.root, inputs.arch.name)
     attestations = AttestationPaths.beside(record_path, inputs.arch.name)
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    record_path.parent.mkdir(parents=True, exist_ok=True)
     # The attestations' inputs digest is of the context without the labels: a label cannot hold
     # the digest of a file that contains it. The build sends the labels as the Dockerfile's last line.
     inputs_context = make_context(context_files(dockerfile, inputs))
@@ -247,16 +251,18 @@ def _stream(
     with log_path.open("w", encoding="utf-8") as log:
         for event in engine.build(request):
             if event.text:
-                log.write(event.text)
-                tracker.feed(event.text)
+                # A step may print a credential (a URL it was given, an env dump): never into the log.
+                text = redact(event.text)
+                log.write(text)
+                tracker.feed(text)
                 if not working and RUNNING_MARK in event.text:
                     # A step really runs, so a new image and new attestations will follow: load their
                     # makers while the engine works. A fully cached build never gets here.
                     working = True
                     load_attestation_modules_in_background()
             if event.error:
-                log.write(f"ERROR: {event.error}\n")
-                error = event.error
+                error = redact(event.error)
+                log.write(f"ERROR: {error}\n")
             if event.image_id:
                 image_id = event.image_id
     return image_id, error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +12,9 @@ from imagebuild.arch import ArchProfile, load_arch
 from imagebuild.errors import ConfigError
 from imagebuild.pins import PinSet, load_pins
 from imagebuild.python_lock import lock_path_for
+from imagebuild.schema import read_text_file
 from imagebuild.stages import ImageDefinition, load_stages
+from imagebuild.values import control_problem, shown
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +70,7 @@ def find_project(start: Path, pins: Path | None = None, *, search_parents: bool 
     """
     for candidate in (start, *start.parents) if search_parents else (start,):
         if (candidate / "stages" / "image.toml").is_file():
-            return Project(root=candidate, pins_path=(pins or candidate / "pins.toml").resolve())
+            return Project(root=candidate, pins_path=_absolute(pins or candidate / "pins.toml"))
     if not search_parents:
         msg = f"-C {start}: not an imagebuild checkout (no stages/image.toml in it); give the repository's directory"
         raise ConfigError(msg)
@@ -75,23 +78,35 @@ def find_project(start: Path, pins: Path | None = None, *, search_parents: bool 
     raise ConfigError(msg)
 
 
+def _absolute(pins: Path) -> Path:
+    try:
+        return pins.resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a symlink loop, on Python < 3.13
+        msg = f"{pins}: cannot resolve the pins file's path ({e}); point --pins at a regular file"
+        raise ConfigError(msg) from e
+
+
 def read_constraints(constraints_dir: Path) -> str:
     """All constraints/*.txt, in name order, validated line by line."""
-    files = sorted(constraints_dir.glob("*.txt"))
+    files = sorted(constraints_dir.glob("*.txt")) if constraints_dir.is_dir() else []
     if not files:
         msg = f"{constraints_dir}: no *.txt constraint files; the build toolchain must be constrained (setuptools<80)"
         raise ConfigError(msg)
     parts: list[str] = []
     for path in files:
-        text = path.read_text(encoding="utf-8")
-        for number, line in enumerate(text.splitlines(), 1):
+        text = read_text_file(path, "constraints file")
+        for number, line in enumerate(text.split("\n"), 1):
+            control = control_problem(re.sub(r"[\r\t]", " ", line))
+            if control:
+                msg = f"{path}:{number}: {shown(line)} {control}"
+                raise ConfigError(msg)
             spec = line.split("#", 1)[0].strip()
             if not spec:
                 continue
             try:
                 Requirement(spec)
             except InvalidRequirement as e:
-                msg = f"{path}:{number}: '{spec}' is not a valid requirement specifier ({str(e).splitlines()[0]})"
+                msg = f"{path}:{number}: {shown(spec)} is not a valid requirement specifier ({str(e).splitlines()[0]})"
                 raise ConfigError(msg) from e
         parts.append(f"# from constraints/{path.name}\n{text.rstrip()}\n")
     return "".join(parts)

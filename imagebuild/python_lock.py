@@ -31,7 +31,8 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from imagebuild.errors import ConfigError
-from imagebuild.schema import Table
+from imagebuild.schema import Table, read_text_file
+from imagebuild.values import FILE_NAME, HTTPS_URL, PROJECT_NAME, PYTHON_VERSION, VERSION
 
 LOCK_FILE_NAME = "pylock.toml"
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -132,13 +133,9 @@ def render_python_lock(lock: PythonLock) -> str:
 
 def read_python_lock(path: Path) -> PythonLock | None:
     """The lock at ``path``, or None when there is none yet."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         return None
-    except OSError as e:
-        msg = f"{path}: cannot read the python lock ({e.strerror or e})"
-        raise ConfigError(msg) from e
+    text = read_text_file(path, "python lock")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -201,8 +198,8 @@ def parse_python_lock(data: Mapping[str, Any], path: Path) -> PythonLock:
         msg = f"{path}: packages must be sorted by name and unique; regenerate with `imagebuild lock`"
         raise ConfigError(msg)
     return PythonLock(
-        index=tool.string("index"),
-        python=tool.string("python"),
+        index=tool.string("index", kind=HTTPS_URL),
+        python=tool.string("python", kind=PYTHON_VERSION),
         platform=tool.string("platform"),
         resolver=tool.string("resolver"),
         groups=groups,
@@ -216,7 +213,7 @@ def _parse_package(item: Any, where: str, groups: tuple[str, ...]) -> LockedPack
         raise ConfigError(msg)
     t = Table(item, where)
     t.check_keys(("name", "version", "marker", "index", "wheels"))
-    name = t.string("name")
+    name = t.string("name", kind=PROJECT_NAME)
     if canonicalize_name(name) != name:
         msg = f"{where}: name {name!r} is not normalised (expected {canonicalize_name(name)!r})"
         raise ConfigError(msg)
@@ -235,10 +232,10 @@ def _parse_package(item: Any, where: str, groups: tuple[str, ...]) -> LockedPack
     size = wheel.integer("size", default=-1)
     return LockedPackage(
         name=name,
-        version=t.string("version"),
+        version=t.string("version", kind=VERSION),
         groups=_groups_of(t.string("marker"), where, groups),
-        filename=wheel.string("name"),
-        url=wheel.string("url"),
+        filename=wheel.string("name", kind=FILE_NAME),
+        url=wheel.string("url", kind=HTTPS_URL),
         size=None if size < 0 else size,
         sha256=sha256,
     )

@@ -32,7 +32,10 @@ def tag_reference_problem(text: str) -> str | None:
     last = text.rsplit("/", 1)[-1]
     if ":" in last:  # a colon after the last slash starts the tag (one before it is a port)
         name, _, tag = text.rpartition(":")
-    if not NAME_RE.fullmatch(name):
+    first, slash, _ = name.partition("/")
+    # Only a first component that looks like a host is one (docker: `Upper/case` is a bad repository).
+    host_like = "." in first or ":" in first or first == "localhost" or first.startswith("[")
+    if not NAME_RE.fullmatch(name) or (slash and not host_like and not re.fullmatch(COMPONENT, first)):
         return (
             "not a valid image name: the path after the registry is lowercase letters, digits and "
             "'.', '_', '__' or '-' between them, components separated by '/'"

@@ -29,9 +29,19 @@ from packaging.utils import canonicalize_name
 from imagebuild.errors import ConfigError
 from imagebuild.layout import STAGE_NAMES
 from imagebuild.schema import Table, read_toml, suggest
+from imagebuild.values import (
+    ABSOLUTE_PATH,
+    ABSOLUTE_PATH_TEMPLATE,
+    CONTEXT_PATH,
+    ENV_NAME,
+    ENV_VALUE,
+    STAGE_NAME,
+    TUNABLE,
+    control_problem,
+    shown,
+)
 
 STEP_FILE_RE = re.compile(r"^(\d{2})-([a-z0-9][a-z0-9_-]*)\.toml$")
-ENV_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # pip reached through a shell string would bypass the constraint mechanism.
 RAW_PIP_RE = re.compile(r"(^|[\s;&|(])(pip3?|python3?\s+-m\s+pip)\s")
 PIP_BUILDING_SUBCOMMANDS = ("install", "download", "wheel")
@@ -172,12 +182,7 @@ _COMMAND_KEYS = {
 
 
 def _env_pairs(t: Table, key: str) -> tuple[tuple[str, str], ...]:
-    pairs = t.string_map(key)
-    for name in pairs:
-        if not ENV_NAME_RE.fullmatch(name):
-            msg = f"{t.where}: {key} name '{name}' must be UPPER_SNAKE_CASE"
-            raise ConfigError(msg)
-    return tuple(pairs.items())
+    return tuple(t.string_map(key, names=ENV_NAME, values=ENV_VALUE).items())
 
 
 def _requirements(t: Table, key: str) -> tuple[str, ...]:
@@ -191,10 +196,10 @@ def _requirements(t: Table, key: str) -> tuple[str, ...]:
         try:
             req = Requirement(text)
         except InvalidRequirement as e:
-            msg = f"{t.where}: {key} entry {text!r} is not a requirement ({str(e).splitlines()[0]})"
+            msg = f"{t.where}: {key} entry {shown(text)} is not a requirement ({str(e).splitlines()[0]})"
             raise ConfigError(msg) from e
         if req.url or req.marker:
-            msg = f"{t.where}: {key} entry {text!r} has a URL or marker; name a package and versions only (sources belong in pins.toml)"
+            msg = f"{t.where}: {key} entry {shown(text)} has a URL or marker; name a package and versions only (sources belong in pins.toml)"
             raise ConfigError(msg)
         name = canonicalize_name(req.name)
         if name in seen:
@@ -206,6 +211,10 @@ def _requirements(t: Table, key: str) -> tuple[str, ...]:
 
 
 def _check_shell(text: str, where: str) -> None:
+    control = control_problem(text.replace("\n", " "))
+    if control:
+        msg = f"{where}: command {shown(text)} {control}"
+        raise ConfigError(msg)
     problems = {
         "a comment (comment lines inside a RUN continuation are removed by docker and break the chain)": text.lstrip().startswith(
             "#"
@@ -216,11 +225,11 @@ def _check_shell(text: str, where: str) -> None:
     }
     for problem, found in problems.items():
         if found:
-            msg = f"{where}: command {text!r} is {problem}"
+            msg = f"{where}: command {shown(text)} is {problem}"
             raise ConfigError(msg)
     if RAW_PIP_RE.search(text):
         msg = (
-            f"{where}: command {text!r} runs pip from a shell string; write it as "
+            f"{where}: command {shown(text)} runs pip from a shell string; write it as "
             f'{{ pip = "install ...", build_isolation = true|false }} so the build-toolchain '
             f"constraint is applied"
         )
@@ -232,11 +241,11 @@ def _parse_command(raw: Any, where: str) -> Command:
         _check_shell(raw, where)
         return Shell(text=raw)
     if not isinstance(raw, dict):
-        msg = f"{where}: a command must be a string or a table, got {raw!r}"
+        msg = f"{where}: a command must be a string or a table, got {shown(raw)}"
         raise ConfigError(msg)
     kinds = [k for k in _COMMAND_KEYS if k in raw]
     if len(kinds) != 1:
-        msg = f"{where}: a command table needs exactly one of {', '.join(_COMMAND_KEYS)}; got keys {sorted(raw)}"
+        msg = f"{where}: a command table needs exactly one of {', '.join(_COMMAND_KEYS)}; got keys {shown(sorted(raw))}"
         raise ConfigError(msg)
     kind = kinds[0]
     t = Table(raw, f"{where} {{{kind} = ...}}")
@@ -246,20 +255,20 @@ def _parse_command(raw: Any, where: str) -> Command:
     if kind == "git":
         return GitCheckout(
             pin=t.string("git"),
-            into=t.string("into"),
+            into=t.string("into", kind=ABSOLUTE_PATH),
             submodules=t.boolean("submodules", default=False),
             blobless=t.boolean("blobless", default=False),
         )
     if kind == "fetch":
-        return FetchFile(pin=t.string("fetch"), into=t.string("into"))
-    return PypiDownload(pin=t.string("pypi"), into=t.string("into"))
+        return FetchFile(pin=t.string("fetch"), into=t.string("into", kind=ABSOLUTE_PATH))
+    return PypiDownload(pin=t.string("pypi"), into=t.string("into", kind=ABSOLUTE_PATH))
 
 
 def _parse_pip(t: Table) -> Pip:
     args = t.string("pip").strip()
     sub = args.split()[0] if args else ""
     if sub not in PIP_SUBCOMMANDS:
-        msg = f"{t.where}: unknown pip subcommand '{sub}'.{suggest(sub, PIP_SUBCOMMANDS)}"
+        msg = f"{t.where}: unknown pip subcommand {shown(sub)}.{suggest(sub, PIP_SUBCOMMANDS)}"
         raise ConfigError(msg)
     for flag in PIP_RESERVED_FLAGS:
         if flag in f"{args} ":
@@ -294,7 +303,7 @@ def _parse_step(path: Path, number: int, slug: str) -> Step:
     text = t.string("instruction")
     names = [i.value for i in Instruction]
     if text not in names:
-        msg = f"{path}: unknown instruction '{text}'.{suggest(text, names)} Known: {', '.join(names)}"
+        msg = f"{path}: unknown instruction {shown(text)}.{suggest(text, names)} Known: {', '.join(names)}"
         raise ConfigError(msg)
     instruction = Instruction(text)
     t.check_keys(_COMMON_STEP_KEYS + _STEP_KEYS[instruction])
@@ -303,7 +312,7 @@ def _parse_step(path: Path, number: int, slug: str) -> Step:
         "slug": slug,
         "source": path,
         "title": t.string("title"),
-        "why": " ".join(t.string("why").split()),
+        "why": t.paragraph("why"),
         "instruction": instruction,
         "env": _env_pairs(t, "env"),
         "env_after": _env_pairs(t, "env_after"),
@@ -311,9 +320,12 @@ def _parse_step(path: Path, number: int, slug: str) -> Step:
     if instruction is Instruction.FROM:
         return Step(**common, image=t.string("image"))
     if instruction is Instruction.WORKDIR:
-        return Step(**common, path=t.string("path"))
+        return Step(**common, path=t.string("path", kind=ABSOLUTE_PATH_TEMPLATE))
     if instruction is Instruction.COPY:
-        return Step(**common, src=t.string("src"), dest=t.string("dest"), from_pin=t.optional_string("from"))
+        from_pin = t.optional_string("from")
+        # From the donor stage: a path in that image; else a path in the build context.
+        src = t.string("src", kind=ABSOLUTE_PATH_TEMPLATE if from_pin else CONTEXT_PATH)
+        return Step(**common, src=src, dest=t.string("dest", kind=ABSOLUTE_PATH_TEMPLATE), from_pin=from_pin)
     raw = t.data.get("commands")
     if not isinstance(raw, list) or not raw:
         msg = f"{path}: a RUN step needs a non-empty 'commands' list"
@@ -329,11 +341,8 @@ def _load_spec(path: Path) -> ImageSpec:
     donor.check_keys(("name", "pin"))
     final = t.table("final_stage")
     final.check_keys(("entrypoint", "shell", "base_env"))
-    args = t.string_map("args")
+    args = t.string_map("args", names=ENV_NAME, values=TUNABLE)
     for name in args:
-        if not ENV_NAME_RE.fullmatch(name):
-            msg = f"{path} [args]: '{name}' must be UPPER_SNAKE_CASE"
-            raise ConfigError(msg)
         if name in STAGE_NAMES:
             msg = f"{path} [args]: '{name}' is an image-layout name (imagebuild.layout); rename the tunable"
             raise ConfigError(msg)
@@ -341,11 +350,11 @@ def _load_spec(path: Path) -> ImageSpec:
     python.check_keys(("build_requires", "guard_requires"))
     return ImageSpec(
         source=path,
-        donor_stage=donor.string("name"),
+        donor_stage=donor.string("name", kind=STAGE_NAME),
         donor_pin=donor.string("pin"),
         entrypoint=tuple(final.strings("entrypoint")),
         shell=tuple(final.strings("shell")),
-        base_env=tuple(final.strings("base_env")),
+        base_env=tuple(final.strings("base_env", kind=ENV_NAME)),
         args=tuple(args.items()),
         build_requires=_requirements(python, "build_requires"),
         guard_requires=_requirements(python, "guard_requires"),

@@ -34,7 +34,9 @@ from imagebuild.cli.verbs import (
 from imagebuild.distribute import commands as distribute
 from imagebuild.errors import ExitCode, ImageBuildError
 from imagebuild.log import logger, setup_logging
+from imagebuild.secrets import redact
 from imagebuild.slurm import command as slurm
+from imagebuild.values import escape_controls
 
 # Every verb, in the order `imagebuild --help` lists them; a new verb adds its module's register here.
 REGISTRARS: tuple[Callable[[Verbs], None], ...] = (
@@ -157,7 +159,17 @@ def _usage_failure(error: UsageError, wants_json: bool) -> int:
 
 
 def _fail(message: str, code: ExitCode, *, json_too: bool) -> int:
-    """Report an error: one line on stderr, and with --json a JSON document on stdout too."""
+    """Report an error: one line on stderr, and with --json a JSON document on stdout too.
+
+    A value quoted in the message cannot break the line or drive the terminal: control
+    characters are escaped (bad input keeps to one line; a build failure's log tail keeps
+    its lines) and credentials are redacted.
+    """
+    if code is ExitCode.BAD_INPUT:
+        message = escape_controls(message)
+    else:
+        message = "\n".join(escape_controls(line) for line in message.split("\n"))
+    message = redact(message)
     if code is ExitCode.INTERRUPTED:
         print(f"imagebuild: {message}", file=sys.stderr)
     else:

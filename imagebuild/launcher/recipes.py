@@ -66,8 +66,8 @@ def load_recipe(name: str, directory: Path) -> Recipe:
     try:
         with path.open("rb") as stream:
             data = tomllib.load(stream)
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        msg = f"{path}: cannot read the recipe ({error}): fix the file"
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        msg = f"{path}: cannot read the recipe ({error}): fix the file (UTF-8 TOML)"
         raise LauncherError(msg) from error
     for key in data:
         if key not in RECIPE_KEYS:

@@ -89,7 +89,7 @@ def _lock(options: LockOptions, deadline: Deadline, say: Progress, verbose: Prog
         return options.upgrade or pin.name in options.upgrade_pins
 
     todo = [p for p in pinset if needs_resolution(p, upgrade=upgrading(p))]
-    check_pins(pinset, options.upgrade_pins, needs_python=any(p.needs_target_python for p in todo))
+    check_pins(pinset, options.upgrade_pins)
     credentials = _credentials(todo)
     resolved = _resolve_all(
         todo, pinset, options=options, deadline=deadline, credentials=credentials, say=say, verbose=verbose

@@ -6,10 +6,11 @@ dataclasses of ``kinds`` (one class per kind of pin) and the ``PinSet`` of
 order and formatting survive; the caller writes the text atomically.
 """
 
-from imagebuild.pins.base import COMMIT_RE, DIGEST_RE, PYPI_SIMPLE, SHA256_RE, Drift, Pin, PinKind, Refresh
+from imagebuild.pins.base import PYPI_SIMPLE, Drift, Pin, PinKind, Refresh
 from imagebuild.pins.description import PackageUrl, PinDescription
 from imagebuild.pins.kinds import PIN_TYPES, GitPin, ImagePin, PypiPin, ToolchainPin, WheelPin
 from imagebuild.pins.pinset import IdentityUpdate, PinSet, load_pins, parse_pins, render_updates
+from imagebuild.values import COMMIT_RE, DIGEST_RE, SHA256_RE
 
 __all__ = [
     "COMMIT_RE",

@@ -5,7 +5,6 @@ The kinds themselves (one class each) are in kinds.py.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -14,13 +13,10 @@ from typing import ClassVar, Literal, Self
 
 from packaging.utils import canonicalize_name
 
-from imagebuild.errors import ConfigError, UnpinnedError
+from imagebuild.errors import UnpinnedError
 from imagebuild.pins.description import PinDescription
 from imagebuild.schema import Table
 
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 PYPI_SIMPLE = "https://pypi.org/simple/"
 
 
@@ -129,17 +125,3 @@ class Pin:
 def simple_project_url(index: str, project: str) -> str:
     """A project's page on a PEP 503 simple index."""
     return f"{index.rstrip('/')}/{canonicalize_name(project)}/"
-
-
-def identity_field(t: Table, key: str, pattern: re.Pattern[str], example: str) -> str | None:
-    """An identity field: empty means 'not locked yet', anything else must be well formed."""
-    value = t.string(key, default="")
-    if not value:
-        return None
-    if not pattern.fullmatch(value):
-        msg = (
-            f"{t.where}: '{key}' = {value!r} is not a valid {example}; "
-            f"fix it or clear it and run `imagebuild lock`"
-        )
-        raise ConfigError(msg)
-    return value

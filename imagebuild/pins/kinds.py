@@ -21,20 +21,33 @@ from packaging.utils import canonicalize_name
 
 from imagebuild.errors import ConfigError
 from imagebuild.pins.base import (
-    COMMIT_RE,
-    DIGEST_RE,
     PYPI_SIMPLE,
-    SHA256_RE,
     Drift,
     Pin,
     PinKind,
     Refresh,
-    identity_field,
     simple_project_url,
 )
 from imagebuild.pins.description import PackageUrl, PinDescription, git_package_url
 from imagebuild.references import parse_image_name
 from imagebuild.schema import Table, suggest
+from imagebuild.values import (
+    ABSOLUTE_PATH,
+    COMMIT,
+    DIGEST,
+    FILE_NAME,
+    GIT_REF,
+    GIT_URL,
+    HTTPS_URL,
+    IMAGE_NAME,
+    IMAGE_TAG,
+    PROJECT_NAME,
+    PYTHON_VERSION,
+    SHA256,
+    TOOLCHAIN_VERSION,
+    VERSION,
+    shown,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,12 +68,12 @@ class ImagePin(Pin):
         return cls(
             name=name,
             source=source,
-            image=t.string("image"),
-            tag=t.string("tag"),
-            digest=identity_field(t, "digest", DIGEST_RE, "'sha256:' + 64 hex digest"),
-            platform_digest=identity_field(t, "platform_digest", DIGEST_RE, "'sha256:' + 64 hex digest"),
-            python=t.string("python"),
-            site_packages=t.string("site_packages"),
+            image=t.string("image", kind=IMAGE_NAME),
+            tag=t.string("tag", kind=IMAGE_TAG),
+            digest=t.optional_string("digest", kind=DIGEST),
+            platform_digest=t.optional_string("platform_digest", kind=DIGEST),
+            python=t.string("python", kind=PYTHON_VERSION),
+            site_packages=t.string("site_packages", kind=ABSOLUTE_PATH),
         )
 
     @property
@@ -138,17 +151,17 @@ class GitPin(Pin):
 
     @classmethod
     def from_table(cls, t: Table, *, name: str, source: Path) -> Self:
-        tag, branch = t.optional_string("tag"), t.optional_string("branch")
+        tag, branch = t.optional_string("tag", kind=GIT_REF), t.optional_string("branch", kind=GIT_REF)
         if tag and branch:
             msg = f"{t.where}: set either 'tag' or 'branch', not both"
             raise ConfigError(msg)
         return cls(
             name=name,
             source=source,
-            url=t.string("url"),
+            url=t.string("url", kind=GIT_URL),
             tag=tag,
             branch=branch,
-            commit=identity_field(t, "commit", COMMIT_RE, "40-hex commit SHA"),
+            commit=t.optional_string("commit", kind=COMMIT),
         )
 
     @property
@@ -211,14 +224,23 @@ class WheelPin(Pin):
 
     @classmethod
     def from_table(cls, t: Table, *, name: str, source: Path) -> Self:
-        return cls(
+        pin = cls(
             name=name,
             source=source,
-            url=t.string("url"),
-            version=t.string("version"),
-            sha256=identity_field(t, "sha256", SHA256_RE, "64-hex sha256"),
+            url=t.string("url", kind=HTTPS_URL),
+            version=t.string("version", kind=VERSION),
+            sha256=t.optional_string("sha256", kind=SHA256),
             size=t.integer("size", default=0),
         )
+        if pin.size < 0:
+            msg = f"{t.where}: 'size' = {pin.size} is negative; clear it and run `imagebuild lock`"
+            raise ConfigError(msg)
+        # The file name is the URL's last segment, %-decoded: it becomes an ARG and a path in the
+        # image, and pip reads its tags, so it must be a plain wheel file name.
+        if FILE_NAME.problem(pin.filename) or not pin.filename.endswith(".whl"):
+            msg = f"{t.where}: 'url' ends in {shown(pin.filename)}, not a wheel file name (NAME-VERSION-TAGS.whl)"
+            raise ConfigError(msg)
+        return pin
 
     @property
     def identity(self) -> str | None:
@@ -291,11 +313,11 @@ class PypiPin(Pin):
         return cls(
             name=name,
             source=source,
-            project=t.string("project"),
-            version=t.string("version"),
-            index=t.string("index"),
-            filename=t.optional_string("filename") or None,
-            sha256=identity_field(t, "sha256", SHA256_RE, "64-hex sha256"),
+            project=t.string("project", kind=PROJECT_NAME),
+            version=t.string("version", kind=VERSION),
+            index=t.string("index", kind=HTTPS_URL),
+            filename=t.optional_string("filename", kind=FILE_NAME),
+            sha256=t.optional_string("sha256", kind=SHA256),
         )
 
     @property
@@ -358,7 +380,7 @@ class ToolchainPin(Pin):
 
     @classmethod
     def from_table(cls, t: Table, *, name: str, source: Path) -> Self:
-        return cls(name=name, source=source, version=t.string("version"))
+        return cls(name=name, source=source, version=t.string("version", kind=TOOLCHAIN_VERSION))
 
     @property
     def identity(self) -> str | None:
@@ -395,7 +417,7 @@ def parse_pin(name: str, t: Table, source: Path) -> Pin:
     kinds = [k.value for k in PinKind]
     kind_text = t.string("kind")
     if kind_text not in kinds:
-        msg = f"{t.where}: unknown kind '{kind_text}'.{suggest(kind_text, kinds)} Known kinds: {', '.join(kinds)}"
+        msg = f"{t.where}: unknown kind {shown(kind_text)}.{suggest(kind_text, kinds)} Known kinds: {', '.join(kinds)}"
         raise ConfigError(msg)
     pin_type = PIN_TYPES[PinKind(kind_text)]
     t.check_keys(("kind", *pin_type.keys))

@@ -13,6 +13,7 @@ from imagebuild.errors import ConfigError
 from imagebuild.pins.base import Pin
 from imagebuild.pins.kinds import ImagePin, parse_pin
 from imagebuild.schema import Table, read_toml, suggest
+from imagebuild.values import escape_controls, shown
 
 PIN_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -34,7 +35,7 @@ class PinSet:
         for pin in self.pins:
             if pin.name == name:
                 return pin
-        msg = f"{self.path}: no pin named '{name}'.{suggest(name, self.names())} Pins: {', '.join(self.names())}"
+        msg = f"{self.path}: no pin named {shown(name)}.{suggest(name, self.names())} Pins: {', '.join(self.names())}"
         raise ConfigError(msg)
 
     def image(self, name: str) -> ImagePin:
@@ -60,17 +61,17 @@ class PinSet:
 
 
 def load_pins(path: Path) -> PinSet:
-    return parse_pins(read_toml(path), path)
+    return parse_pins(read_toml(path, "pins file"), path)
 
 
 def parse_pins(data: Mapping[str, Any], path: Path) -> PinSet:
     pins: list[Pin] = []
     for name, value in data.items():
         if not isinstance(value, dict):
-            msg = f"{path}: top-level key '{name}' must be a table [{name}]"
+            msg = f"{path}: top-level key {shown(name)} must be a table [{escape_controls(name)}]"
             raise ConfigError(msg)
         if not PIN_NAME_RE.fullmatch(name):
-            msg = f"{path}: pin name '{name}' must be lowercase letters, digits and '_'"
+            msg = f"{path}: pin name {shown(name)} must be lowercase letters, digits and '_'"
             raise ConfigError(msg)
         pins.append(parse_pin(name, Table(value, f"{path} [{name}]"), path))
     return PinSet(path, tuple(pins))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from dataclasses import dataclass, replace
 
@@ -17,11 +18,11 @@ from imagebuild.render.model import (
     LineKind,
     RenderedStep,
     RenderOptions,
-    quote,
 )
-from imagebuild.render.policy import check_classic_builder, check_pinned
+from imagebuild.render.policy import check_classic_builder, check_line_structure, check_pinned
 from imagebuild.render.scope import ArgScope, build_scope, check_arg_name, needed_args, refs
 from imagebuild.stages import ImageDefinition, Instruction, Step
+from imagebuild.values import dockerfile_literal, quoted_template
 
 COMMENT_WIDTH = 96
 
@@ -44,7 +45,9 @@ def render(
         check_arg_name(name, str(pins.path))
         lines.append(
             Line(
-                text=f"ARG {name}={quote(scope.values[name])}", kind=LineKind.ARG, pins=frozenset({pin.name})
+                text=f"ARG {name}={dockerfile_literal(scope.values[name])}",
+                kind=LineKind.ARG,
+                pins=frozenset({pin.name}),
             )
         )
     lines += [
@@ -80,6 +83,7 @@ def render(
         ),
     )
     check_classic_builder(dockerfile)
+    check_line_structure(dockerfile)
     return dockerfile
 
 
@@ -112,7 +116,7 @@ def _render_step(
         owner = scope.owners.get(name)
         lines.append(
             Line(
-                text=f"ARG {name}={quote(scope.values[name])}",
+                text=f"ARG {name}={dockerfile_literal(scope.values[name])}",
                 kind=LineKind.ARG,
                 step=number,
                 pins=frozenset({owner}) if owner else frozenset(),
@@ -193,7 +197,7 @@ def _without_constraint_env(step: Step) -> Step:
 
 
 def _env_line(pairs: tuple[tuple[str, str], ...], step: int) -> Line:
-    body = " \\\n    ".join(f"{k}={quote(v)}" for k, v in pairs)
+    body = " \\\n    ".join(f"{k}={quoted_template(v)}" for k, v in pairs)
     return Line(text=f"ENV {body}", kind=LineKind.ENV, step=step, final_stage=True)
 
 
@@ -206,8 +210,9 @@ def _comment(text: str, step: int | None = None, final: bool = False) -> list[Li
 
 def _after_from(definition: ImageDefinition, step: int) -> list[Line]:
     spec = definition.spec
-    entry = "[" + ", ".join(quote(e) for e in spec.entrypoint) + "]"
-    shell = "[" + ", ".join(quote(s) for s in spec.shell) + "]"
+    # JSON form: each element one argv word, whatever it holds.
+    entry = json.dumps(list(spec.entrypoint), ensure_ascii=False)
+    shell = json.dumps(list(spec.shell), ensure_ascii=False)
     return [
         Line(text=f"ENTRYPOINT {entry}", kind=LineKind.INSTRUCTION, step=step, final_stage=True),
         Line(text=f"SHELL {shell}", kind=LineKind.INSTRUCTION, step=step, final_stage=True),

@@ -12,8 +12,9 @@ from typing import TypeVar, assert_never
 from imagebuild.errors import ConfigError
 from imagebuild.layout import CHECK_TOOL, CONSTRAINT_FILE
 from imagebuild.pins import GitPin, Pin, PinSet, PypiPin, WheelPin
-from imagebuild.render.model import ConstraintMode, quote
+from imagebuild.render.model import ConstraintMode
 from imagebuild.stages import Command, FetchFile, GitCheckout, Pip, PypiDownload, Shell, Step
+from imagebuild.values import quoted_template, shell_quoted_text, shell_word
 
 SETUPTOOLS_GUARD = f"{CHECK_TOOL} setuptools-guard"
 
@@ -52,7 +53,7 @@ def _pip_args(cmd: Pip) -> str:
 
 
 def pip_lines(cmd: Pip, mode: ConstraintMode) -> list[str]:
-    env = " ".join(f"{k}={quote(v)}" for k, v in cmd.env)
+    env = " ".join(f"{k}={quoted_template(v)}" for k, v in cmd.env)
     prefix = f"{env} " if env else ""
     args = _pip_args(cmd)
     if cmd.build_isolation is False:
@@ -67,7 +68,7 @@ def pip_lines(cmd: Pip, mode: ConstraintMode) -> list[str]:
 
 
 def _git(cmd: GitCheckout, pin: GitPin) -> list[str]:
-    repo, commit, d = f"${{{pin.arg_prefix}_REPO}}", f"${{{pin.arg_prefix}_COMMIT}}", cmd.into
+    repo, commit, d = f"${{{pin.arg_prefix}_REPO}}", f"${{{pin.arg_prefix}_COMMIT}}", shell_word(cmd.into)
     blobless = " --filter=blob:none" if cmd.blobless else ""
     lines = [
         f'git clone --quiet{blobless} "{repo}" {d}',
@@ -82,19 +83,20 @@ def _git(cmd: GitCheckout, pin: GitPin) -> list[str]:
 
 
 def _fetch(cmd: FetchFile, pin: WheelPin) -> list[str]:
-    p, d = pin.arg_prefix, cmd.into
+    p, d = pin.arg_prefix, shell_quoted_text(cmd.into)
     path = f'"{d}/${{{p}_WHEEL_FILE}}"'
     return [
-        f"mkdir -p {d}",
+        f"mkdir -p {shell_word(cmd.into)}",
         f'curl -fsSL --retry 3 -o {path} "${{{p}_WHEEL_URL}}"',
         f'echo "${{{p}_WHEEL_SHA256}}  {d}/${{{p}_WHEEL_FILE}}" | sha256sum -c -',
     ]
 
 
 def _pypi(cmd: PypiDownload, pin: PypiPin, mode: ConstraintMode) -> list[str]:
-    p, d = pin.arg_prefix, cmd.into
+    p, d = pin.arg_prefix, shell_quoted_text(cmd.into)
+    project = shell_quoted_text(pin.project)
     download = Pip(
-        args=f'download --no-deps --only-binary=:all: --dest {d} "{pin.project}==${{{p}_VERSION}}"',
+        args=f'download --no-deps --only-binary=:all: --dest "{d}" "{project}==${{{p}_VERSION}}"',
         build_isolation=True,
     )
     return [*pip_lines(download, mode), f'echo "${{{p}_SHA256}}  {d}/${{{p}_FILE}}" | sha256sum -c -']

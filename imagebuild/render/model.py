@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from imagebuild.errors import ConfigError
 from imagebuild.stages import Instruction
+from imagebuild.values import control_problem, dockerfile_literal, shown
 
 
 class ConstraintMode(StrEnum):
@@ -64,23 +64,18 @@ class Dockerfile:
         return "".join(f"{line.text}\n" for line in self.lines)
 
 
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-
-
 def label_instruction(labels: Mapping[str, str]) -> str:
-    """One ``LABEL "k"="v" ...`` line with every label, keys sorted; control characters refused.
+    """One ``LABEL "k"="v" ...`` line with every label, keys sorted, taken literally; control characters refused.
 
     One instruction, not the engine's ``labels`` build option: the classic
     builder turns that option into one LABEL instruction per label, each a
     container commit of its own (13 commits, about 2 s of a cold build).
     """
     for key, value in labels.items():
-        if CONTROL_RE.search(key) or CONTROL_RE.search(value):
-            msg = f"label {key!r}: control characters are not allowed in a label ({value!r})"
+        problem = control_problem(key) or control_problem(value)
+        if problem:
+            msg = f"label {shown(key)} = {shown(value)}: {problem}; control characters are not allowed in a label"
             raise ConfigError(msg)
-    return "LABEL " + " ".join(f"{quote(k)}={quote(labels[k])}" for k in sorted(labels))
-
-
-def quote(value: str) -> str:
-    """A double-quoted string for a Dockerfile ARG/ENV value or a shell word."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return "LABEL " + " ".join(
+        f"{dockerfile_literal(k)}={dockerfile_literal(labels[k])}" for k in sorted(labels)
+    )

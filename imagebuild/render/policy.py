@@ -6,7 +6,8 @@ import re
 
 from imagebuild.errors import ConfigError, UnpinnedError
 from imagebuild.pins import PinSet
-from imagebuild.render.model import Dockerfile, RenderOptions
+from imagebuild.render.model import Dockerfile, LineKind, RenderOptions
+from imagebuild.values import control_problem
 
 # Syntax that needs BuildKit's frontend; docker-py drives the classic builder.
 CLASSIC_BUILDER_FORBIDDEN = {
@@ -35,3 +36,24 @@ def check_classic_builder(dockerfile: Dockerfile) -> None:
                 where = f"step {line.step}" if line.step else "the Dockerfile header"
                 msg = f"{where}: uses {what}, which the classic builder (docker-py) cannot parse"
                 raise ConfigError(msg)
+
+
+def check_line_structure(dockerfile: Dockerfile) -> None:
+    """Each typed line is exactly one Dockerfile line or instruction; no value may have added one.
+
+    Values are validated when their files are read and quoted when rendered; this is the last
+    guard: a line break inside a line must continue an ARG-free instruction (RUN, ENV) with a
+    trailing backslash, and nothing may carry another control character.
+    """
+    for line in dockerfile.lines:
+        physical = line.text.split("\n")
+        continued = line.kind in (LineKind.INSTRUCTION, LineKind.ENV) and all(
+            p.endswith(" \\") for p in physical[:-1]
+        )
+        problem = control_problem(line.text.replace("\n", " ")) or (
+            None if len(physical) == 1 or continued else "spans lines"
+        )
+        if problem:
+            where = f"step {line.step}" if line.step else "the Dockerfile header"
+            msg = f"{where}: a rendered {line.kind} line {problem}: {line.text[:60]!r}; a value reached the Dockerfile unchecked (a bug: report it)"
+            raise ConfigError(msg)

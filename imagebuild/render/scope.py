@@ -20,6 +20,7 @@ from imagebuild.render.model import RenderOptions
 from imagebuild.schema import suggest
 from imagebuild.secrets import secret_reason
 from imagebuild.stages import ImageDefinition, Step
+from imagebuild.values import TUNABLE, shown
 
 REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::[-+][^}]*)?\}")
 
@@ -58,9 +59,9 @@ def build_scope(
                 if name in pins.build_args()
                 else f"tunables: {', '.join(tunables)}"
             )
-            msg = f"--build-arg {name}: not a build tunable of {definition.spec.source}.{suggest(name, tunables)} ({hint})"
+            msg = f"--build-arg {shown(name)}: not a build tunable of {definition.spec.source}.{suggest(name, tunables)} ({hint})"
             raise ConfigError(msg)
-        tunables[name] = value
+        tunables[name] = TUNABLE.check(value, "--build-arg", name)
     values: dict[str, str] = {}
     sources: list[tuple[str, Mapping[str, str]]] = [
         *((f"pin [{p.name}] in {pins.path}", p.build_args()) for p in pins),

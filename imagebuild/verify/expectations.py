@@ -230,7 +230,7 @@ def banned_env_names(recipes_dir: Path, recipe: str) -> tuple[str, ...]:
     path = recipes_dir / f"{recipe}.toml"
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         msg = f"{path}: cannot read the launcher recipe to derive the banned ENV ({e})"
         raise ConfigError(msg) from e
     env = data.get("env", {})

@@ -226,7 +226,7 @@ def test_a_version_like_latest_is_bad_input_found_before_any_request(
     index = index_page(file_server, [])
     path = write(tmp_path, base_pin("127.0.0.1:1/never/asked"), pypi_pin(index, version="latest"))
     before = path.read_bytes()
-    with pytest.raises(ConfigError, match=r"\[flydsl\]: version = 'latest' is not a release version") as e:
+    with pytest.raises(ConfigError, match=r"\[flydsl\]: 'version' = 'latest' is not a release version") as e:
         lock(options(path, amd64))
     assert e.value.exit_code == 2
     assert file_server.hits == {}

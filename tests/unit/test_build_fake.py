@@ -240,8 +240,12 @@ def test_a_label_that_looks_like_a_credential_is_refused(project: Path, build_st
 
 def test_label_line_is_one_sorted_instruction_and_refuses_control_characters() -> None:
     assert label_instruction({"b": 'say "hi"', "a": "1"}) == 'LABEL "a"="1" "b"="say \\"hi\\""'
-    with pytest.raises(ConfigError, match="control characters"):
-        label_instruction({"a": "line\nbreak"})
+    assert (
+        label_instruction({"a": "${HOME}"}) == 'LABEL "a"="\\${HOME}"'
+    )  # literal: docker expands $ in LABEL
+    for bad in ("line\nbreak", "cr\rhere", "nul\x00", "del\x7f", "sep\u2028"):
+        with pytest.raises(ConfigError, match="control characters"):
+            label_instruction({"a": bad})
 
 
 def test_a_cached_rebuild_keeps_the_sbom_and_provenance_that_describe_its_image(

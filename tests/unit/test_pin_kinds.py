@@ -43,8 +43,8 @@ def test_every_pin_lock_may_refresh_has_a_resolver() -> None:
 @pytest.mark.parametrize(
     ("table", "expected"),
     [
-        ({"kind": "git", "url": "u", "commit": ""}, Refresh.NEVER),
-        ({"kind": "git", "url": "u", "tag": "v1", "commit": ""}, Refresh.ALWAYS),
+        ({"kind": "git", "url": "https://example.org/r.git", "commit": ""}, Refresh.NEVER),
+        ({"kind": "git", "url": "https://example.org/r.git", "tag": "v1", "commit": ""}, Refresh.ALWAYS),
         ({"kind": "wheel", "url": "https://x/a.whl", "version": "1", "sha256": ""}, Refresh.WHEN_EMPTY),
         ({"kind": "toolchain", "version": "1.88.0"}, Refresh.NEVER),
     ],
@@ -55,6 +55,13 @@ def test_refresh_policy_by_kind(table: dict[str, str], expected: Refresh) -> Non
 
 
 def test_identity_fields_report_empty_identities_as_empty() -> None:
-    table = {"kind": "pypi", "project": "x", "version": "1", "index": "i", "filename": "", "sha256": ""}
+    table = {
+        "kind": "pypi",
+        "project": "x",
+        "version": "1",
+        "index": "https://pypi.org/simple/",
+        "filename": "",
+        "sha256": "",
+    }
     (pin,) = parse_pins({"p": table}, Path("pins.toml"))
     assert pin.identity_fields() == {"filename": "", "sha256": ""}

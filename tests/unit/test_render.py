@@ -70,7 +70,7 @@ def test_every_git_source_is_checked_out_by_full_sha_and_verified() -> None:
         commit = pins.get(name).identity
         assert f'ARG {prefix}_COMMIT="{commit}"' in text
         assert f'checkout --quiet "${{{prefix}_COMMIT}}"' in text
-        assert f'[ "$(git -C /tmp/{name} rev-parse HEAD)" = "${{{prefix}_COMMIT}}" ]' in text
+        assert f'[ "$(git -C "/tmp/{name}" rev-parse HEAD)" = "${{{prefix}_COMMIT}}" ]' in text
 
 
 def test_downloads_are_verified_with_sha256sum() -> None:

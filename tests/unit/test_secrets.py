@@ -80,7 +80,9 @@ noise = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=6
 
 
 @given(before=noise, example=secrets_, after=noise, twice=st.booleans())
-def test_a_report_never_shows_the_secret(before: str, example: tuple[str, str], after: str, twice: bool) -> None:
+def test_a_report_never_shows_the_secret(
+    before: str, example: tuple[str, str], after: str, twice: bool
+) -> None:
     text, secret = example
     doc = f"{before} {text} {after}" + (f" {text}" if twice else "")
     shown = " ".join(f.shown for f in find_secrets(doc))

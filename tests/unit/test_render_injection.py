@@ -1,0 +1,335 @@
+"""No value reaches the Dockerfile as anything but the one value it is.
+
+For arbitrary strings in any pin field, tunable, build arg, arch value and
+stage env value or path, rendering either refuses with exit 2 (ConfigError)
+or yields a Dockerfile whose instruction list, parsed by a real Dockerfile
+parser (dockerfile-parse), is the one a benign value gives (comments aside:
+a longer title wraps onto more comment lines); and every RUN
+line parses (bashlex) to the same shell structure: the same commands, words,
+operators and redirections, no command substitution the benign one lacks.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import bashlex
+import pytest
+import tomlkit
+from dockerfile_parse import DockerfileParser
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from imagebuild.errors import ConfigError
+from imagebuild.project import find_project
+from imagebuild.render import RenderOptions, render
+from tests import REPO
+
+# Pieces of Dockerfile and shell syntax, and characters that end or hide a line.
+NASTY = [
+    "\n", "\r", "\r\n", "\x00", "\x7f", "\x1b", "\u2028", "\u0085", "\\", "\\\n", '"', "'", "`", "$",
+    "$(touch /pwned)", "`touch /pwned`", "${HOME}", "$HOME", ";", "&&", "||", "|", "&", " ", "\t", "#",
+    "\nRUN touch /pwned", "\n# comment", " \\\n && touch /pwned", "<<EOF", ">", "<", "*", "?", "[", "]",
+    "{", "}", "(", ")", "!", "~", "%0A", "%22", "@", ":", "/", "..", "-", "=", ",", "+", ".", "x", "0",
+]  # fmt: skip
+
+
+def values(original: str) -> st.SearchStrategy[str]:
+    """Arbitrary text, syntax pieces, and the original value with pieces spliced in (near misses)."""
+    pieces = st.lists(st.sampled_from(NASTY), min_size=1, max_size=5).map("".join)
+    spliced = st.tuples(pieces, st.integers(0, len(original)), pieces).map(
+        lambda t: original[: t[1]] + t[0] + original[t[1] :] + t[2]
+    )
+    return st.one_of(st.text(max_size=40), pieces, spliced, st.just(original))
+
+
+def instructions(text: str) -> list[str]:
+    """The instructions in order, comments and ARGs aside: a longer title wraps onto more comment
+    lines, and an env value may reference another ARG (declared before the step, see arg_names)."""
+    parser = DockerfileParser(fileobj=io.BytesIO(text.encode()))
+    return [item["instruction"] for item in parser.structure if item["instruction"] not in ("COMMENT", "ARG")]
+
+
+def arg_names(text: str) -> set[str]:
+    parser = DockerfileParser(fileobj=io.BytesIO(text.encode()))
+    names = set()
+    for item in parser.structure:
+        if item["instruction"] == "ARG":
+            name, sep, _ = item["value"].partition("=")
+            assert sep, item
+            assert re.fullmatch(r"[A-Z][A-Z0-9_]*", name), item
+            names.add(name)
+    return names
+
+
+def shell_shape(command: str) -> list[Any]:
+    """The structure of a shell command line: node kinds and word counts, not the words' text.
+
+    Parameter expansions inside a word are allowed to differ (an env value may reference ${NAME});
+    anything else that differs (a command substitution, an operator, a word more) is an injection.
+    """
+
+    def shape(node: Any) -> Any:
+        kind = node.kind
+        children = [shape(c) for c in getattr(node, "parts", []) or getattr(node, "list", [])]
+        children = [c for c in children if c is not None]
+        if kind in ("parameter", "tilde"):
+            return None
+        if kind == "word":
+            return ("word", tuple(children))
+        return (kind, tuple(children))
+
+    return [shape(part) for part in bashlex.parse(command)]
+
+
+def run_lines(text: str) -> list[str]:
+    parser = DockerfileParser(fileobj=io.BytesIO(text.encode()))
+    return [item["value"] for item in parser.structure if item["instruction"] == "RUN"]
+
+
+class World:
+    """The checkout's inputs in a temp directory, re-read after each edit, as the CLI reads them."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        for name in ("stages", "constraints"):
+            shutil.copytree(REPO / name, root / name, dirs_exist_ok=True)
+        shutil.copy(REPO / "pins.toml", root / "pins.toml")
+        self.pristine = {p: p.read_text() for p in root.rglob("*.toml")}
+        self.dirty: set[Path] = set()
+
+    def reset(self) -> None:
+        for path in self.dirty:
+            path.write_text(self.pristine[path])
+        self.dirty.clear()
+
+    def edit(self, relative: str, change: Callable[[Any], None]) -> None:
+        path = self.root / relative
+        doc = tomlkit.parse(self.pristine[path])
+        change(doc)
+        self.dirty.add(path)
+        path.write_text(tomlkit.dumps(doc))
+
+    def render(self, build_args: dict[str, str] | None = None) -> str:
+        project = find_project(self.root, self.root / "pins.toml")
+        inputs = project.load("gfx942")
+        options = RenderOptions(allow_unpinned=True, build_args=build_args or {})
+        return render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, options).text
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    return World(tmp_path_factory.mktemp("world"))
+
+
+@dataclass(frozen=True)
+class Benign:
+    instructions: list[str]
+    args: set[str]
+    runs: list[str]
+    shapes: list[list[Any]]
+
+
+@pytest.fixture(scope="module")
+def benign(world: World) -> Benign:
+    world.reset()
+    text = world.render()
+    runs = run_lines(text)
+    return Benign(instructions(text), arg_names(text), runs, [shell_shape(run) for run in runs])
+
+
+def assert_refused_or_same_structure(render_it: Callable[[], str], benign: Benign) -> bool:
+    """True when rendered (and proven structurally the same), False when refused as bad input."""
+    try:
+        text = render_it()
+    except ConfigError:
+        return False
+    assert instructions(text) == benign.instructions, text
+    assert arg_names(text) <= benign.args, text  # no ARG the stages and pins do not define
+    for i, run in enumerate(run_lines(text)):  # the instruction lists are equal: RUN i is RUN i
+        if run != benign.runs[i]:  # an unchanged line has the benign shape: parse only the others
+            assert shell_shape(run) == benign.shapes[i], run
+    return True
+
+
+PROPERTY = settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def _pin_fields() -> list[tuple[str, str]]:
+    data = tomllib.loads((REPO / "pins.toml").read_text())
+    return [
+        (pin, key) for pin, table in data.items() for key, value in table.items() if isinstance(value, str)
+    ]
+
+
+PIN_FIELDS = _pin_fields()
+
+
+@pytest.mark.parametrize(("pin", "key"), PIN_FIELDS, ids=[f"{p}.{k}" for p, k in PIN_FIELDS])
+@PROPERTY
+@given(data=st.data())
+def test_any_pin_field(world: World, benign: Any, pin: str, key: str, data: st.DataObject) -> None:
+    value = data.draw(values(tomllib.loads((REPO / "pins.toml").read_text())[pin][key]))
+
+    def render_it() -> str:
+        world.reset()
+        world.edit("pins.toml", lambda doc: doc[pin].__setitem__(key, value))
+        return world.render()
+
+    assert_refused_or_same_structure(render_it, benign)
+
+
+TUNABLES = ["MAX_JOBS", "NVCC_THREADS", "WITH_NIXL"]
+
+
+@pytest.mark.parametrize("name", TUNABLES)
+@PROPERTY
+@given(data=st.data())
+def test_any_build_arg(world: World, benign: Any, name: str, data: st.DataObject) -> None:
+    value = data.draw(values("32"))
+    world.reset()
+    assert_refused_or_same_structure(lambda: world.render({name: value}), benign)
+
+
+@pytest.mark.parametrize("name", TUNABLES)
+@PROPERTY
+@given(data=st.data())
+def test_any_tunable_default(world: World, benign: Any, name: str, data: st.DataObject) -> None:
+    value = data.draw(values("8"))
+
+    def render_it() -> str:
+        world.reset()
+        world.edit("stages/image.toml", lambda doc: doc["args"].__setitem__(name, value))
+        return world.render()
+
+    assert_refused_or_same_structure(render_it, benign)
+
+
+ARCH_KEYS = ["gfx_arch", "rocm_arch", "mori_gpu_archs", "nic_arch", "description"]
+
+
+@pytest.mark.parametrize("key", ARCH_KEYS)
+@PROPERTY
+@given(data=st.data())
+def test_any_arch_value(world: World, benign: Any, key: str, data: st.DataObject) -> None:
+    value = data.draw(values("gfx942"))
+
+    def render_it() -> str:
+        world.reset()
+        world.edit("stages/arch/gfx942.toml", lambda doc: doc.__setitem__(key, value))
+        return world.render()
+
+    assert_refused_or_same_structure(render_it, benign)
+
+
+def _set_env(doc: Any, value: str) -> None:
+    doc["env"]["BUILD_UMBP"] = value
+
+
+def _set_pip_env(doc: Any, value: str) -> None:
+    next(c for c in doc["commands"] if isinstance(c, dict) and "env" in c)["env"]["NVCC_THREADS"] = value
+
+
+def _set_into(doc: Any, value: str) -> None:
+    next(c for c in doc["commands"] if isinstance(c, dict) and "git" in c)["into"] = value
+
+
+def _set_title(doc: Any, value: str) -> None:
+    doc["title"] = value
+
+
+def _set_why(doc: Any, value: str) -> None:
+    doc["why"] = value
+
+
+def _set_workdir(doc: Any, value: str) -> None:
+    doc["path"] = value
+
+
+def _set_copy_dest(doc: Any, value: str) -> None:
+    doc["dest"] = value
+
+
+STAGE_EDITS: dict[str, tuple[str, Callable[[Any, str], None], str]] = {
+    "step env value": ("stages/04-mori.toml", _set_env, "OFF"),
+    "env_after value": ("stages/10-nixl.toml", lambda d, v: d["env_after"].__setitem__("VLLM_CACHE_ROOT", v), "/x"),
+    "pip env value": ("stages/07-vllm.toml", _set_pip_env, "${NVCC_THREADS}"),
+    "git into path": ("stages/04-mori.toml", _set_into, "/tmp/mori"),
+    "fetch into path": (
+        "stages/05-aiter.toml",
+        lambda d, v: next(c for c in d["commands"] if isinstance(c, dict) and "fetch" in c).__setitem__("into", v),
+        "/tmp/aiter",
+    ),
+    "pypi into path": (
+        "stages/15-flydsl-repin.toml",
+        lambda d, v: next(c for c in d["commands"] if isinstance(c, dict) and "pypi" in c).__setitem__("into", v),
+        "/tmp/flydsl",
+    ),
+    "title": ("stages/06-aiter-jit.toml", _set_title, "Drop stale AITER JIT caches"),
+    "why": ("stages/06-aiter-jit.toml", _set_why, "JIT objects in the base"),
+    "WORKDIR path": ("stages/02-workdir.toml", _set_workdir, "/app"),
+    "COPY dest": ("stages/18-launcher.toml", _set_copy_dest, "/opt/imagebuild/launcher/"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("edit", STAGE_EDITS)
+@PROPERTY
+@given(data=st.data())
+def test_any_stage_value(world: World, benign: Any, edit: str, data: st.DataObject) -> None:
+    relative, change, original = STAGE_EDITS[edit]
+    value = data.draw(values(original))
+
+    def render_it() -> str:
+        world.reset()
+        world.edit(relative, lambda doc: change(doc, value))
+        return world.render()
+
+    assert_refused_or_same_structure(render_it, benign)
+
+
+ACCEPTED_TRICKY = {
+    # Accepted by their kind, and dangerous unless quoted where they land.
+    ("pins.toml", "mori", "url"): "https://example.org/$(touch$IFS/x);y&z'q'(f)*g!h/mori.git",
+    ("pins.toml", "aiter", "url"): "https://example.org/a$b'c/amd_aiter-0.1.19-py3-none-any.whl",
+}
+
+
+@pytest.mark.parametrize("where", ACCEPTED_TRICKY, ids=lambda w: ".".join(w[1:]))
+def test_values_with_shell_syntax_that_are_accepted_render_as_one_literal(
+    world: World, benign: Any, where: tuple[str, str, str]
+) -> None:
+    relative, pin, key = where
+    value = ACCEPTED_TRICKY[where]
+    world.reset()
+    world.edit(relative, lambda doc: doc[pin].__setitem__(key, value))
+    assert assert_refused_or_same_structure(world.render, benign)  # accepted, and rendered safely
+    text = world.render()
+    assert "$(touch" not in text.replace("\\$(touch", "")  # every $ of a literal is escaped
+    assert "$b" not in text.replace("\\$b", "")
+
+
+def test_the_issue_s_injections_are_refused(world: World) -> None:
+    """The three found by hand: a PyPI project name, a newline in a pin, an unquoted `into`."""
+    cases = [
+        ("pins.toml", lambda d: d["flydsl"].__setitem__("project", 'flydsl"; touch /pwned; echo "')),
+        ("pins.toml", lambda d: d["rust"].__setitem__("version", "1.88.0\nRUN touch /pwned")),
+        ("stages/04-mori.toml", lambda d: _set_into(d, "/tmp/mori; touch /pwned")),
+        ("stages/04-mori.toml", lambda d: _set_env(d, 'OFF"\nRUN touch /pwned\nENV X="')),
+    ]
+    for relative, change in cases:
+        world.reset()
+        world.edit(relative, change)
+        with pytest.raises(ConfigError):
+            world.render()
+    world.reset()
+    with pytest.raises(ConfigError, match="--build-arg: 'MAX_JOBS'"):
+        world.render({"MAX_JOBS": "32\nRUN touch /pwned"})
