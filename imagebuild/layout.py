@@ -34,6 +34,11 @@ STAGE_NAMES: dict[str, str] = {
     "LAUNCHER_DIR": LAUNCHER_DIR,
 }
 
+# Where verify looks for credentials in the image's files (configurable: verify --scan-root), and
+# the largest file it reads: text that matters (configs, scripts, .netrc) is small.
+SECRET_SCAN_ROOTS = ("/app", "/etc", "/root", "/opt", "/usr/local/etc")
+SECRET_SCAN_MAX_FILE_BYTES = 1024 * 1024
+
 # Build-context directories the COPY steps read, and where they land.
 CONTEXT_ROOTFS = "rootfs"  # copied to / (step 3)
 CONTEXT_LAUNCHER = "launcher"  # copied to LAUNCHER_DIR (step 18)

@@ -148,4 +148,6 @@ def value_secret_reason(value: str, what: str = "the value") -> str | None:
 def secret_value_reason(value: str) -> str | None:
     """Why a value (a label, a record field) looks like a credential, or None; names are not judged."""
     findings = find_secrets(value)
-    return f"contains a credential-like string ({findings[0].kind}: {findings[0].shown})" if findings else None
+    return (
+        f"contains a credential-like string ({findings[0].kind}: {findings[0].shown})" if findings else None
+    )

@@ -158,7 +158,9 @@ def _image_reference(value: str) -> str | None:
 
 
 IMAGE_NAME = Kind("an image name", _image_name)
-IMAGE_TAG = pattern_kind("a docker tag", references.TAG_RE.pattern, "letters, digits, '_', '.', '-'; at most 128")
+IMAGE_TAG = pattern_kind(
+    "a docker tag", references.TAG_RE.pattern, "letters, digits, '_', '.', '-'; at most 128"
+)
 IMAGE_REFERENCE = Kind("an image reference", _image_reference)  # an image ID, NAME[:TAG][@DIGEST]
 # docker's network modes: a name, or container:NAME.
 NETWORK_MODE = pattern_kind(

@@ -10,7 +10,7 @@ import sys
 from imagebuild.cli import arguments
 from imagebuild.cli.verbs import Verb, Verbs, project_of
 from imagebuild.errors import ExitCode, UnpinnedError
-from imagebuild.layout import DEFAULT_REPOSITORY, default_tag
+from imagebuild.layout import DEFAULT_REPOSITORY, SECRET_SCAN_ROOTS, default_tag
 from imagebuild.log import logger
 from imagebuild.project import Inputs
 from imagebuild.render import Dockerfile, RenderOptions, render
@@ -101,7 +101,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from imagebuild.verify import VerifyOptions, prepare_verify, verify
 
     inputs = project_of(args).load(args.arch)
-    options = VerifyOptions(image=args.image or default_tag(args.arch), junit=args.junit)
+    options = VerifyOptions(
+        image=args.image or default_tag(args.arch),
+        junit=args.junit,
+        secret_scan_roots=tuple(args.scan_roots or SECRET_SCAN_ROOTS),
+    )
     prepare_verify(inputs, options)  # bad arguments and inputs are found before the engine is asked
     engine = DockerEngine.from_env()
     try:
@@ -177,3 +181,10 @@ def register(verbs: Verbs) -> None:
         help=f"image to check (default {DEFAULT_REPOSITORY}:ARCH)",
     )
     p.add_argument("--junit", type=arguments.output_file, metavar="FILE", help="write JUnit XML here")
+    p.add_argument(
+        "--scan-root",
+        dest="scan_roots",
+        action="append",
+        metavar="PATH",
+        help=f"scan the files under PATH in the image for credentials (repeatable; default {' '.join(SECRET_SCAN_ROOTS)})",
+    )

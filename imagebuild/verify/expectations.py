@@ -31,6 +31,8 @@ from imagebuild.layout import (
     OCI_LABELS,
     PIN_LABEL_PREFIX,
     ROUTER,
+    SECRET_SCAN_MAX_FILE_BYTES,
+    SECRET_SCAN_ROOTS,
     VERSIONS_FILE,
 )
 from imagebuild.project import Inputs
@@ -48,15 +50,6 @@ BANNED_ENV_PATTERNS = (
     "VLLM_ROCM_USE_AITER*",
     "AITER_SITUV2_A8W4",
     "MORI_SHMEM_HEAP_SIZE",
-)
-# Token shapes that must never reach history, config, labels or files.
-SECRET_PATTERNS = (
-    r"ghp_[A-Za-z0-9]{8,}",
-    r"github_pat_[A-Za-z0-9_]{8,}",
-    r"x-access-token",
-    r"GH_TOKEN",
-    r"GITHUB_TOKEN",
-    r"AKIA[0-9A-Z]{16}",
 )
 # Stale JIT state: MoRI's locks deadlock ep:0 init; AITER's were built against the old .so.
 EMPTY_DIRS = ("/root/.mori",)
@@ -149,7 +142,9 @@ class Expectations:
     router_help_word: str
     launcher: str
     launcher_cases: tuple[LauncherCase, ...]
-    secret_patterns: tuple[str, ...]
+    # Files scanned for credentials (imagebuild.secrets' patterns, run in the image)
+    secret_scan_roots: tuple[str, ...]
+    secret_scan_max_file_bytes: int
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -283,7 +278,13 @@ def launcher_cases(recipes_dir: Path) -> tuple[LauncherCase, ...]:
     return tuple(cases)
 
 
-def build_expectations(inputs: Inputs, *, image: str, recipes_dir: Path | None = None) -> Expectations:
+def build_expectations(
+    inputs: Inputs,
+    *,
+    image: str,
+    recipes_dir: Path | None = None,
+    secret_scan_roots: tuple[str, ...] = SECRET_SCAN_ROOTS,
+) -> Expectations:
     from imagebuild.launcher.recipes import recipes_dir as launcher_recipes_dir
 
     recipes = recipes_dir or launcher_recipes_dir({})
@@ -336,7 +337,8 @@ def build_expectations(inputs: Inputs, *, image: str, recipes_dir: Path | None =
         router_help_word=ROUTER_HELP_WORD,
         launcher=LAUNCHER,
         launcher_cases=launcher_cases(recipes),
-        secret_patterns=SECRET_PATTERNS,
+        secret_scan_roots=secret_scan_roots,
+        secret_scan_max_file_bytes=SECRET_SCAN_MAX_FILE_BYTES,
     )
 
 

@@ -33,8 +33,10 @@ from typing import Any, cast
 
 from imagebuild.engine import Engine, ImageInfo
 from imagebuild.errors import CommandError, VerifyError
+from imagebuild.layout import SECRET_SCAN_ROOTS
 from imagebuild.project import Inputs
 from imagebuild.util.run import run_command
+from imagebuild.values import ABSOLUTE_PATH
 from imagebuild.verify import checks
 from imagebuild.verify.checks.support import CONTEXT_ENV, RESULTS_ENV
 from imagebuild.verify.expectations import Expectations, build_expectations
@@ -57,6 +59,7 @@ junit_logging = no
 class VerifyOptions:
     image: str  # image ref or id
     junit: Path | None = None  # write JUnit XML here
+    secret_scan_roots: tuple[str, ...] = SECRET_SCAN_ROOTS  # whose files are scanned for credentials
 
 
 def prepare_verify(inputs: Inputs, options: VerifyOptions) -> Expectations:
@@ -64,7 +67,9 @@ def prepare_verify(inputs: Inputs, options: VerifyOptions) -> Expectations:
     if shutil.which("docker") is None:
         msg = "verify runs its checks with testinfra through the `docker` CLI (docker exec), which is not on PATH; install it (docker.io)"
         raise VerifyError(msg)
-    return build_expectations(inputs, image=options.image)
+    for root in options.secret_scan_roots:
+        ABSOLUTE_PATH.check(root, "--scan-root", "root")
+    return build_expectations(inputs, image=options.image, secret_scan_roots=options.secret_scan_roots)
 
 
 def verify(

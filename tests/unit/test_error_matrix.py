@@ -332,6 +332,8 @@ ARGUMENTS: dict[str, tuple[str, list[str]]] = {
     "verify image with a space": ("verify", ["an image"]),
     "verify image with a newline": ("verify", ["img\nx"]),
     "--junit a directory": ("verify", ["--junit", "stages"]),
+    "--scan-root relative": ("verify", ["--scan-root", "etc"]),
+    "--scan-root with ..": ("verify", ["--scan-root", "/etc/../root"]),
 }
 for _name, (_verb, _args) in ARGUMENTS.items():
     CASES[f"argument {_name}"] = Case(setup=nothing, verbs=(_verb,), extra={_verb: _args})

@@ -120,9 +120,13 @@ def derived_image(docker_client: Any, good_image: GoodImage) -> Iterator[Callabl
     """Build FROM the good image with extra Dockerfile lines; removed after the test."""
     built: list[str] = []
 
-    def derive(lines: str, *, buildargs: dict[str, str] | None = None) -> str:
+    def derive(
+        lines: str, *, buildargs: dict[str, str] | None = None, files: dict[str, bytes] | None = None
+    ) -> str:
+        """``files`` land in the context under rootfs/ for the lines to COPY."""
         text = f"FROM {good_image.image}\n{lines}\n"
-        image_id = build(docker_client, context_tar(text), buildargs=buildargs)
+        context = context_tar(text, {k: (v, 0o644) for k, v in (files or {}).items()})
+        image_id = build(docker_client, context, buildargs=buildargs)
         built.append(image_id)
         return image_id
 

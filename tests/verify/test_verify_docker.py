@@ -54,6 +54,7 @@ class Broken:
     check: str  # group::name of the check that must fail, alone
     found: str  # what its message must show as found
     buildargs: dict[str, str] | None = None
+    files: dict[str, bytes] | None = None  # context files (rootfs/NAME) the lines COPY
 
 
 BROKEN = {
@@ -73,6 +74,19 @@ BROKEN = {
         check="secrets::test_no_secrets_in_history",
         found="GH_T",
     ),
+    "token-in-a-copied-file": Broken(
+        lines="COPY rootfs/deploy.env /opt/app/deploy.env",
+        files={"deploy.env": b"REGION=eu\nGH_TOKEN=ghp_" + b"x1" * 18 + b"\n"},
+        check="secrets::test_no_secrets_in_files",
+        found="/opt/app/deploy.env:2: GitHub token: ...REGION=eu GH_TOKEN=<redacted 40 chars>",
+    ),
+    "setuptools-too-new": Broken(
+        # What a no-isolation build would import: a setuptools the build constraint refuses.
+        lines="RUN d={site_packages}/setuptools-80.9.0.dist-info && mkdir -p $d "
+        "&& printf 'Metadata-Version: 2.1\\nName: setuptools\\nVersion: 80.9.0\\n' > $d/METADATA",
+        check="constraint::test_final_setuptools_satisfies",
+        found="setuptools 80.9.0",
+    ),
     "wrong-sha": Broken(
         lines="RUN sed -i 's/^MORI_REF=.*/MORI_REF=deadbeefdeadbeefdeadbeefdeadbeefdeadbeef/' {versions_file}",
         check="versions::test_version_line[MORI_REF]",
@@ -90,7 +104,7 @@ def test_broken_image_fails_naming_the_check(
 ) -> None:
     exp = good_image.expectations
     lines = case.lines.format(site_packages=exp.site_packages, versions_file=exp.versions_file)
-    result = _verify(engine, good_image, derived_image(lines, buildargs=case.buildargs))
+    result = _verify(engine, good_image, derived_image(lines, buildargs=case.buildargs, files=case.files))
     failed = _failed(result)
     assert not result.passed
     assert set(failed) == {case.check}, result.format_report()
@@ -100,6 +114,7 @@ def test_broken_image_fails_naming_the_check(
     assert report.splitlines()[1].split() == ["FAILED", *case.check.replace("::", ": ").split()]
     # The report says where a token is, never the token itself.
     assert all(value not in report for value in (case.buildargs or {}).values())
+    assert "x1x1x1" not in report
 
 
 def test_junit_and_json(in_repo: Path, engine: Engine, good_image: GoodImage,

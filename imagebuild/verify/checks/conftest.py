@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import testinfra
 
+from imagebuild import secrets
 from imagebuild.verify.checks import probe
 from imagebuild.verify.checks.support import RESULTS_ENV, CheckFailure, expectations
 
@@ -39,7 +40,8 @@ def facts(host: Any) -> dict[str, Any]:
     """Everything the file-system checks look at, from one run of probe.py in the container."""
     exp = json.dumps(expectations().to_json())
     source = Path(probe.__file__).read_text(encoding="utf-8")
-    done = host.run(f"python3 -c {shlex.quote(source)} {shlex.quote(exp)}")
+    detector = Path(secrets.__file__).read_text(encoding="utf-8")
+    done = host.run(f"python3 -c {shlex.quote(source)} {shlex.quote(exp)} {shlex.quote(detector)}")
     if done.rc != 0:
         pytest.fail(
             f"the fact probe failed in the container (exit {done.rc}); does the image have python3?\n"

@@ -3,7 +3,11 @@
 Runs on the image's python3 with the standard library only (imagebuild is not
 in the image) and prints one JSON document. It never imports mori or aiter:
 an `import mori` would leave the JIT lock files the scrub check looks for.
-Usage: python3 -c "<this file>" '<json of the expectations>'
+It scans the image's files for credentials with imagebuild/secrets.py itself,
+handed over as source (that module needs only the standard library), so the
+image is judged by the same detector as the build's inputs, and a finding is
+redacted before it leaves the container.
+Usage: python3 -c "<this file>" '<json of the expectations>' "<source of imagebuild/secrets.py>"
 """
 
 from __future__ import annotations
@@ -17,14 +21,18 @@ import json
 import os
 import re
 import site
+import stat
 import subprocess
 import sys
 import sysconfig
+import types
 from pathlib import Path
 from typing import Any
 
 LIMIT = 20  # entries listed per finding; enough to act on, small enough to read
 TIMEOUT_S = 30
+BINARY_SNIFF_BYTES = 8192  # a NUL in the first 8 KiB: a binary, not scanned (as git and grep decide)
+SCAN_BUDGET_BYTES = 1024**3  # read at most this much in all: a scan must end in the checks' time
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -158,7 +166,63 @@ def _launcher(exp: dict[str, Any]) -> list[dict[str, Any]]:
     return runs
 
 
-def gather(exp: dict[str, Any]) -> dict[str, Any]:
+def _load_secrets(source: str) -> Any:
+    """imagebuild/secrets.py, from its source (imagebuild is not installed in the image)."""
+    module = types.ModuleType("imagebuild_secrets")
+    sys.modules[module.__name__] = module  # dataclasses looks its module up
+    exec(compile(source, "imagebuild/secrets.py", "exec"), module.__dict__)  # our own module, as shipped
+    return module
+
+
+def _read_text(path: str, size: int) -> str | None:
+    """A text file's content; None for a binary or an unreadable file."""
+    try:
+        with open(path, "rb") as f:  # noqa: PTH123  os.walk gives strings
+            head = f.read(BINARY_SNIFF_BYTES)
+            if b"\0" in head:
+                return None
+            data = head + f.read(size)
+    except OSError:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+def _scan_files(roots: list[str], max_bytes: int, secrets: Any) -> dict[str, Any]:
+    """Credentials in the regular files under ``roots``: path, line, kind and a redacted finding."""
+    findings: list[dict[str, Any]] = []
+    counts = {"scanned": 0, "binary": 0, "too_large": 0, "unread": 0, "over_budget": 0}
+    budget = SCAN_BUDGET_BYTES
+    for root in roots:
+        for top, dirs, files in os.walk(root):  # symlinked directories are not followed
+            dirs.sort()
+            for name in sorted(files):
+                path = os.path.join(top, name)  # noqa: PTH118
+                try:
+                    info = os.lstat(path)
+                except OSError:
+                    counts["unread"] += 1
+                    continue
+                if not stat.S_ISREG(info.st_mode):
+                    continue  # symlinks (their targets are scanned where they live), devices, FIFOs
+                if info.st_size > max_bytes:
+                    counts["too_large"] += 1
+                    continue
+                if info.st_size > budget:
+                    counts["over_budget"] += 1
+                    continue
+                text = _read_text(path, info.st_size)
+                if text is None:
+                    counts["binary"] += 1
+                    continue
+                budget -= info.st_size
+                counts["scanned"] += 1
+                for found in secrets.find_secrets(text):
+                    line = text.count("\n", 0, found.start) + 1
+                    findings.append({"path": path, "line": line, "kind": found.kind, "shown": found.shown})
+    return {"roots": roots, "findings": findings[: LIMIT * 5], "found": len(findings), **counts}
+
+
+def gather(exp: dict[str, Any], secrets: Any) -> dict[str, Any]:
     site_packages = Path(exp["site_packages"])
     paths = [p for p in sys.path if p]
     dist_infos = _dist_infos(exp["repinned_dist"], [*paths, str(site_packages)])
@@ -194,8 +258,11 @@ def gather(exp: dict[str, Any]) -> dict[str, Any]:
             "help": _run([str(router), "--help"]) if os.access(router, os.X_OK) else None,
         },
         "launcher": {"exists": Path(exp["launcher"]).is_file(), "runs": _launcher(exp)},
+        # Every setuptools on python3's path, in import order: the first is what a no-isolation build uses.
+        "setuptools": _dist_infos("setuptools", paths),
+        "secret_files": _scan_files(exp["secret_scan_roots"], exp["secret_scan_max_file_bytes"], secrets),
     }
 
 
 if __name__ == "__main__":
-    json.dump(gather(json.loads(sys.argv[1])), sys.stdout)
+    json.dump(gather(json.loads(sys.argv[1]), _load_secrets(sys.argv[2])), sys.stdout)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
@@ -42,4 +43,26 @@ def test_build_setuptools_satisfies(facts: dict[str, Any]) -> None:
         "setuptools used by the isolated build must satisfy the constraint",
         expected=f"setuptools{spec}",
         found=f"setuptools {word} ({lines[0]})",
+    )
+
+
+def test_final_setuptools_satisfies(facts: dict[str, Any]) -> None:
+    """The setuptools left in the image: a later no-isolation build (or a user's) imports it."""
+    found = facts["setuptools"]
+    spec = EXP.setuptools_specifier
+    if not found or not spec:
+        pytest.skip(
+            "no setuptools on python3's path" if not found else "constraints/ do not bound setuptools"
+        )
+    first = found[0]  # the one `import setuptools` loads
+    try:
+        ok = SpecifierSet(spec).contains(Version(first["version"]), prereleases=True)
+    except InvalidVersion:
+        ok = False
+    expect(
+        ok,
+        "the image's setuptools must satisfy the build-toolchain constraint",
+        expected=f"setuptools{spec}",
+        found=f"setuptools {first['version']} ({first['path']})"
+        + (f"; also on the path: {', '.join(d['path'] for d in found[1:])}" if found[1:] else ""),
     )

@@ -1,24 +1,28 @@
-"""No token-like strings anywhere a `docker pull` exposes: history, config ENV, labels, versions.txt."""
+"""No credential anywhere a `docker pull` exposes: history, config ENV, labels, versions.txt and files.
+
+One detector (imagebuild.secrets) for all of them: the same patterns refuse a
+credential in the build's inputs. Findings are shown redacted, never whole.
+"""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from imagebuild.verify.checks.support import expect, expectations, image_config, redact
+import pytest
+
+from imagebuild.secrets import SECRET_PATTERNS, find_secrets
+from imagebuild.verify.checks.support import expect, expectations, image_config
 
 EXP = expectations()
-SECRET_RE = re.compile("|".join(f"(?:{p})" for p in EXP.secret_patterns))
+KINDS = ", ".join(p.kind for p in SECRET_PATTERNS)
 
 
 def _scan(where: str, texts: list[tuple[str, str]]) -> None:
-    found = []
-    for name, text in texts:
-        found += [f"{name}: {redact(text, m.start(), m.end())}" for m in SECRET_RE.finditer(text)]
+    found = [f"{name}: {f.kind}: {f.shown}" for name, text in texts for f in find_secrets(text)]
     expect(
         not found,
-        f"token-like strings in the image {where} (anyone who pulls the image can read them)",
-        expected=f"no match of {' | '.join(EXP.secret_patterns)}",
+        f"credential-like strings in the image {where} (anyone who pulls the image can read them)",
+        expected=f"none of: {KINDS}",
         found="; ".join(found[:10]),
     )
 
@@ -39,3 +43,20 @@ def test_no_secrets_in_labels() -> None:
 def test_no_secrets_in_versions(facts: dict[str, Any]) -> None:
     lines = (facts["versions"] or "").splitlines()
     _scan(EXP.versions_file, [(f"{EXP.versions_file}:{n}", line) for n, line in enumerate(lines, 1)])
+
+
+def test_no_secrets_in_files(facts: dict[str, Any]) -> None:
+    scan = facts["secret_files"]
+    found = [f"{f['path']}:{f['line']}: {f['kind']}: {f['shown']}" for f in scan["findings"]]
+    expect(
+        not found,
+        f"credential-like strings in files under {', '.join(scan['roots'])} "
+        f"({scan['found']} found in {scan['scanned']} text files)",
+        expected=f"none of: {KINDS}",
+        found="; ".join(found[:10]),
+    )
+    if scan["over_budget"]:
+        pytest.skip(
+            f"the scan stopped reading after its byte budget: {scan['over_budget']} files under "
+            f"{', '.join(scan['roots'])} were not scanned; narrow the roots with --scan-root"
+        )
