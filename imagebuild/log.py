@@ -7,6 +7,8 @@ import os
 import sys
 from typing import ClassVar
 
+from imagebuild.secrets import redact
+
 logger = logging.getLogger("imagebuild")
 
 
@@ -22,7 +24,8 @@ class _Formatter(logging.Formatter):
         self.colour = colour
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
+        # Whatever a message quotes (a URL, a command's output), no credential reaches the terminal or a CI log.
+        text = redact(super().format(record))
         colour = self.COLOURS.get(record.levelno) if self.colour else None
         return f"{colour}{text}\033[0m" if colour else text
 

@@ -263,3 +263,20 @@ def test_a_cached_rebuild_keeps_the_sbom_and_provenance_that_describe_its_image(
     third_engine, _ = replay("cached")
     assert third_engine.runs  # a missing document is made again
     assert sbom.is_file()
+
+
+def test_a_credential_a_step_prints_never_reaches_the_build_log(replay: Replay, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from imagebuild.testing import RecordedMessage
+
+    token = "ghp_" + "Pr1nt" * 8
+    recording = Recording.load(REPO / "tests" / "data" / "build_streams" / "success.jsonl")
+    leak = RecordedMessage(at=0.0, chunk={"stream": f"fatal: https://ci:{token}@github.com/x: denied\n"})
+    leaky = replace(recording, messages=(recording.messages[0], leak, *recording.messages[1:]))
+    shown = io.StringIO()
+    replay(leaky, progress=BuildProgress(shown, verbose=True))
+    log = (tmp_path / "build.log").read_text()
+    assert "fatal: https://ci:<redacted>@github.com/x: denied" in log
+    assert token not in log
+    assert token not in shown.getvalue()

@@ -94,3 +94,13 @@ def test_a_report_never_shows_the_secret(
             continue  # the noise happened to contain it
         assert piece not in shown
         assert piece not in redact(doc)
+
+
+def test_the_logger_redacts_what_its_messages_quote(capsys: pytest.CaptureFixture[str]) -> None:
+    from imagebuild.log import logger, setup_logging
+
+    setup_logging(0)
+    token = "ghp_" + "L0g" * 12
+    logger.info("cloning https://ci:%s@github.com/org/repo.git", token)
+    err = capsys.readouterr().err
+    assert err == "cloning https://ci:<redacted>@github.com/org/repo.git\n"
