@@ -60,9 +60,15 @@ SECRET_PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern("password in a URL", r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:(?P<secret>[^/\s@]+)@"),
     SecretPattern("token in a URL", r"[A-Za-z][A-Za-z0-9+.-]*://(?P<secret>[A-Za-z0-9_-]{20,})@"),
     SecretPattern("credential in a URL query", rf"[?&](?i:{_QUERY})=(?P<secret>[^&#\s\"'<>]+)"),
+    # GH_TOKEN=... as shells, env files and build args write it; `GH_TOKEN: value` (YAML) only with
+    # a token-like value, so prose such as "GH_TOKEN: refused" is not one.
     SecretPattern(
         "token variable",
-        r"\b(?:GH|GITHUB|GITLAB|HF|HUGGING_FACE_HUB|CI_JOB|NPM|PYPI)_TOKEN[\"']?\s*[=:]\s*[\"']?(?P<secret>[^\s\"']{8,})",
+        r"\b(?:GH|GITHUB|GITLAB|HF|HUGGING_FACE_HUB|CI_JOB|NPM|PYPI)_TOKEN[\"']?\s*=\s*[\"']?(?P<secret>[^\s\"']{8,})",
+    ),
+    SecretPattern(
+        "token variable in YAML",
+        r"\b(?:GH|GITHUB|GITLAB|HF|HUGGING_FACE_HUB|CI_JOB|NPM|PYPI)_TOKEN[\"']?:\s*[\"']?(?P<secret>[A-Za-z0-9_.-]{16,})",
     ),
 )
 _COMPILED = tuple((p.kind, re.compile(p.regex)) for p in SECRET_PATTERNS)

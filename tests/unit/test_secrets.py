@@ -24,6 +24,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "token in a URL": ("https://abcdefghij0123456789xyz@example.com/r.git", "abcdefghij0123456789xyz"),
     "credential in a URL query": ("https://gitlab.com/api?private_token=s3cr3tvalue&x=1", "s3cr3tvalue"),
     "token variable": ("export GITHUB_TOKEN=plainsecretvalue", "plainsecretvalue"),
+    "token variable in YAML": ("env:\n  HF_TOKEN: 'abcdefghijklmnopqrstuv'", "abcdefghijklmnopqrstuv"),
 }  # fmt: skip
 
 
@@ -60,6 +61,7 @@ def test_query_parameters_match_case_insensitively() -> None:
         "MORI_REF=fe12a11a7d6c6acd0771b772366ed9ed5e0d3d44",
         "sha256:" + "a" * 64,
         "GH_TOKEN is read from the environment",
+        "--build-arg GH_TOKEN: refused, the name looks like a secret",  # prose, not an assignment
         "https://user@example.com/x",  # a user name is not a credential
     ],
 )
