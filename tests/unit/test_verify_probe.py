@@ -40,3 +40,13 @@ def test_the_scan_reports_path_line_and_a_redacted_match(tmp_path: Path) -> None
 def test_a_missing_root_is_an_empty_scan(tmp_path: Path) -> None:
     scan = probe._scan_files([str(tmp_path / "absent")], 1024, secrets)
     assert (scan["found"], scan["scanned"]) == (0, 0)
+
+
+def test_every_setuptools_on_the_path_in_import_order_egg_info_too(tmp_path: Path) -> None:
+    local, system = tmp_path / "local", tmp_path / "system"
+    (local / "setuptools-80.9.0.dist-info").mkdir(parents=True)
+    (local / "setuptools-80.9.0.dist-info" / "METADATA").write_text("Name: setuptools\nVersion: 80.9.0\n")
+    (system / "setuptools-66.1.1.egg-info").mkdir(parents=True)  # as Debian's python3-setuptools ships it
+    (system / "setuptools-66.1.1.egg-info" / "PKG-INFO").write_text("Name: setuptools\nVersion: 66.1.1\n")
+    found = probe._installed("setuptools", [str(local), str(system)])
+    assert [f["version"] for f in found] == ["80.9.0", "66.1.1"]

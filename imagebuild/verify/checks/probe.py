@@ -166,6 +166,19 @@ def _launcher(exp: dict[str, Any]) -> list[dict[str, Any]]:
     return runs
 
 
+def _installed(dist: str, paths: list[str]) -> list[dict[str, str]]:
+    """Every installed ``dist`` on ``paths``, in path order, as importlib.metadata finds it
+    (dist-info, and the egg-info Debian's own packages still use); the first one imports."""
+    import importlib.metadata
+
+    found = []
+    for entry in paths:
+        for d in importlib.metadata.distributions(path=[entry]):
+            if _norm(d.metadata["Name"] or "") == _norm(dist):
+                found.append({"path": str(getattr(d, "_path", entry)), "version": d.version})
+    return found
+
+
 def _load_secrets(source: str) -> Any:
     """imagebuild/secrets.py, from its source (imagebuild is not installed in the image)."""
     module = types.ModuleType("imagebuild_secrets")
@@ -259,7 +272,7 @@ def gather(exp: dict[str, Any], secrets: Any) -> dict[str, Any]:
         },
         "launcher": {"exists": Path(exp["launcher"]).is_file(), "runs": _launcher(exp)},
         # Every setuptools on python3's path, in import order: the first is what a no-isolation build uses.
-        "setuptools": _dist_infos("setuptools", paths),
+        "setuptools": _installed("setuptools", paths),
         "secret_files": _scan_files(exp["secret_scan_roots"], exp["secret_scan_max_file_bytes"], secrets),
     }
 
