@@ -39,7 +39,15 @@ VERBS: dict[str, list[str]] = {
     "build": ["build", "--network", "host", "--tag", "imagebuild-harden/matrix:x"],
     "verify": ["verify", "imagebuild-harden/matrix:x"],
 }
-ALL = tuple(VERBS)
+ALL = tuple(VERBS)  # the verbs that read the project's inputs
+# The verbs that get an image to the nodes read no pins: only their own arguments are bad here.
+VERBS |= {
+    "publish": ["publish"],
+    "export": ["export"],
+    "import": ["import"],
+    "slurm": ["slurm", "--nodes", "2", "--variant", "pp2xtp8", "--model-path", "/models/k3"],
+}
+DIGEST_REF = "127.0.0.1:5000/kimi-k3@sha256:" + "a" * 64
 
 Setup = Callable[[Path, pytest.MonkeyPatch], None]
 
@@ -334,6 +342,21 @@ ARGUMENTS: dict[str, tuple[str, list[str]]] = {
     "--junit a directory": ("verify", ["--junit", "stages"]),
     "--scan-root relative": ("verify", ["--scan-root", "etc"]),
     "--scan-root with ..": ("verify", ["--scan-root", "/etc/../root"]),
+    "publish --repository without a registry": ("publish", ["--repository", "kimi k3"]),
+    "export --output a file": ("export", ["--output", "pins.toml"]),
+    "export --compress bogus": ("export", ["--output", "out", "--compress", "bogus"]),
+    "import a missing manifest": ("import", ["absent.json"]),
+    "import a directory": ("import", ["stages"]),
+    "import the pins file": ("import", ["pins.toml"]),
+    "import without a manifest": ("import", []),
+    "slurm --nodes 0": ("slurm", ["--nodes", "0", "--image", DIGEST_REF]),
+    "slurm --variant with a newline": ("slurm", ["--variant", "a\nb", "--image", DIGEST_REF]),
+    "slurm --model-path relative": ("slurm", ["--model-path", "models/k3", "--image", DIGEST_REF]),
+    "slurm --image a tag": ("slurm", ["--image", "kimi-k3:latest"]),
+    "slurm --image and --archive": ("slurm", ["--image", DIGEST_REF, "--archive", "m.json"]),
+    "slurm --archive a directory": ("slurm", ["--archive", "stages"]),
+    "slurm -o a directory": ("slurm", ["--image", DIGEST_REF, "-o", "stages"]),
+    "slurm -o in a missing directory": ("slurm", ["--image", DIGEST_REF, "-o", "absent/job.sbatch"]),
 }
 for _name, (_verb, _args) in ARGUMENTS.items():
     CASES[f"argument {_name}"] = Case(setup=nothing, verbs=(_verb,), extra={_verb: _args})
@@ -357,6 +380,16 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/dead.sock")
     monkeypatch.setenv("NO_COLOR", "1")
     return tmp_path
+
+
+def test_a_fifo_given_as_a_manifest_is_refused_not_read(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    os.mkfifo(root / "m.json")  # reading it would block for ever
+    for argv in (["import", "m.json"], [*VERBS["slurm"], "--archive", "m.json"]):
+        assert main(argv) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert "not a regular file" in line
 
 
 def test_the_matrix_is_over_a_hundred_cases() -> None:

@@ -105,6 +105,9 @@ def parse_manifest(data: object, where: str) -> Manifest:
 
 
 def read_manifest(path: Path) -> Manifest:
+    if path.exists() and not path.is_file():  # a FIFO would block the read for ever
+        msg = f"manifest {path}: not a regular file; give the .json that export wrote next to the archive"
+        raise BadInput(msg)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
