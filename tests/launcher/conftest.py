@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.launcher.launcher_support import STUB_DIR, BarrierPeer, free_port, k3_env, start_launcher
+from imagebuild.testing import free_port
+from tests.launcher.launcher_support import STUB_DIR, BarrierPeer, k3_env, start_launcher
 
 
 @pytest.fixture

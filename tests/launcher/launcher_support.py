@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -43,12 +42,6 @@ def argv_section(text: str) -> list[str]:
     lines = text.splitlines()
     start = next(index for index, line in enumerate(lines) if line.startswith("===DRYRUN "))
     return lines[start + 1 : lines.index("===END===")]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def log_dir(env: dict[str, str]) -> Path:

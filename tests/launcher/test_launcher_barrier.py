@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from imagebuild.launcher.barrier import PROTOCOL
-from tests.launcher.launcher_support import free_port
+from imagebuild.testing import free_port
 
 NODE = Path(__file__).parent / "barrier_node.py"
 ADDRESSES = ("127.0.0.1", "127.0.0.2", "127.0.0.3")  # how the nodes are named; all connect to the head

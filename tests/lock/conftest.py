@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from imagebuild.arch import ArchProfile
+from imagebuild.testing import free_port
 from tests.lock.repositories import GitDaemon, Registry, TokenProxy
 from tests.lock.servers import (
     FileServer,
@@ -24,7 +25,6 @@ from tests.lock.servers import (
     LocalServer,
     SilentServer,
     file_handler,
-    free_port,
     git_advertisement,
     make_arch,
     port_open,

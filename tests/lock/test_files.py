@@ -8,7 +8,8 @@ import pytest
 
 from imagebuild.lock.files import hash_url
 from imagebuild.lock.http import FetchError, Http
-from tests.lock.servers import FileServer, free_port
+from imagebuild.testing import free_port
+from tests.lock.servers import FileServer
 
 BODY = bytes(range(256)) * 4096 + b"tail"  # 1 MiB + 4 bytes: more than one chunk
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from imagebuild.lock.git import GitError, GitOptions, classify_git_failure, resolve_ref
+from imagebuild.testing import free_port
 from tests.lock.repositories import GitDaemon
-from tests.lock.servers import free_port
 
 OPTIONS = GitOptions(timeout=10)
 

