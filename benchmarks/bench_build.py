@@ -1,7 +1,7 @@
 """Build the sample-world image with `imagebuild build` and with plain `docker build`.
 
-Same Dockerfile, same context (the bytes imagebuild sends, extracted), same
-classic builder (DOCKER_BUILDKIT=0). Cold builds (--no-cache) alternate which
+Same context (the directory `imagebuild render --output DIR` writes, which is
+what imagebuild sends), same build args, same classic builder (DOCKER_BUILDKIT=0). Cold builds (--no-cache) alternate which
 tool goes first, so neither always gets the page cache the other warmed;
 cached builds are repeated. Prints every run, the medians and their ratios.
 Needs the Docker engine (scripts/ensure-docker.sh); brings the sample world up.
@@ -12,14 +12,12 @@ Needs the Docker engine (scripts/ensure-docker.sh); brings the sample world up.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -27,10 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from imagebuild.context import context_files, make_context  # noqa: E402
-from imagebuild.labels import image_labels  # noqa: E402
+from imagebuild.labels import checkout_build_args, checkout_labels  # noqa: E402
 from imagebuild.project import find_project  # noqa: E402
-from imagebuild.render import RenderOptions, render  # noqa: E402
 from sampleworld.world import up  # noqa: E402
 
 # Tags of this checkout only: several checkouts may share one engine.
@@ -55,17 +51,16 @@ def main() -> int:
     shutil.copy(world.pins_path, pins)
     subprocess.run([sys.executable, "-m", "imagebuild", "lock", "--pins", str(pins)], check=True, cwd=REPO)
 
-    project = find_project(REPO, pins)
-    inputs = project.load("gfx942")
-    dockerfile = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions())
-    context = make_context(context_files(dockerfile, inputs, labels=image_labels(project, inputs)))
     context_dir = work / "context"
-    with tarfile.open(fileobj=io.BytesIO(context)) as tar:
-        tar.extractall(context_dir, filter="data")
+    render = [sys.executable, "-m", "imagebuild", "render", "--pins", str(pins), "--output", str(context_dir)]
+    subprocess.run(render, check=True, cwd=REPO)
+    args_of_checkout = checkout_build_args(checkout_labels(find_project(REPO, pins), "gfx942"))
 
     ib = [sys.executable, "-m", "imagebuild", "build", "--pins", str(pins), "--network", "host"]
     ib += ["--tag", f"{TAG_PREFIX}/ib:gfx942", "--record", str(work / "record.json"), "--progress", "plain"]
-    plain = ["docker", "build", "--network", "host", "-t", f"{TAG_PREFIX}/plain:gfx942", str(context_dir)]
+    plain = ["docker", "build", "--network", "host", "-t", f"{TAG_PREFIX}/plain:gfx942"]
+    plain += [f"--build-arg={name}={value}" for name, value in args_of_checkout.items()]
+    plain.append(str(context_dir))
     classic = {**os.environ, "DOCKER_BUILDKIT": "0"}
     runs: dict[str, list[float]] = {k: [] for k in ("ib cold", "docker cold", "ib cached", "docker cached")}
     outside: list[float] = []  # imagebuild's time outside the engine's build stream, per cold run

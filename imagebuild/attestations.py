@@ -41,6 +41,13 @@ HEAVY_MODULES = ("imagebuild.sbom", "imagebuild.provenance")
 
 SBOM_LABEL = "io.imagebuild.sbom"
 INPUTS_LABEL = "io.imagebuild.inputs-digest"
+
+
+def sbom_file_name(arch: str) -> str:
+    """The SBOM's file name, beside the build record; the image's SBOM label holds it."""
+    return f"{arch}.sbom.cdx.json"
+
+
 _MARK = "imagebuild-inventory:"
 # Standard library only: runs on whatever python the image has, without pip's warnings in the output.
 INVENTORY_SCRIPT = (
@@ -58,7 +65,7 @@ class AttestationPaths:
     @classmethod
     def beside(cls, record_path: Path, arch: str) -> AttestationPaths:
         return cls(
-            sbom=record_path.with_name(f"{arch}.sbom.cdx.json"),
+            sbom=record_path.with_name(sbom_file_name(arch)),
             provenance=record_path.with_name(f"{arch}.provenance.intoto.json"),
         )
 

@@ -1,5 +1,10 @@
 """`imagebuild build`: render, make the context, build through the engine, tag only on success.
 
+The context is the one ``imagebuild render`` writes to docker/ARCH/ (imagebuild.context), made
+by the same function: the build sends those files, plus build args for the labels a committed
+file cannot hold (the checkout's revision, ...) and for any tunable the user overrides. So a
+plain ``docker build docker/ARCH`` with the same build args builds the same image.
+
 Progress is shown per step of the final stage (imagebuild.progress) from the
 classic builder's stream (imagebuild.build_stream). A failure names the step,
 its title and the pins it consumed, shows the log tail, keeps the full log in
@@ -16,20 +21,20 @@ from pathlib import Path
 from imagebuild.attestations import (
     AttestationPaths,
     BuildFacts,
-    attestation_labels,
     attestations_describe,
     load_attestation_modules_in_background,
     write_attestations,
 )
 from imagebuild.build_stream import StepTiming, StepTracker
-from imagebuild.context import context_files, make_context
+from imagebuild.context import build_context
 from imagebuild.engine import BuildRequest, Engine
 from imagebuild.errors import AttestationError, BuildError, ConfigError, EngineError
-from imagebuild.labels import image_labels
+from imagebuild.labels import checkout_build_args, checkout_labels, image_labels
 from imagebuild.layout import build_log_path, build_record_path, default_tag
 from imagebuild.progress import TICK_S, BuildProgress
 from imagebuild.project import Inputs, Project
 from imagebuild.render import ConstraintMode, Dockerfile, RenderOptions, render
+from imagebuild.schema import suggest
 from imagebuild.secrets import redact, secret_reason
 from imagebuild.util.clock import Clock, SystemClock
 from imagebuild.util.files import write_atomically
@@ -84,25 +89,40 @@ class BuildRecord:
         return asdict(self)
 
 
-def check_build_args(build_args: dict[str, str]) -> None:
+def check_build_args(build_args: dict[str, str], inputs: Inputs) -> None:
+    """A build arg overrides a tunable of stages/image.toml, and is no secret (args are in the history)."""
+    spec = inputs.definition.spec
+    tunables = dict(spec.args)
     for name, value in build_args.items():
         ENV_NAME.check(name, "--build-arg", name)
         reason = secret_reason(name, value)
         if reason:
             msg = f"--build-arg {name}: refused, {reason}; build args are recorded in the image history"
             raise ConfigError(msg)
+        if name not in tunables:
+            hint = (
+                "change the pins file instead"
+                if name in inputs.pins.build_args()
+                else f"tunables: {', '.join(tunables)}"
+            )
+            msg = (
+                f"--build-arg {name}: not a build tunable of {spec.source}.{suggest(name, tunables)} ({hint})"
+            )
+            raise ConfigError(msg)
+        # A tunable may be expanded unquoted by a stage (make -j${MAX_JOBS}): its kind is narrow.
         TUNABLE.check(value, "--build-arg", name)
 
 
 def prepare_build(inputs: Inputs, options: BuildOptions) -> Dockerfile:
     """Check the build's arguments and render its Dockerfile: all that can fail before the engine is asked."""
-    check_build_args(options.build_args)
+    check_build_args(options.build_args, inputs)
     return render(
         inputs.definition,
         inputs.pins,
         inputs.arch,
         inputs.constraints,
-        RenderOptions(build_args=options.build_args, constraint_mode=options.constraint_mode),
+        RenderOptions(constraint_mode=options.constraint_mode),
+        lock=inputs.python_lock,
     )
 
 
@@ -127,13 +147,14 @@ def build_image(
     log_path = options.log_path or build_log_path(project.root, inputs.arch.name)
     record_path = options.record_path or build_record_path(project.root, inputs.arch.name)
     attestations = AttestationPaths.beside(record_path, inputs.arch.name)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    record_path.parent.mkdir(parents=True, exist_ok=True)
-    # The attestations' inputs digest is of the context without the labels: a label cannot hold
-    # the digest of a file that contains it. The build sends the labels as the Dockerfile's last line.
-    inputs_context = make_context(context_files(dockerfile, inputs))
-    labels = image_labels(project, inputs) | attestation_labels(attestations, inputs_context)
-    context = make_context(context_files(dockerfile, inputs, labels=labels))
+    for directory in {log_path.parent, record_path.parent}:
+        directory.mkdir(parents=True, exist_ok=True)
+    # The same files `imagebuild render` writes to docker/ARCH/; the checkout's labels come as build args.
+    built = build_context(dockerfile, inputs)
+    checkout = checkout_labels(project, inputs.arch.name)
+    labels = built.labels | checkout
+    build_args = checkout_build_args(checkout) | options.build_args
+    context = built.tar()
     show.message(
         f"building {tag} for {inputs.arch.name} on {engine.address} ({len(context) // 1024} KiB context)"
     )
@@ -143,9 +164,9 @@ def build_image(
     tracker = StepTracker(dockerfile, steady, show)
     started = steady.now()
     started_at = datetime.now(UTC)
-    # The labels are in the context's Dockerfile (one LABEL line), not build options.
+    # The labels are in the context's Dockerfile (one LABEL instruction), not build options.
     request = BuildRequest(
-        context=context, labels={}, network_mode=options.network, no_cache=options.no_cache
+        context=context, build_args=build_args, network_mode=options.network, no_cache=options.no_cache
     )
     # Heartbeats come from a timer: a step may print nothing for many minutes.
     timer = steady.every(TICK_S, tracker.tick)
@@ -192,9 +213,9 @@ def build_image(
         tag=tag,
         started=started_at,
         finished=finished_at,
-        context=inputs_context,
-        dockerfile_text=dockerfile.text,
-        build_args=options.build_args,
+        context=built.inputs_tar,
+        dockerfile_text=built.dockerfile,
+        build_args=build_args,
         no_cache=options.no_cache,
         network=options.network,
     )

@@ -125,6 +125,7 @@ class DockerEngine(Engine):
             rm=True,
             forcerm=True,  # remove intermediate containers of failed steps too
             labels=dict(request.labels),
+            buildargs=dict(request.build_args),
             network_mode=request.network_mode,
             nocache=request.no_cache,
             pull=False,

@@ -51,6 +51,7 @@ class BuildRequest:
     # Labels as a build option; the classic builder commits each as a step of its own, so
     # build_image writes them into the Dockerfile as one LABEL line instead.
     labels: Mapping[str, str] = field(default_factory=dict)
+    build_args: Mapping[str, str] = field(default_factory=dict)  # values for the Dockerfile's ARGs
     network_mode: str | None = None
     no_cache: bool = False
 

@@ -17,6 +17,8 @@ from pathlib import Path
 APP_DIR = "/app"  # the final stage's WORKDIR
 VERSIONS_FILE = f"{APP_DIR}/versions.txt"  # one line per source that went in
 CONSTRAINT_FILE = "/etc/pip-constraints.txt"  # the build-toolchain constraint (constraints/*.txt)
+# What pip's isolated builds get: the constraint plus the locked build dependencies' exact versions.
+BUILD_CONSTRAINT_FILE = "/etc/pip-build-constraints.txt"
 IMAGEBUILD_DIR = "/opt/imagebuild"
 CHECK_TOOL = f"{IMAGEBUILD_DIR}/bin/imagebuild-check"  # image_files/imagebuild_check.py
 PROBE_DIR = f"{IMAGEBUILD_DIR}/probe"  # the constraint probe sdist (image_files/probe)
@@ -29,6 +31,7 @@ STAGE_NAMES: dict[str, str] = {
     "APP_DIR": APP_DIR,
     "VERSIONS_FILE": VERSIONS_FILE,
     "CONSTRAINT_FILE": CONSTRAINT_FILE,
+    "BUILD_CONSTRAINT_FILE": BUILD_CONSTRAINT_FILE,
     "CHECK_TOOL": CHECK_TOOL,
     "PROBE_DIR": PROBE_DIR,
     "LAUNCHER_DIR": LAUNCHER_DIR,
@@ -39,6 +42,11 @@ STAGE_NAMES: dict[str, str] = {
 SECRET_SCAN_ROOTS = ("/app", "/etc", "/root", "/opt", "/usr/local/etc")
 SECRET_SCAN_MAX_FILE_BYTES = 1024 * 1024
 
+# The build context ------------------------------------------------------------
+
+# `imagebuild render` writes one self-contained context per arch: docker/<arch>/ holds the
+# Dockerfile and every file it COPYs, so `docker build docker/<arch>` needs nothing else.
+DOCKER_DIR = "docker"
 # Build-context directories the COPY steps read, and where they land.
 CONTEXT_ROOTFS = "rootfs"  # copied to / (step 3)
 CONTEXT_LAUNCHER = "launcher"  # copied to LAUNCHER_DIR (step 18)
@@ -50,6 +58,15 @@ OCI_LABELS = ("source", "revision", "created", "version")
 PIN_LABEL_PREFIX = "io.imagebuild.pin."
 ARCH_LABEL = "io.imagebuild.arch"
 VERSION_LABEL = "io.imagebuild.version"
+# The checkout's facts cannot live in a committed Dockerfile (its own commit is not known when it is
+# written): each such label takes its value from a build ARG that `imagebuild build` passes.
+CHECKOUT_LABEL_ARGS: dict[str, str] = {
+    f"{OCI_LABEL_PREFIX}source": "IMAGEBUILD_SOURCE",
+    f"{OCI_LABEL_PREFIX}revision": "IMAGEBUILD_REVISION",
+    f"{OCI_LABEL_PREFIX}created": "IMAGEBUILD_CREATED",
+    f"{OCI_LABEL_PREFIX}version": "IMAGEBUILD_VERSION",
+}
+CHECKOUT_LABEL_DEFAULT = "unknown"  # what a plain `docker build` without those build args records
 
 # Defaults of the tool ----------------------------------------------------------
 
@@ -57,6 +74,11 @@ DEFAULT_ARCH = "gfx942"
 DEFAULT_REPOSITORY = "imagebuild/kimi-k3"
 LAUNCHER_RECIPE = "kimi-k3"  # the recipe verify dry-runs the launcher with
 BUILD_DIR = "build"  # in the checkout: build records and logs
+
+
+def context_dir(root: Path, arch: str) -> Path:
+    """The committed build context of ``arch`` in the checkout at ``root``."""
+    return root / DOCKER_DIR / arch
 
 
 def default_tag(arch: str) -> str:

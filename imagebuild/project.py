@@ -10,8 +10,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from imagebuild.arch import ArchProfile, load_arch
 from imagebuild.errors import ConfigError
+from imagebuild.layout import context_dir
 from imagebuild.pins import PinSet, load_pins
-from imagebuild.python_lock import lock_path_for
+from imagebuild.python_lock import PythonLock, lock_path_for, read_python_lock
 from imagebuild.schema import read_text_file
 from imagebuild.stages import ImageDefinition, load_stages
 from imagebuild.values import control_problem, shown
@@ -43,8 +44,14 @@ class Project:
         """pylock.toml beside the pins file: the sample pins have their own."""
         return lock_path_for(self.pins_path)
 
-    def committed_dockerfile(self, arch: str) -> Path:
-        return self.docker_dir / f"{arch}.Dockerfile"
+    @property
+    def uses_checkout_pins(self) -> bool:
+        """Whether the pins are the checkout's own pins.toml (what docker/ARCH/ is rendered from)."""
+        return self.pins_path == (self.root / "pins.toml").resolve()
+
+    def context_dir(self, arch: str) -> Path:
+        """docker/ARCH/: the committed, self-contained build context."""
+        return context_dir(self.root, arch)
 
     def load(self, arch: str) -> Inputs:
         return Inputs(
@@ -52,6 +59,7 @@ class Project:
             pins=load_pins(self.pins_path),
             arch=load_arch(self.arch_dir, arch),
             constraints=read_constraints(self.constraints_dir),
+            python_lock=read_python_lock(self.python_lock_path),
         )
 
 
@@ -61,6 +69,7 @@ class Inputs:
     pins: PinSet
     arch: ArchProfile
     constraints: str  # the text of /etc/pip-constraints.txt
+    python_lock: PythonLock | None = None  # pylock.toml beside the pins file (None: not locked yet)
 
 
 def find_project(start: Path, pins: Path | None = None, *, search_parents: bool = True) -> Project:

@@ -35,6 +35,8 @@ from imagebuild.values import (
     CONTEXT_PATH,
     ENV_NAME,
     ENV_VALUE,
+    HASH_LOCKED_INSTALL,
+    PIN_NAME,
     STAGE_NAME,
     TUNABLE,
     control_problem,
@@ -67,11 +69,19 @@ class Shell:
 
 @dataclass(frozen=True, kw_only=True)
 class Pip:
-    """A pip invocation; the renderer applies the constraint mechanism that fits it."""
+    """A pip invocation; the renderer applies the constraint mechanism that fits it.
+
+    An install takes one of three sources: the step's ``python_packages`` from the python
+    lock (``locked``), the wheel a ``fetch`` of this step downloaded (``fetched``: its pin),
+    or local source trees named in ``args`` (built with the build constraint). Packages from
+    an index by name are not allowed: they come from the lock, hash-checked.
+    """
 
     args: str  # e.g. "install --no-deps ."
-    build_isolation: bool | None  # None for subcommands that never build (uninstall, show, ...)
+    build_isolation: bool | None  # None for subcommands that never build, and for wheel installs
     env: tuple[tuple[str, str], ...] = ()
+    locked: bool = False  # install this step's python_packages as pylock.toml locks them
+    fetched: str | None = None  # install the wheel this step fetched for this pin
 
     @property
     def subcommand(self) -> str:
@@ -174,7 +184,7 @@ _COMMON_STEP_KEYS = ("title", "why", "instruction", "env", "env_after")
 BUILD_GROUP = "build"  # build dependencies of isolated builds: exact versions in the build constraint
 GUARD_GROUP = "guard"  # the setuptools the guard installs before a no-isolation build
 _COMMAND_KEYS = {
-    "pip": ("pip", "build_isolation", "env"),
+    "pip": ("pip", "build_isolation", "env", "locked", "fetched"),
     "git": ("git", "into", "submodules", "blobless"),
     "fetch": ("fetch", "into"),
     "pypi": ("pypi", "into"),
@@ -274,8 +284,23 @@ def _parse_pip(t: Table) -> Pip:
         if flag in f"{args} ":
             msg = f"{t.where}: '{flag.strip()}' is set by the renderer from build_isolation; remove it"
             raise ConfigError(msg)
+    locked = t.boolean("locked", default=False)
+    fetched = t.optional_string("fetched", kind=PIN_NAME)
+    wheels = locked or fetched is not None
+    if wheels and sub != "install":
+        msg = f"{t.where}: locked / fetched say what 'pip install' installs; 'pip {sub}' takes neither"
+        raise ConfigError(msg)
+    if wheels:
+        # Rendered before `--no-deps ... --require-hashes -r /dev/stdin`: options only, no source.
+        HASH_LOCKED_INSTALL.check(args, t.where, "pip")
+    if locked and fetched is not None:
+        msg = f"{t.where}: one source per install: locked = true (python_packages) or fetched = PIN, not both"
+        raise ConfigError(msg)
     isolation: bool | None = t.data.get("build_isolation")
-    if sub in PIP_BUILDING_SUBCOMMANDS and not isinstance(isolation, bool):
+    if wheels and "build_isolation" in t.data:
+        msg = f"{t.where}: a {'locked' if locked else 'fetched'} install is of wheels, hash-checked, and builds nothing; remove build_isolation"
+        raise ConfigError(msg)
+    if sub in PIP_BUILDING_SUBCOMMANDS and not wheels and not isinstance(isolation, bool):
         msg = (
             f"{t.where}: 'pip {sub}' may build from source, so say how: "
             f"build_isolation = true (pip's isolated build env) or false (the image's own toolchain)"
@@ -284,7 +309,25 @@ def _parse_pip(t: Table) -> Pip:
     if sub not in PIP_BUILDING_SUBCOMMANDS and "build_isolation" in t.data:
         msg = f"{t.where}: 'pip {sub}' builds nothing; remove build_isolation"
         raise ConfigError(msg)
-    return Pip(args=args, build_isolation=isolation, env=_env_pairs(t, "env"))
+    return Pip(args=args, build_isolation=isolation, env=_env_pairs(t, "env"), locked=locked, fetched=fetched)
+
+
+def _check_installs(path: Path, commands: tuple[Command, ...], python_packages: tuple[str, ...]) -> None:
+    """python_packages are installed by a locked pip command, and a fetched wheel was fetched before."""
+    locked = any(isinstance(c, Pip) and c.locked for c in commands)
+    if python_packages and not locked:
+        msg = f'{path}: python_packages are declared but no command installs them; add {{ pip = "install", locked = true }}'
+        raise ConfigError(msg)
+    if locked and not python_packages:
+        msg = f"{path}: a locked pip install needs the packages it installs in python_packages"
+        raise ConfigError(msg)
+    fetched: set[str] = set()
+    for command in commands:
+        if isinstance(command, FetchFile):
+            fetched.add(command.pin)
+        elif isinstance(command, Pip) and command.fetched is not None and command.fetched not in fetched:
+            msg = f"{path}: pip installs the fetched '{command.fetched}' wheel, but no earlier {{ fetch = \"{command.fetched}\" }} in this step downloads it"
+            raise ConfigError(msg)
 
 
 def expand_layout_names(value: Any) -> Any:
@@ -331,7 +374,9 @@ def _parse_step(path: Path, number: int, slug: str) -> Step:
         msg = f"{path}: a RUN step needs a non-empty 'commands' list"
         raise ConfigError(msg)
     commands = tuple(_parse_command(c, f"{path} commands[{i}]") for i, c in enumerate(raw))
-    return Step(**common, commands=commands, python_packages=_requirements(t, "python_packages"))
+    python_packages = _requirements(t, "python_packages")
+    _check_installs(path, commands, python_packages)
+    return Step(**common, commands=commands, python_packages=python_packages)
 
 
 def _load_spec(path: Path) -> ImageSpec:

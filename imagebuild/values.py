@@ -167,6 +167,9 @@ NETWORK_MODE = pattern_kind(
     "a docker network mode", r"(?:container:)?[A-Za-z0-9][A-Za-z0-9_.-]*", "e.g. host, bridge, none"
 )
 STAGE_NAME = pattern_kind("a Dockerfile stage name", r"[a-z][a-z0-9_.-]*", "lowercase letters, digits, '_.-'")
+# A pins file's table name: it becomes the pin's ARG prefix (flydsl -> FLYDSL_VERSION).
+PIN_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+PIN_NAME = pattern_kind("a pin name", PIN_NAME_RE.pattern, "lowercase letters, digits and '_'")
 ENV_NAME = pattern_kind("an UPPER_SNAKE_CASE name", r"[A-Z][A-Z0-9_]*")
 
 
@@ -228,6 +231,27 @@ def _env_template(value: str) -> str | None:
 
 
 ENV_VALUE = Kind("an env value", _env_template)
+
+
+# Options of pip itself that add a package source: a hash-locked install takes its packages only
+# from the lines piped to it (pylock.toml's, or the fetched wheel with its pin's sha256).
+PIP_SOURCE_OPTIONS = frozenset(
+    {"--requirement", "--editable", "--index-url", "--extra-index-url", "--find-links", "--constraint"}
+)
+
+
+def _hash_locked_install(value: str) -> str | None:
+    words = value.split(" ")
+    if words[0] != "install" or not all(re.fullmatch(r"--[a-z][a-z0-9-]*", w) for w in words[1:]):
+        return "is not 'install' followed only by long pip options without values (e.g. '--force-reinstall'); the packages come from the lock or the fetched wheel"
+    sources = sorted(set(words[1:]) & PIP_SOURCE_OPTIONS)
+    if sources:
+        return f"adds a package source ({', '.join(sources)}); a hash-locked install takes only the lines piped to it"
+    return None
+
+
+# The pip words of a { pip = "install ...", locked = true } or fetched = PIN command.
+HASH_LOCKED_INSTALL = Kind("a hash-locked pip install", _hash_locked_install)
 TEXT = Kind("text", lambda _v: None)  # only the control-character check
 
 

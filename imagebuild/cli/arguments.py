@@ -69,3 +69,13 @@ def output_file(text: str) -> Path:
         msg = f"{text}: directory {parent} is not writable; choose a directory you can write"
         raise argparse.ArgumentTypeError(msg)
     return path
+
+
+def output_dir(text: str) -> str:
+    """A directory the verb will write (made if missing), or - for stdout."""
+    if text != "-" and (not text or (Path(text).exists() and not Path(text).is_dir())):
+        msg = (
+            f"{text!r} is not a directory; name a directory to write the build context into, or - for stdout"
+        )
+        raise argparse.ArgumentTypeError(msg)
+    return text

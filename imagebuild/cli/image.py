@@ -6,77 +6,98 @@ import argparse
 import difflib
 import json
 import sys
+from pathlib import Path
 
 from imagebuild.cli import arguments
 from imagebuild.cli.verbs import Verb, Verbs, project_of
-from imagebuild.errors import ExitCode, UnpinnedError
+from imagebuild.errors import ConfigError, ExitCode, UnpinnedError
 from imagebuild.layout import DEFAULT_REPOSITORY, SECRET_SCAN_ROOTS, default_tag
 from imagebuild.log import logger
-from imagebuild.project import Inputs
+from imagebuild.project import Inputs, Project
 from imagebuild.render import Dockerfile, RenderOptions, render
 
 
-def render_inputs(
-    inputs: Inputs, *, allow_unpinned: bool, build_args: dict[str, str] | None = None
-) -> Dockerfile:
-    options = RenderOptions(allow_unpinned=allow_unpinned, build_args=build_args or {})
-    return render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, options)
+def render_inputs(inputs: Inputs, *, allow_unpinned: bool) -> Dockerfile:
+    options = RenderOptions(allow_unpinned=allow_unpinned)
+    return render(
+        inputs.definition, inputs.pins, inputs.arch, inputs.constraints, options, lock=inputs.python_lock
+    )
+
+
+def render_target(args: argparse.Namespace, project: Project) -> Path | None:
+    """Where render writes: docker/ARCH/ for the checkout's pins, --output DIR, or None for stdout."""
+    if args.output == "-":
+        return None
+    if args.output is not None:
+        return Path(args.output)
+    if not project.uses_checkout_pins:
+        msg = (
+            f"--pins {project.pins_path}: {project.context_dir(args.arch).relative_to(project.root)}/ is "
+            "rendered from the checkout's pins.toml; pass --output DIR (or --output - for the Dockerfile on stdout)"
+        )
+        raise ConfigError(msg)
+    return project.context_dir(args.arch)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    from imagebuild.context import build_context, context_differences, write_context_dir
+
     project = project_of(args)
+    target = render_target(args, project)
+    if target is None and args.check:
+        msg = "--check compares a context directory; drop --output - or name the directory"
+        raise ConfigError(msg)
     inputs = project.load(args.arch)
+    # The committed context is a review artifact: it shows unpinned sources loudly rather than
+    # refusing them, so the staleness check renders the same way.
+    try:
+        dockerfile = render_inputs(inputs, allow_unpinned=args.allow_unpinned or args.check)
+    except UnpinnedError as e:
+        # The first command a new user tries, on pins whose sources are out of reach here.
+        msg = f"{e}, or see the Dockerfile with them marked unpinned: imagebuild render --allow-unpinned"
+        raise UnpinnedError(msg) from e
+    context = build_context(dockerfile, inputs)
+    if target is None:
+        sys.stdout.write(context.dockerfile)
+        return 0
+    shown = target.relative_to(project.root) if target.is_relative_to(project.root) else target
     if not args.check:
-        try:
-            dockerfile = render_inputs(inputs, allow_unpinned=args.allow_unpinned)
-        except UnpinnedError as e:
-            # The first command a new user tries, on pins whose sources are out of reach here.
-            msg = f"{e}, or see the Dockerfile with them marked unpinned: imagebuild render --allow-unpinned"
-            raise UnpinnedError(msg) from e
-        sys.stdout.write(dockerfile.text)
+        write_context_dir(context, target)
+        size = sum(len(f.data) for f in context.files) // 1024
+        logger.info(
+            "wrote %s/: the Dockerfile and %d files it COPYs (%d KiB)", shown, len(context.files) - 1, size
+        )
         return 0
-    # The committed file is a review artifact: it shows unpinned sources loudly
-    # rather than refusing them, so the staleness check renders the same way.
-    text = render_inputs(inputs, allow_unpinned=True).text
-    committed = project.committed_dockerfile(args.arch)
-    old = committed.read_text(encoding="utf-8") if committed.exists() else ""
-    if old == text:
-        logger.info("%s is up to date", committed.relative_to(project.root))
+    problems = context_differences(context, target)
+    if not problems:
+        logger.info("%s/ is up to date (%d files)", shown, len(context.files))
         return 0
-    diff = difflib.unified_diff(
-        old.splitlines(keepends=True), text.splitlines(keepends=True), str(committed), "rendered"
+    committed = target / "Dockerfile"
+    old = committed.read_text(encoding="utf-8") if committed.is_file() else ""
+    new = context.dockerfile
+    sys.stdout.writelines(
+        difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True), str(committed), "rendered"
+        )
     )
-    sys.stdout.writelines(diff)
-    name = committed.relative_to(project.root)
+    for problem in problems:
+        logger.error("%s/%s", shown, problem)
+    pins = "" if project.uses_checkout_pins else f" --pins {project.pins_path} --output {shown}"
     logger.error(
-        "%s is stale; regenerate it with: imagebuild render --arch %s --allow-unpinned > %s",
-        name,
+        "%s/ is stale; regenerate it with: imagebuild render --arch %s --allow-unpinned%s",
+        shown,
         args.arch,
-        name,
+        pins,
     )
     return int(ExitCode.FAILED)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from imagebuild.plan import (
-        CONSTRAINT_MECHANISM,
-        format_plan,
-        invalidated_steps,
-        package_invalidated_steps,
-    )
-    from imagebuild.python_lock import read_python_lock
+    from imagebuild.plan import CONSTRAINT_MECHANISM, format_plan, invalidated_steps
 
-    project = project_of(args)
-    inputs = project.load(args.arch)
+    inputs = project_of(args).load(args.arch)
     dockerfile = render_inputs(inputs, allow_unpinned=True)
-    steps = list(dockerfile.steps)
-    if args.changed:
-        consumed = {p for line in dockerfile.lines for p in line.pins}
-        lock = read_python_lock(project.python_lock_path)
-        if args.changed in consumed or lock is None:
-            steps = invalidated_steps(dockerfile, args.changed)
-        else:
-            steps = package_invalidated_steps(dockerfile, inputs.definition, lock, args.changed)
+    steps = invalidated_steps(dockerfile, args.changed) if args.changed else list(dockerfile.steps)
     if args.json:
         rows = [
             {"step": s.number, "instruction": s.instruction.value, "title": s.title, "pins": list(s.pins)}
@@ -124,11 +145,13 @@ def register(verbs: Verbs) -> None:
     p = verbs.add(
         Verb(
             name="render",
-            summary="print the Dockerfile rendered from stages/, pins and constraints/",
+            summary="write the build context (the Dockerfile and every file it COPYs) rendered from "
+            "stages/, pins, pylock.toml and constraints/",
             run=cmd_render,
             examples=(
-                "imagebuild render > gfx942.Dockerfile",
-                "imagebuild render --allow-unpinned --pins sampleworld/pins.toml",
+                "imagebuild render --allow-unpinned",
+                "imagebuild render --pins sampleworld/pins.toml --output /tmp/gfx942 --allow-unpinned",
+                "imagebuild render --allow-unpinned --output - > gfx942.Dockerfile",
                 "imagebuild render --check",
             ),
             exit_codes=(ExitCode.FAILED,),
@@ -140,7 +163,16 @@ def register(verbs: Verbs) -> None:
         help="render sources without an immutable identity (loudly marked)",
     )
     p.add_argument(
-        "--check", action="store_true", help="exit 1 with a diff when docker/ARCH.Dockerfile is stale"
+        "--output",
+        type=arguments.output_dir,
+        metavar="DIR",
+        help="write the context here (default docker/ARCH/, for the checkout's pins only); "
+        "- prints just the Dockerfile on stdout",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 listing what differs when the context directory is stale",
     )
 
     p = verbs.add(

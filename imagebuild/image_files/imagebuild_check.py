@@ -4,7 +4,9 @@
 Standard library only, plus pip's vendored ``packaging``: it runs on the base
 image's python before anything else is installed. Each check prints what it
 expected and what it found, and exits 1 on failure so the RUN step fails there,
-not hours later on a cluster.
+not hours later on a cluster. Nothing here imports the packages it checks: the
+real AITER probes the GPU when imported, and build hosts have none, so packages
+are checked by their metadata and the files their RECORD lists.
 """
 
 from __future__ import annotations
@@ -16,22 +18,30 @@ import importlib.metadata as md
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+# imagebuild.layout's CONSTRAINT_FILE and BUILD_CONSTRAINT_FILE (this file cannot import imagebuild).
 CONSTRAINT_FILE = Path(os.environ.get("IMAGEBUILD_CONSTRAINT_FILE", "/etc/pip-constraints.txt"))
+BUILD_CONSTRAINT_FILE = Path(
+    os.environ.get("IMAGEBUILD_BUILD_CONSTRAINT_FILE", "/etc/pip-build-constraints.txt")
+)
+# The versions.txt key of the guard's record (imagebuild.verify reads it).
+GUARD_KEY = "GUARD_SETUPTOOLS"
+HASH_OPTION = "--hash=sha256:"
 
 
 class CheckFailed(Exception):
     pass
 
 
-def _specifier_for(project: str) -> str | None:
-    """The combined specifier the constraint file sets for ``project``, if any."""
+def _specifier_for(project: str, constraints: Path = CONSTRAINT_FILE) -> str | None:
+    """The combined specifier a constraint file sets for ``project``, if any."""
     from pip._vendor.packaging.requirements import Requirement
     from pip._vendor.packaging.utils import canonicalize_name
 
     specs = []
-    for line in CONSTRAINT_FILE.read_text(encoding="utf-8").splitlines():
+    for line in constraints.read_text(encoding="utf-8").splitlines():
         text = line.split("#", 1)[0].strip()
         if text:
             req = Requirement(text)
@@ -55,14 +65,15 @@ def constraint_proof(_: argparse.Namespace) -> str:
     import imagebuild_constraint_probe as probe  # type: ignore[import-not-found]  # built just before
 
     built_with: str = probe.SETUPTOOLS_VERSION
-    spec = _specifier_for("setuptools")
+    # Isolated builds get the build constraint: constraints/ plus the locked build dependencies' versions.
+    spec = _specifier_for("setuptools", BUILD_CONSTRAINT_FILE)
     if spec is None:
-        msg = f"{CONSTRAINT_FILE} constrains no setuptools version; nothing to prove"
+        msg = f"{BUILD_CONSTRAINT_FILE} constrains no setuptools version; nothing to prove"
         raise CheckFailed(msg)
     if not _satisfies(built_with, spec):
         msg = (
             f"build-toolchain constraint did not hold: pip {_pip_version()} put setuptools {built_with} "
-            f"into an isolated build environment, but {CONSTRAINT_FILE} says setuptools{spec}. "
+            f"into an isolated build environment, but {BUILD_CONSTRAINT_FILE} says setuptools{spec}. "
             "Isolated builds need PIP_BUILD_CONSTRAINT (pip >= 25.3) or PIP_CONSTRAINT (pip < 26.2)"
         )
         raise CheckFailed(msg)
@@ -71,43 +82,67 @@ def constraint_proof(_: argparse.Namespace) -> str:
     )
 
 
-def setuptools_guard(_: argparse.Namespace) -> str:
-    """Before a --no-build-isolation build: the image's own setuptools must satisfy the constraint."""
-    spec = _specifier_for("setuptools")
-    try:
-        installed = md.version("setuptools")
-    except md.PackageNotFoundError:
-        installed = None
-    if spec is None or (installed is not None and _satisfies(installed, spec)):
-        return f"setuptools {installed} satisfies {spec or 'no constraint'}"
-    # Bring the image's setuptools into the constraint before compiling anything.
-    print(
-        f"imagebuild-check: setuptools {installed} violates setuptools{spec}; installing a constrained one",
-        file=sys.stderr,
-    )
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--no-cache-dir",
-            "--constraint",
-            str(CONSTRAINT_FILE),
-            f"setuptools{spec}",
-        ],
-        check=True,
-    )
-    fixed = subprocess.run(
-        [sys.executable, "-c", "import importlib.metadata as m; print(m.version('setuptools'))"],
-        check=True,
+def _installed(dist: str) -> str | None:
+    # In a fresh interpreter: this one's metadata cache predates a pip install it ran.
+    done = subprocess.run(
+        [sys.executable, "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"],
         capture_output=True,
         text=True,
-    ).stdout.strip()
-    if not _satisfies(fixed, spec):
-        msg = f"the image's setuptools is {fixed}, which violates setuptools{spec} from {CONSTRAINT_FILE}, and pip could not fix it"
+        check=False,
+    )
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _locked_version(lines: list[str], dist: str) -> str:
+    """The exact version of ``dist`` in hash-locked requirement lines (``name==version --hash=...``)."""
+    from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.utils import canonicalize_name
+
+    for line in lines:
+        if HASH_OPTION not in line:
+            msg = (
+                f"requirement {line!r} has no {HASH_OPTION}...: the guard installs only hash-locked packages"
+            )
+            raise CheckFailed(msg)
+        req = Requirement(line.split(" --", 1)[0])
+        pinned = [s.version for s in req.specifier if s.operator == "=="]
+        if canonicalize_name(req.name) == canonicalize_name(dist) and len(pinned) == 1:
+            return pinned[0]
+    msg = f"no exact, hash-locked {dist} among the guard's requirements {lines}; regenerate the Dockerfile"
+    raise CheckFailed(msg)
+
+
+def setuptools_guard(args: argparse.Namespace) -> str:
+    """Before a --no-build-isolation build: the image's own setuptools must satisfy the constraint.
+
+    When it does not, the guard installs the locked setuptools it is given (exact version, sha256
+    checked, no resolution) rather than whatever the constraint resolves to that day. Either way it
+    prints the line versions.txt records.
+    """
+    spec = _specifier_for("setuptools")
+    installed = _installed("setuptools")
+    if spec is None or (installed is not None and _satisfies(installed, spec)):
+        return f"{GUARD_KEY}={installed} (the image's own, satisfies setuptools{spec or ' (no constraint)'})"
+    wanted = _locked_version(args.requirements, "setuptools")
+    print(
+        f"imagebuild-check: setuptools {installed} violates setuptools{spec}; installing the locked {wanted}",
+        file=sys.stderr,
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as requirements:
+        requirements.write("".join(f"{line}\n" for line in args.requirements))
+        requirements.flush()
+        subprocess.run(
+            [
+                *(sys.executable, "-m", "pip", "install", "--no-cache-dir", "--no-deps"),
+                *("--only-binary=:all:", "--require-hashes", "-r", requirements.name),
+            ],
+            check=True,
+        )
+    fixed = _installed("setuptools")
+    if fixed != wanted or not _satisfies(fixed, spec):
+        msg = f"the image's setuptools is {fixed} after installing the locked {wanted}, which setuptools{spec} from {CONSTRAINT_FILE} needs"
         raise CheckFailed(msg)
-    return f"setuptools {installed} replaced by {fixed} to satisfy setuptools{spec}"
+    return f"{GUARD_KEY}={fixed} (locked, sha256-checked; replaced the image's {installed}, which violates setuptools{spec})"
 
 
 def require_version(args: argparse.Namespace) -> str:
@@ -173,11 +208,46 @@ def check_record(args: argparse.Namespace) -> str:
     return f"{args.dist} {dist.version}: {len(recorded)} files match RECORD"
 
 
+def require_files(args: argparse.Namespace) -> str:
+    """Each path is in the distribution's RECORD and on disk: a directory (ending in /) holds recorded files.
+
+    The file list, not an import: importing the real AITER probes the GPU, and build hosts have none.
+    """
+    try:
+        dist = md.distribution(args.dist)
+    except md.PackageNotFoundError as e:
+        msg = f"{args.dist} is not installed (expected it to provide {', '.join(args.paths)})"
+        raise CheckFailed(msg) from e
+    recorded = [str(f) for f in dist.files or []]
+    found = []
+    for wanted in args.paths:
+        matches = (
+            [f for f in recorded if f.startswith(wanted)]
+            if wanted.endswith("/")
+            else [f for f in recorded if f == wanted]
+        )
+        missing = [f for f in matches if not Path(str(dist.locate_file(f))).is_file()]
+        if not matches:
+            msg = f"{args.dist} {dist.version} does not provide {wanted} (not in its RECORD); the K3 path needs it"
+            raise CheckFailed(msg)
+        if missing:
+            msg = f"{args.dist} {dist.version}: {wanted} is in its RECORD but {missing[0]} is not on disk"
+            raise CheckFailed(msg)
+        found.append(f"{wanted} ({len(matches)} file{'s' if len(matches) != 1 else ''})")
+    return f"{args.dist} {dist.version} provides {', '.join(found)}"
+
+
+# Checks whose result line is a record for versions.txt (stdout); the others print a log line.
+RECORDING_CHECKS = ("constraint-proof", "setuptools-guard")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="imagebuild-check")
     sub = parser.add_subparsers(dest="check", required=True)
     sub.add_parser("constraint-proof").set_defaults(func=constraint_proof)
-    sub.add_parser("setuptools-guard").set_defaults(func=setuptools_guard)
+    p = sub.add_parser("setuptools-guard")
+    p.add_argument("requirements", nargs="*", help="hash-locked requirement lines to install when needed")
+    p.set_defaults(func=setuptools_guard)
     p = sub.add_parser("require-version")
     p.add_argument("dist")
     p.add_argument("version")
@@ -187,6 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("name")
     p.add_argument("value")
     p.set_defaults(func=require_env)
+    p = sub.add_parser("require-files")
+    p.add_argument("dist")
+    p.add_argument("paths", nargs="+", help="paths relative to site-packages; a trailing / means a directory")
+    p.set_defaults(func=require_files)
     p = sub.add_parser("check-record")
     p.add_argument("dist")
     p.set_defaults(func=check_record)
@@ -196,8 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     except CheckFailed as e:
         print(f"imagebuild-check {args.check}: FAILED: {e}", file=sys.stderr)
         return 1
-    # The proof's line goes to versions.txt (stdout); everything else is a log line.
-    print(result, file=sys.stdout if args.check == "constraint-proof" else sys.stderr)
+    print(result, file=sys.stdout if args.check in RECORDING_CHECKS else sys.stderr)
     return 0
 
 

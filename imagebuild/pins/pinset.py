@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -13,9 +12,7 @@ from imagebuild.errors import ConfigError
 from imagebuild.pins.base import Pin
 from imagebuild.pins.kinds import ImagePin, parse_pin
 from imagebuild.schema import Table, read_toml, suggest
-from imagebuild.values import escape_controls, shown
-
-PIN_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+from imagebuild.values import PIN_NAME_RE, escape_controls, shown
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ reason about cache order) serialised to text. Rules enforced here:
 * every ARG declared just before its first consumer, so changing a late pin
   does not rebuild early layers (the classic builder keys each layer on the
   instructions before it);
-* every pip call gets the build-toolchain constraint mechanism that fits it;
+* every pip install is hash-locked from pylock.toml, a pinned wheel or a source
+  tree, resolves nothing, and gets the build-toolchain constraint that fits it;
 * nothing the classic builder (docker-py) cannot parse, no secret-like ARG.
 
 The package, along its seams:
@@ -17,13 +18,13 @@ The package, along its seams:
 * ``model``    the rendered Dockerfile as typed lines, and the render options;
 * ``scope``    which ARGs exist, their values and owners, and which a text needs;
 * ``commands`` a stage command (shell, pip, git, fetch, pypi) -> shell lines;
+* ``pip``      every pip call: hash-locked sources, the build constraint, the guard;
 * ``policy``   what may not be rendered: unpinned sources, classic-builder syntax;
 * ``assemble`` the loop over the steps that puts the lines together.
 """
 
-from imagebuild.layout import CONSTRAINT_FILE
+from imagebuild.layout import BUILD_CONSTRAINT_FILE, CONSTRAINT_FILE
 from imagebuild.render.assemble import render
-from imagebuild.render.commands import SETUPTOOLS_GUARD
 from imagebuild.render.model import (
     ConstraintMode,
     Dockerfile,
@@ -31,12 +32,13 @@ from imagebuild.render.model import (
     LineKind,
     RenderedStep,
     RenderOptions,
-    label_instruction,
 )
+from imagebuild.render.pip import SETUPTOOLS_GUARD, build_constraint_text
 from imagebuild.render.policy import check_classic_builder
 from imagebuild.render.scope import check_arg_name
 
 __all__ = [
+    "BUILD_CONSTRAINT_FILE",
     "CONSTRAINT_FILE",
     "SETUPTOOLS_GUARD",
     "ConstraintMode",
@@ -45,8 +47,8 @@ __all__ = [
     "LineKind",
     "RenderOptions",
     "RenderedStep",
+    "build_constraint_text",
     "check_arg_name",
     "check_classic_builder",
-    "label_instruction",
     "render",
 ]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import textwrap
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from imagebuild.arch import ArchProfile
 from imagebuild.errors import ConfigError
-from imagebuild.layout import CONSTRAINT_FILE
+from imagebuild.layout import BUILD_CONSTRAINT_FILE, CONSTRAINT_FILE, CONTEXT_ROOTFS
 from imagebuild.pins import PinSet
+from imagebuild.python_lock import LOCK_FILE_NAME, PythonLock
 from imagebuild.render.commands import command_lines
 from imagebuild.render.model import (
     ConstraintMode,
@@ -21,7 +22,7 @@ from imagebuild.render.model import (
 )
 from imagebuild.render.policy import check_classic_builder, check_line_structure, check_pinned
 from imagebuild.render.scope import ArgScope, build_scope, check_arg_name, needed_args, refs
-from imagebuild.stages import ImageDefinition, Instruction, Step
+from imagebuild.stages import BUILD_GROUP, ImageDefinition, Instruction, Step
 from imagebuild.values import dockerfile_literal, quoted_template
 
 COMMENT_WIDTH = 96
@@ -33,7 +34,10 @@ def render(
     arch: ArchProfile,
     constraints: str,
     options: RenderOptions | None = None,
+    *,
+    lock: PythonLock | None = None,
 ) -> Dockerfile:
+    """The Dockerfile; ``lock`` is the python lock (pylock.toml) the locked pip installs read."""
     options = options or RenderOptions()
     scope = build_scope(definition, pins, arch, options)
     base = definition.steps[0]
@@ -62,7 +66,7 @@ def render(
     steps: list[RenderedStep] = []
     for defined in definition.steps:
         step_lines, rendered = _render_step(
-            defined, definition, pins, scope, options=options, base_prefix=base_pin.arg_prefix
+            defined, definition, pins, scope, lock, options=options, base_prefix=base_pin.arg_prefix
         )
         lines += step_lines
         steps.append(rendered)
@@ -92,12 +96,13 @@ def _render_step(
     definition: ImageDefinition,
     pins: PinSet,
     scope: ArgScope,
+    lock: PythonLock | None,
     *,
     options: RenderOptions,
     base_prefix: str,
 ) -> tuple[list[Line], RenderedStep]:
     """One step's lines (comments, the ARGs it needs first, ENV, the instruction) and its summary."""
-    body = _step_body(defined, definition, pins, options.constraint_mode)
+    body = _step_body(defined, definition, pins, lock, options.constraint_mode)
     off = options.constraint_mode is ConstraintMode.OFF
     step = _without_constraint_env(defined) if off else defined
     number, total = step.number, len(definition.steps)
@@ -133,6 +138,7 @@ def _render_step(
             kind=LineKind.INSTRUCTION,
             step=number,
             pins=frozenset(body.pins),
+            packages=frozenset(body.packages),
             final_stage=True,
         )
     )
@@ -157,9 +163,12 @@ class _StepBody:
     text: str  # the instruction, e.g. "RUN a \\\n && b"
     refs_text: str  # everything that may reference ${ARG}s
     pins: set[str]
+    packages: set[str] = field(default_factory=set)  # locked python packages it installs or constrains
 
 
-def _step_body(step: Step, definition: ImageDefinition, pins: PinSet, mode: ConstraintMode) -> _StepBody:
+def _step_body(
+    step: Step, definition: ImageDefinition, pins: PinSet, lock: PythonLock | None, mode: ConstraintMode
+) -> _StepBody:
     if step.instruction is Instruction.FROM:
         assert step.image is not None
         pin = pins.image(step.image)
@@ -176,23 +185,29 @@ def _step_body(step: Step, definition: ImageDefinition, pins: PinSet, mode: Cons
             flag = f"--from={definition.spec.donor_stage} "
             used.add(step.from_pin)
         text = f"COPY {flag}{step.src} {step.dest}"
-        return _StepBody(text=text, refs_text=text, pins=used)
+        # The context's rootfs carries the build constraint: the locked build dependencies' versions.
+        rootfs = not step.from_pin and (step.src or "").split("/")[0] == CONTEXT_ROOTFS
+        built = {p.name for p in lock.group(BUILD_GROUP)} if rootfs and lock is not None else set()
+        return _StepBody(text=text, refs_text=text, pins=used, packages=built)
     shell_lines: list[str] = []
     used = set()
+    installed: set[str] = set()
     for cmd in step.commands:
-        cmd_lines, consumed = command_lines(cmd, step, pins, mode)
+        cmd_lines, consumed, packages = command_lines(cmd, step, pins, lock, mode)
         shell_lines += cmd_lines
         used |= consumed
+        installed |= packages
     text = "RUN " + " \\\n && ".join(shell_lines)
-    return _StepBody(text=text, refs_text=text, pins=used)
+    return _StepBody(text=text, refs_text=text, pins=used, packages=installed)
 
 
 def _without_constraint_env(step: Step) -> Step:
-    """The step minus ENV that points tools at the constraint file (ConstraintMode.OFF only)."""
+    """The step minus ENV that points tools at the constraint files (ConstraintMode.OFF only)."""
+    files = (CONSTRAINT_FILE, BUILD_CONSTRAINT_FILE)
     return replace(
         step,
-        env=tuple(p for p in step.env if p[1] != CONSTRAINT_FILE),
-        env_after=tuple(p for p in step.env_after if p[1] != CONSTRAINT_FILE),
+        env=tuple(p for p in step.env if p[1] not in files),
+        env_after=tuple(p for p in step.env_after if p[1] not in files),
     )
 
 
@@ -223,8 +238,9 @@ def _header(arch: ArchProfile, pins: PinSet, constraints: str, unpinned: list[st
     lines = [
         *_comment(f"Kimi-K3 vLLM serving image for {arch.description}."),
         *_comment(
-            f"Generated by `imagebuild render --arch {arch.name}` from stages/, {pins.path.name} and "
-            "constraints/. Do not edit: change those and re-render."
+            f"Generated by `imagebuild render --arch {arch.name}` from stages/, {pins.path.name}, "
+            f"{LOCK_FILE_NAME} and constraints/, with every file it COPYs beside it: this directory is "
+            "the whole build context (`docker build DIR`). Do not edit: change those and re-render."
         ),
         *_comment(
             f"Build-toolchain constraints ({CONSTRAINT_FILE}): "

@@ -1,8 +1,9 @@
 """Shell text for each kind of stage command, with the checks every source and pip call needs.
 
 A git source is cloned, checked out at its full SHA and HEAD compared with it;
-a downloaded file is checked with ``sha256sum -c``; every pip call gets the
-build-toolchain constraint mechanism that fits it (see the README).
+a downloaded file is checked with ``sha256sum -c``; every pip call installs
+hash-locked or from a source tree, with the build-toolchain constraint
+mechanism that fits it (imagebuild.render.pip, and the README).
 """
 
 from __future__ import annotations
@@ -10,30 +11,32 @@ from __future__ import annotations
 from typing import TypeVar, assert_never
 
 from imagebuild.errors import ConfigError
-from imagebuild.layout import CHECK_TOOL, CONSTRAINT_FILE
 from imagebuild.pins import GitPin, Pin, PinSet, PypiPin, WheelPin
+from imagebuild.python_lock import PythonLock
 from imagebuild.render.model import ConstraintMode
+from imagebuild.render.pip import hash_locked_download, pip_lines
 from imagebuild.stages import Command, FetchFile, GitCheckout, Pip, PypiDownload, Shell, Step
-from imagebuild.values import quoted_template, shell_quoted_text, shell_word
-
-SETUPTOOLS_GUARD = f"{CHECK_TOOL} setuptools-guard"
+from imagebuild.values import shell_quoted_text, shell_word
 
 SourcePin = TypeVar("SourcePin", bound=Pin)
 
 
-def command_lines(cmd: Command, step: Step, pins: PinSet, mode: ConstraintMode) -> tuple[list[str], set[str]]:
-    """Shell lines for one command and the pins it consumes."""
+def command_lines(
+    cmd: Command, step: Step, pins: PinSet, lock: PythonLock | None, mode: ConstraintMode
+) -> tuple[list[str], set[str], set[str]]:
+    """Shell lines for one command, the pins it consumes and the locked packages it installs."""
     match cmd:
         case Shell():
-            return [cmd.text], set()
+            return [cmd.text], set(), set()
         case Pip():
-            return pip_lines(cmd, mode), set()
+            lines, packages = pip_lines(cmd, step, pins, lock, mode)
+            return lines, {cmd.fetched} if cmd.fetched else set(), packages
         case GitCheckout():
-            return _git(cmd, _source_pin(pins, cmd.pin, GitPin, step)), {cmd.pin}
+            return _git(cmd, _source_pin(pins, cmd.pin, GitPin, step)), {cmd.pin}, set()
         case FetchFile():
-            return _fetch(cmd, _source_pin(pins, cmd.pin, WheelPin, step)), {cmd.pin}
+            return _fetch(cmd, _source_pin(pins, cmd.pin, WheelPin, step)), {cmd.pin}, set()
         case PypiDownload():
-            return _pypi(cmd, _source_pin(pins, cmd.pin, PypiPin, step), mode), {cmd.pin}
+            return _pypi(cmd, _source_pin(pins, cmd.pin, PypiPin, step), mode), {cmd.pin}, set()
         case _:
             assert_never(cmd)
 
@@ -44,27 +47,6 @@ def _source_pin(pins: PinSet, name: str, kind: type[SourcePin], step: Step) -> S
         msg = f"{step.source}: '{name}' is a {pin.kind} pin; this command needs a {kind.kind} pin"
         raise ConfigError(msg)
     return pin
-
-
-def _pip_args(cmd: Pip) -> str:
-    # No wheel cache in the image: it only makes the layer bigger.
-    sub, _, rest = cmd.args.partition(" ")
-    return f"{sub} --no-cache-dir {rest}" if sub in ("install", "download", "wheel") else cmd.args
-
-
-def pip_lines(cmd: Pip, mode: ConstraintMode) -> list[str]:
-    env = " ".join(f"{k}={quoted_template(v)}" for k, v in cmd.env)
-    prefix = f"{env} " if env else ""
-    args = _pip_args(cmd)
-    if cmd.build_isolation is False:
-        # The image's own setuptools builds this: it must satisfy the constraint itself.
-        # PIP_BUILD_CONSTRAINT is unset because pip >= 25.3 refuses it with --no-build-isolation.
-        guard = [SETUPTOOLS_GUARD] if mode is ConstraintMode.ON else []
-        return [*guard, f"{prefix}env -u PIP_BUILD_CONSTRAINT python3 -m pip {args} --no-build-isolation"]
-    if cmd.build_isolation is True and mode is ConstraintMode.ON:
-        # pip >= 26.2 no longer applies PIP_CONSTRAINT inside build isolation; this does (pip >= 25.3).
-        return [f"PIP_BUILD_CONSTRAINT={CONSTRAINT_FILE} {prefix}python3 -m pip {args}"]
-    return [f"{prefix}python3 -m pip {args}"]
 
 
 def _git(cmd: GitCheckout, pin: GitPin) -> list[str]:
@@ -95,8 +77,9 @@ def _fetch(cmd: FetchFile, pin: WheelPin) -> list[str]:
 def _pypi(cmd: PypiDownload, pin: PypiPin, mode: ConstraintMode) -> list[str]:
     p, d = pin.arg_prefix, shell_quoted_text(cmd.into)
     project = shell_quoted_text(pin.project)
-    download = Pip(
-        args=f'download --no-deps --only-binary=:all: --dest "{d}" "{project}==${{{p}_VERSION}}"',
-        build_isolation=True,
-    )
-    return [*pip_lines(download, mode), f'echo "${{{p}_SHA256}}  {d}/${{{p}_FILE}}" | sha256sum -c -']
+    requirement = f'"{project}==${{{p}_VERSION}} --hash=sha256:${{{p}_SHA256}}"'
+    # pip checked the hash; sha256sum also proves the file is the one the pin names.
+    return [
+        hash_locked_download(requirement, shell_word(cmd.into), mode),
+        f'echo "${{{p}_SHA256}}  {d}/${{{p}_FILE}}" | sha256sum -c -',
+    ]

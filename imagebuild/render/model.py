@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
-from imagebuild.errors import ConfigError
 from imagebuild.stages import Instruction
-from imagebuild.values import control_problem, dockerfile_literal, shown
 
 
 class ConstraintMode(StrEnum):
@@ -21,7 +18,6 @@ class ConstraintMode(StrEnum):
 @dataclass(frozen=True, kw_only=True)
 class RenderOptions:
     allow_unpinned: bool = False
-    build_args: Mapping[str, str] = field(default_factory=dict)  # overrides of the image's tunables
     constraint_mode: ConstraintMode = ConstraintMode.ON
 
 
@@ -39,6 +35,7 @@ class Line:
     kind: LineKind
     step: int | None = None  # the step this line belongs to (None: header, donor stage)
     pins: frozenset[str] = frozenset()  # pins whose values this line carries
+    packages: frozenset[str] = frozenset()  # locked python packages this line installs or constrains
     final_stage: bool = False
 
 
@@ -62,20 +59,3 @@ class Dockerfile:
     @property
     def text(self) -> str:
         return "".join(f"{line.text}\n" for line in self.lines)
-
-
-def label_instruction(labels: Mapping[str, str]) -> str:
-    """One ``LABEL "k"="v" ...`` line with every label, keys sorted, taken literally; control characters refused.
-
-    One instruction, not the engine's ``labels`` build option: the classic
-    builder turns that option into one LABEL instruction per label, each a
-    container commit of its own (13 commits, about 2 s of a cold build).
-    """
-    for key, value in labels.items():
-        problem = control_problem(key) or control_problem(value)
-        if problem:
-            msg = f"label {shown(key)} = {shown(value)}: {problem}; control characters are not allowed in a label"
-            raise ConfigError(msg)
-    return "LABEL " + " ".join(
-        f"{dockerfile_literal(k)}={dockerfile_literal(labels[k])}" for k in sorted(labels)
-    )

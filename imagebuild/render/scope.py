@@ -20,7 +20,6 @@ from imagebuild.render.model import RenderOptions
 from imagebuild.schema import suggest
 from imagebuild.secrets import secret_reason
 from imagebuild.stages import ImageDefinition, Step
-from imagebuild.values import TUNABLE, shown
 
 REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::[-+][^}]*)?\}")
 
@@ -51,17 +50,8 @@ def check_arg_name(name: str, where: str, value: str = "") -> None:
 def build_scope(
     definition: ImageDefinition, pins: PinSet, arch: ArchProfile, options: RenderOptions
 ) -> ArgScope:
+    # Tunables are declared with their defaults; a build overrides them with build args.
     tunables = dict(definition.spec.args)
-    for name, value in options.build_args.items():
-        if name not in tunables:
-            hint = (
-                "change pins.toml instead"
-                if name in pins.build_args()
-                else f"tunables: {', '.join(tunables)}"
-            )
-            msg = f"--build-arg {shown(name)}: not a build tunable of {definition.spec.source}.{suggest(name, tunables)} ({hint})"
-            raise ConfigError(msg)
-        tunables[name] = TUNABLE.check(value, "--build-arg", name)
     values: dict[str, str] = {}
     sources: list[tuple[str, Mapping[str, str]]] = [
         *((f"pin [{p.name}] in {pins.path}", p.build_args()) for p in pins),

@@ -20,9 +20,11 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from imagebuild.errors import ConfigError
+from imagebuild.image_files.imagebuild_check import GUARD_KEY
 from imagebuild.layout import (
     APP_DIR,
     ARCH_LABEL,
+    BUILD_CONSTRAINT_FILE,
     CHECK_TOOL,
     CONSTRAINT_FILE,
     LAUNCHER,
@@ -36,7 +38,8 @@ from imagebuild.layout import (
     VERSIONS_FILE,
 )
 from imagebuild.project import Inputs
-from imagebuild.stages import ImageDefinition, Shell
+from imagebuild.render import build_constraint_text
+from imagebuild.stages import GUARD_GROUP, ImageDefinition, Shell
 
 # The build-time constraint proof (imagebuild-check constraint-proof) writes this key.
 SETUPTOOLS_KEY = "BUILD_SETUPTOOLS"
@@ -121,8 +124,12 @@ class Expectations:
     # Constraint
     constraints_file: str
     constraints: str
+    build_constraints_file: str
+    build_constraints: str  # the constraint plus the locked build dependencies' exact versions
     setuptools_key: str
     setuptools_specifier: str
+    guard_key: str  # the setuptools guard's record before the no-isolation build
+    guard_setuptools: str | None  # the version the guard installs when the base's violates the constraint
     # Scrub and leftovers
     empty_dirs: tuple[str, ...]
     absent_paths: tuple[str, ...]
@@ -303,6 +310,8 @@ def build_expectations(
             labels[f"{PIN_LABEL_PREFIX}{pin.name}"] = pin.identity
     forbidden = ("WITH_NIXL build complete",) if args.get("WITH_NIXL", "0") == "0" else ()
     workdir = next((s.path for s in inputs.definition.steps if s.path), APP_DIR)
+    guard = inputs.python_lock.group(GUARD_GROUP) if inputs.python_lock else ()
+    guard_setuptools = next((p.version for p in guard if p.name == "setuptools"), None)
     return Expectations(
         image=image,
         arch=inputs.arch.name,
@@ -319,8 +328,12 @@ def build_expectations(
         forbidden_version_text=forbidden,
         constraints_file=CONSTRAINT_FILE,
         constraints=inputs.constraints,
+        build_constraints_file=BUILD_CONSTRAINT_FILE,
+        build_constraints=build_constraint_text(inputs.constraints, inputs.python_lock),
         setuptools_key=SETUPTOOLS_KEY,
         setuptools_specifier=setuptools_specifier(inputs.constraints),
+        guard_key=GUARD_KEY,
+        guard_setuptools=guard_setuptools,
         empty_dirs=EMPTY_DIRS,
         absent_paths=ABSENT_PATHS,
         tmp_leftovers=TMP_LEFTOVERS,

@@ -23,7 +23,8 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A throw-away copy of the checkout's inputs, as the working directory."""
     for name in ("stages", "constraints", "docker"):
         shutil.copytree(REPO / name, tmp_path / name)
-    shutil.copy(REPO / "pins.toml", tmp_path / "pins.toml")
+    for name in ("pins.toml", "pylock.toml"):
+        shutil.copy(REPO / name, tmp_path / name)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -12,7 +12,9 @@ from tests import REPO
 def rendered(root: Path = REPO, **options: object) -> Dockerfile:
     inputs = find_project(root).load("gfx942")
     opts = RenderOptions(**{"allow_unpinned": True, **options})  # type: ignore[arg-type]
-    return render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, opts)
+    return render(
+        inputs.definition, inputs.pins, inputs.arch, inputs.constraints, opts, lock=inputs.python_lock
+    )
 
 
 def final_stage(text: str) -> list[str]:

@@ -118,7 +118,6 @@ def test_labels_carry_what_is_known_before_the_build(tmp_path: Path) -> None:
 
 def test_input_files_name_pins_lock_stages_arch_constraints_dockerfile_context(project: Path) -> None:
     found = find_project(project)
-    (project / "pylock.toml").write_text("")
     names = [f.name for f in input_files(found, found.load("gfx942"), "FROM x\n", b"tar")]
     assert names[:3] == ["pins.toml", "pylock.toml", "stages/01-base.toml"]
     assert "stages/image.toml" in names

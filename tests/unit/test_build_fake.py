@@ -20,14 +20,21 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.attestations import SBOM_LABEL
+from imagebuild.attestations import INPUTS_LABEL, SBOM_LABEL
 from imagebuild.build import BuildOptions, BuildRecord, build_image
+from imagebuild.context import build_context
 from imagebuild.errors import BuildError, ConfigError, EngineError
-from imagebuild.labels import image_labels, public_url
-from imagebuild.layout import ARCH_LABEL, OCI_LABEL_PREFIX, OCI_LABELS, PIN_LABEL_PREFIX
+from imagebuild.labels import checkout_build_args, checkout_labels, image_labels, label_block, public_url
+from imagebuild.layout import (
+    ARCH_LABEL,
+    CHECKOUT_LABEL_ARGS,
+    OCI_LABEL_PREFIX,
+    OCI_LABELS,
+    PIN_LABEL_PREFIX,
+)
 from imagebuild.progress import BuildProgress
 from imagebuild.project import Inputs, Project, find_project
-from imagebuild.render import RenderOptions, label_instruction, render
+from imagebuild.render import RenderOptions, render
 from imagebuild.testing import FakeClock, FakeEngine, Recording
 from sampleworld.layout import BAD_SHA
 
@@ -45,7 +52,14 @@ def sample(pins: Path) -> tuple[Project, Inputs]:
 @pytest.mark.parametrize("name", ["success", "cached", "engine-lost"])
 def test_recordings_match_the_dockerfile_the_stages_render(name: str, build_streams: Path) -> None:
     _, inputs = sample(build_streams / "pins.toml")
-    text = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions()).text
+    text = render(
+        inputs.definition,
+        inputs.pins,
+        inputs.arch,
+        inputs.constraints,
+        RenderOptions(),
+        lock=inputs.python_lock,
+    ).text
     recorded = Recording.load(build_streams / f"{name}.jsonl").dockerfile_sha256
     assert hashlib.sha256(text.encode()).hexdigest() == recorded, (
         "stages/ changed since the build streams were recorded: "
@@ -70,23 +84,39 @@ def test_success_times_every_step_tags_once_and_writes_the_record(tmp_path: Path
     assert "Successfully built" in log
 
 
-def test_labels_are_one_label_line_of_the_context_dockerfile(replay: Replay, build_streams: Path) -> None:
-    """Not the engine's labels option: the classic builder commits each of those as a step."""
+def test_the_build_sends_the_rendered_context_with_the_checkout_labels_as_build_args(
+    replay: Replay, build_streams: Path
+) -> None:
+    """One context: the files `imagebuild render --output DIR` writes, byte for byte, and no more."""
     engine, record = replay("success")
     (request,) = engine.requests
     assert request.network_mode == "host"
     assert not request.no_cache
-    assert request.labels == {}
-    with tarfile.open(fileobj=io.BytesIO(request.context)) as tar:
-        member = tar.extractfile("Dockerfile")
-        assert member is not None
-        text = member.read().decode()
+    assert request.labels == {}  # the labels are the Dockerfile's LABEL, not build options
     project, inputs = sample(build_streams / "pins.toml")
-    rendered = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions()).text
-    assert text.startswith(rendered)
-    assert text[len(rendered) :] == label_instruction(record.labels) + "\n"
+    dockerfile = render(
+        inputs.definition,
+        inputs.pins,
+        inputs.arch,
+        inputs.constraints,
+        RenderOptions(),
+        lock=inputs.python_lock,
+    )
+    context = build_context(dockerfile, inputs)
+    with tarfile.open(fileobj=io.BytesIO(request.context)) as tar:
+        sent = {
+            m.name: (tar.extractfile(m).read(), m.mode)  # type: ignore[union-attr]
+            for m in tar.getmembers()
+            if m.isfile()
+        }
+    assert sent == {f.path: (f.data, f.mode) for f in context.files}
+    # The checkout's labels reach the Dockerfile's LABEL as build args; the rest is in the file.
+    checkout = {label: record.labels[label] for label in CHECKOUT_LABEL_ARGS}
+    assert request.build_args == checkout_build_args(checkout)
+    assert record.labels == context.labels | checkout
     assert image_labels(project, inputs).items() <= record.labels.items()
-    assert record.labels[SBOM_LABEL] == "gfx942.sbom.cdx.json"  # and the inputs digest (attestations)
+    assert record.labels[SBOM_LABEL] == "gfx942.sbom.cdx.json"
+    assert record.labels[INPUTS_LABEL] == context.inputs_digest
 
 
 def test_cached_rebuild_is_detected_step_by_step(replay: Replay) -> None:
@@ -163,13 +193,14 @@ def test_labels_outside_a_git_checkout_fall_back(project: Path, build_streams: P
 CONTEXT_DIGEST = """
 import hashlib, sys
 from pathlib import Path
-from imagebuild.context import context_files, make_context
+from imagebuild.context import build_context
 from imagebuild.project import find_project
 from imagebuild.render import RenderOptions, render
 project = find_project(Path(sys.argv[1]), Path(sys.argv[2]))
 inputs = project.load("gfx942")
-dockerfile = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions())
-print(hashlib.sha256(make_context(context_files(dockerfile, inputs))).hexdigest())
+lock = inputs.python_lock
+dockerfile = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions(), lock=lock)
+print(hashlib.sha256(build_context(dockerfile, inputs).tar()).hexdigest())
 """
 
 
@@ -226,6 +257,17 @@ def test_the_origin_url_loses_its_credentials_before_it_becomes_a_label(
     assert token not in json.dumps(labels)
 
 
+def test_a_checkout_label_with_a_control_character_is_refused(project: Path, build_streams: Path) -> None:
+    # The checkout's labels reach the LABEL as build args: each is one line of text, like every
+    # label. git config reads `\b` as a backspace, which urlsplit keeps (it drops newlines and tabs).
+    _git_checkout(project, "https://example.com/org/repo.git")
+    config = project / ".git" / "config"
+    config.write_text(config.read_text().replace("org/repo.git", "org/repo.git\\b"))
+    found = find_project(project, build_streams / "pins.toml")
+    with pytest.raises(ConfigError, match=r"org\.opencontainers\.image\.source.*control character"):
+        checkout_labels(found, "gfx942")
+
+
 def test_a_label_that_looks_like_a_credential_is_refused(project: Path, build_streams: Path) -> None:
     # A token in the remote's path survives the stripping of user info and query: refused, not labelled.
     token = "ghp_" + "T0k3n" * 8
@@ -238,14 +280,22 @@ def test_a_label_that_looks_like_a_credential_is_refused(project: Path, build_st
     assert token[4:] not in str(e.value)  # the message names it, redacted
 
 
-def test_label_line_is_one_sorted_instruction_and_refuses_control_characters() -> None:
-    assert label_instruction({"b": 'say "hi"', "a": "1"}) == 'LABEL "a"="1" "b"="say \\"hi\\""'
-    assert (
-        label_instruction({"a": "${HOME}"}) == 'LABEL "a"="\\${HOME}"'
-    )  # literal: docker expands $ in LABEL
+def test_the_label_block_is_one_sorted_instruction_taken_literally_refusing_control_characters() -> None:
+    block = label_block({"b": 'say "hi"', "a": "1", "c": "${HOME}"})
+    label = block[block.index("\nLABEL ") + 1 :]
+    pairs = re.findall(r'("(?:[^"\\]|\\.)*")=("(?:[^"\\]|\\.)*")', label)
+    keys = [k for k, _ in pairs]
+    assert keys == sorted(keys)
+    assert label.count("LABEL") == 1
+    assert ('"a"', '"1"') in pairs
+    assert ('"b"', '"say \\"hi\\""') in pairs
+    assert ('"c"', '"\\${HOME}"') in pairs  # literal: docker expands $ in LABEL
+    # The checkout's labels are the only references: to the build args the block declares.
+    assert ('"org.opencontainers.image.revision"', '"${IMAGEBUILD_REVISION}"') in pairs
+    assert 'ARG IMAGEBUILD_REVISION="unknown"' in block
     for bad in ("line\nbreak", "cr\rhere", "nul\x00", "del\x7f", "sep\u2028"):
         with pytest.raises(ConfigError, match="control characters"):
-            label_instruction({"a": bad})
+            label_block({"a": bad})
 
 
 def test_a_cached_rebuild_keeps_the_sbom_and_provenance_that_describe_its_image(

@@ -158,7 +158,7 @@ def test_global_flags_reach_the_verb(
 
 def test_a_closed_stdout_is_not_a_traceback() -> None:
     with subprocess.Popen(
-        [sys.executable, "-m", "imagebuild", "-C", str(REPO), "render", "--allow-unpinned"],
+        [sys.executable, "-m", "imagebuild", "-C", str(REPO), "render", "--allow-unpinned", "--output", "-"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     ) as proc:

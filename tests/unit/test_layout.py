@@ -52,4 +52,5 @@ def test_a_misspelt_layout_name_gets_a_suggestion(project: Path) -> None:
             inputs.arch,
             inputs.constraints,
             RenderOptions(allow_unpinned=True),
+            lock=inputs.python_lock,
         )

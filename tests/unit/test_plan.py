@@ -49,6 +49,13 @@ def test_locked_package_change_rebuilds_from_the_step_that_installs_it(
     assert plan(capsys, "--changed", "wcwidth")[0] == 4
 
 
+def test_flydsl_change_keeps_the_vllm_compile(capsys: pytest.CaptureFixture[str]) -> None:
+    """flydsl is installed once, after vLLM: nothing before the graft needs it (AITER is never imported)."""
+    steps = plan(capsys, "--changed", "flydsl")
+    assert steps == list(range(15, 19))
+    assert steps[0] > 7
+
+
 def test_build_dependency_change_rebuilds_from_the_constraint_step(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

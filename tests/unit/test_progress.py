@@ -37,7 +37,8 @@ def test_a_silent_step_gets_a_heartbeat_every_30_s_with_its_last_line(
     assert len(vllm) == 4, beats  # 125 s of silence: at 30, 60, 90 and 120 s, not more often
     assert all(line.endswith(f"; last output: {SILENT_AFTER.strip()}") for line in vllm)
     seconds = [_seconds(re.search(r"running for (\S+);", line)[1]) for line in vllm]  # type: ignore[index]
-    assert all(b - a > 29 for a, b in itertools.pairwise(seconds))  # 30 s apart; shown to the second
+    # 30 s apart; each shown rounded to the second, so two may read 29 s apart
+    assert all(b - a >= 29 for a, b in itertools.pairwise(seconds))
     assert record.steps[6].seconds > 125
 
 

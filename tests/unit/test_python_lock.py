@@ -64,23 +64,25 @@ class FakeResolver(Resolver):
 def test_checkout_declares_step_groups_and_build_and_guard() -> None:
     groups = load_stages(REPO / "stages").lock_groups()
     assert groups["04-mori"] == ("meson==0.64.0", "pybind11[global]", "tqdm", "prettytable")
-    assert groups["05-aiter"] == ("flydsl",)
+    assert groups["15-flydsl-repin"] == ("flydsl",)
     assert groups["build"] == ("setuptools", "wheel")
     assert groups["guard"] == ("setuptools",)
 
 
 def test_pypi_pin_supplies_the_version(project: Path) -> None:
     inputs = find_project(project).load("gfx942")
-    assert declared_groups(inputs.definition, inputs.pins)["05-aiter"] == ("flydsl==0.2.4",)
+    assert declared_groups(inputs.definition, inputs.pins)["15-flydsl-repin"] == ("flydsl==0.2.4",)
 
 
 def test_pypi_pin_with_a_version_in_the_stage_is_refused(project: Path) -> None:
-    step = project / "stages" / "05-aiter.toml"
+    step = project / "stages" / "15-flydsl-repin.toml"
     step.write_text(
         step.read_text().replace('python_packages = ["flydsl"]', 'python_packages = ["flydsl==0.2.2"]')
     )
     inputs = find_project(project).load("gfx942")
-    with pytest.raises(ConfigError, match=r"05-aiter.toml: 'flydsl==0.2.2' gives a version.*\[flydsl\]"):
+    with pytest.raises(
+        ConfigError, match=r"15-flydsl-repin.toml: 'flydsl==0.2.2' gives a version.*\[flydsl\]"
+    ):
         declared_groups(inputs.definition, inputs.pins)
 
 
@@ -176,6 +178,7 @@ def test_unsorted_packages_are_refused() -> None:
 
 @pytest.fixture
 def options(project: Path) -> PythonLockOptions:
+    (project / "pylock.toml").unlink()  # the flow starts without a lock
     found = find_project(project)
     inputs = found.load("gfx942")
     return PythonLockOptions(
@@ -272,7 +275,7 @@ def test_unknown_upgrade_name_is_refused_before_resolving(options: PythonLockOpt
 
 
 def test_lock_disagreeing_with_the_pypi_pin_fails(options: PythonLockOptions) -> None:
-    flydsl = pkg("flydsl", "0.2.4", SHA_C, ("05-aiter",))
+    flydsl = pkg("flydsl", "0.2.4", SHA_C, ("15-flydsl-repin",))
     with pytest.raises(LockError, match=r"\[flydsl\] names flydsl-0.2.4-cp312.*--upgrade-pin flydsl"):
         lock_python(options, FakeResolver(flydsl))
     assert not options.lock_path.exists()

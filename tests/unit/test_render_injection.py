@@ -1,12 +1,16 @@
 """No value reaches the Dockerfile as anything but the one value it is.
 
-For arbitrary strings in any pin field, tunable, build arg, arch value and
-stage env value or path, rendering either refuses with exit 2 (ConfigError)
-or yields a Dockerfile whose instruction list, parsed by a real Dockerfile
-parser (dockerfile-parse), is the one a benign value gives (comments aside:
-a longer title wraps onto more comment lines); and every RUN
+For arbitrary strings in any pin field, tunable, build arg, arch value, stage
+env value or path, hash-locked pip command and field of pylock.toml, rendering
+either refuses with exit 2 (ConfigError) or yields a Dockerfile (the committed
+context's, with its closing LABEL block) whose instruction list, parsed by a
+real Dockerfile parser (dockerfile-parse), is the one a benign value gives
+(comments aside: a longer title wraps onto more comment lines); and every RUN
 line parses (bashlex) to the same shell structure: the same commands, words,
 operators and redirections, no command substitution the benign one lacks.
+Build args never reach the Dockerfile's text (docker passes them to the
+RUN's shell as variables): a value is refused, or its every unquoted
+expansion is one plain word.
 """
 
 from __future__ import annotations
@@ -27,8 +31,12 @@ from dockerfile_parse import DockerfileParser
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from imagebuild.build import check_build_args
+from imagebuild.context import BuildContext, build_context
 from imagebuild.errors import ConfigError
-from imagebuild.project import find_project
+from imagebuild.labels import label_block
+from imagebuild.layout import BUILD_CONSTRAINT_FILE, CONTEXT_ROOTFS
+from imagebuild.project import Inputs, find_project
 from imagebuild.render import RenderOptions, render
 from tests import REPO
 
@@ -101,7 +109,8 @@ class World:
         self.root = root
         for name in ("stages", "constraints"):
             shutil.copytree(REPO / name, root / name, dirs_exist_ok=True)
-        shutil.copy(REPO / "pins.toml", root / "pins.toml")
+        for name in ("pins.toml", "pylock.toml"):
+            shutil.copy(REPO / name, root / name)
         self.pristine = {p: p.read_text() for p in root.rglob("*.toml")}
         self.dirty: set[Path] = set()
 
@@ -117,11 +126,21 @@ class World:
         self.dirty.add(path)
         path.write_text(tomlkit.dumps(doc))
 
-    def render(self, build_args: dict[str, str] | None = None) -> str:
-        project = find_project(self.root, self.root / "pins.toml")
-        inputs = project.load("gfx942")
-        options = RenderOptions(allow_unpinned=True, build_args=build_args or {})
-        return render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, options).text
+    def inputs(self) -> Inputs:
+        return find_project(self.root, self.root / "pins.toml").load("gfx942")
+
+    def context(self) -> BuildContext:
+        """What `imagebuild render` writes to docker/gfx942/ (and `imagebuild build` sends)."""
+        inputs = self.inputs()
+        options = RenderOptions(allow_unpinned=True)
+        dockerfile = render(
+            inputs.definition, inputs.pins, inputs.arch, inputs.constraints, options, lock=inputs.python_lock
+        )
+        return build_context(dockerfile, inputs)
+
+    def render(self) -> str:
+        """The context's Dockerfile: the rendered steps and the closing LABEL block."""
+        return self.context().dockerfile
 
 
 @pytest.fixture(scope="module")
@@ -195,9 +214,18 @@ TUNABLES = ["MAX_JOBS", "NVCC_THREADS", "WITH_NIXL"]
 @PROPERTY
 @given(data=st.data())
 def test_any_build_arg(world: World, benign: Any, name: str, data: st.DataObject) -> None:
+    """A build arg reaches each RUN as a shell variable, some expanded unquoted (-j${MAX_JOBS}):
+    refused, or a value that, written in place of every ${NAME}, leaves each RUN's structure as is."""
     value = data.draw(values("32"))
     world.reset()
-    assert_refused_or_same_structure(lambda: world.render({name: value}), benign)
+    try:
+        check_build_args({name: value}, world.inputs())
+    except ConfigError:
+        return
+    assert not re.search(r"[\s*?\[\]]", value), value  # no field splitting, no pathname expansion
+    for i, run in enumerate(benign.runs):
+        if f"${{{name}}}" in run:
+            assert shell_shape(run.replace(f"${{{name}}}", value)) == benign.shapes[i], (value, run)
 
 
 @pytest.mark.parametrize("name", TUNABLES)
@@ -269,10 +297,20 @@ STAGE_EDITS: dict[str, tuple[str, Callable[[Any, str], None], str]] = {
         lambda d, v: next(c for c in d["commands"] if isinstance(c, dict) and "fetch" in c).__setitem__("into", v),
         "/tmp/aiter",
     ),
-    "pypi into path": (
+    "locked pip install": (
         "stages/15-flydsl-repin.toml",
-        lambda d, v: next(c for c in d["commands"] if isinstance(c, dict) and "pypi" in c).__setitem__("into", v),
-        "/tmp/flydsl",
+        lambda d, v: next(c for c in d["commands"] if isinstance(c, dict) and c.get("locked")).__setitem__("pip", v),
+        "install --force-reinstall",
+    ),
+    "fetched pip install": (
+        "stages/05-aiter.toml",
+        lambda d, v: next(c for c in d["commands"] if isinstance(c, dict) and "fetched" in c).__setitem__("pip", v),
+        "install",
+    ),
+    "fetched pin": (
+        "stages/05-aiter.toml",
+        lambda d, v: next(c for c in d["commands"] if isinstance(c, dict) and "fetched" in c).__setitem__("fetched", v),
+        "aiter",
     ),
     "title": ("stages/06-aiter-jit.toml", _set_title, "Drop stale AITER JIT caches"),
     "why": ("stages/06-aiter-jit.toml", _set_why, "JIT objects in the base"),
@@ -332,4 +370,114 @@ def test_the_issue_s_injections_are_refused(world: World) -> None:
             world.render()
     world.reset()
     with pytest.raises(ConfigError, match="--build-arg: 'MAX_JOBS'"):
-        world.render({"MAX_JOBS": "32\nRUN touch /pwned"})
+        check_build_args({"MAX_JOBS": "32\nRUN touch /pwned"}, world.inputs())
+
+
+# A PyPI pin downloaded by a { pypi = PIN, into = DIR } command: no stage has one today (flydsl
+# comes from the lock), so the world gets one for these cases, benign and edited alike.
+def _with_pypi_download(doc: Any, into: str = "/tmp/flydsl") -> None:
+    at = next(i for i, c in enumerate(doc["commands"]) if isinstance(c, dict) and c.get("locked"))
+    doc["commands"].insert(at, {"pypi": "flydsl", "into": into})
+
+
+_pypi_benign: dict[str, Benign] = {}
+
+
+def pypi_benign(world: World) -> Benign:
+    if not _pypi_benign:
+        world.reset()
+        world.edit("stages/15-flydsl-repin.toml", _with_pypi_download)
+        text = world.render()
+        runs = run_lines(text)
+        _pypi_benign["x"] = Benign(instructions(text), arg_names(text), runs, [shell_shape(r) for r in runs])
+    return _pypi_benign["x"]
+
+
+@pytest.mark.parametrize("key", ["into", "project"])
+@PROPERTY
+@given(data=st.data())
+def test_any_pypi_download_value(world: World, key: str, data: st.DataObject) -> None:
+    benign = pypi_benign(world)
+    value = data.draw(values("/tmp/flydsl" if key == "into" else "flydsl"))
+
+    def render_it() -> str:
+        world.reset()
+        if key == "into":
+            world.edit("stages/15-flydsl-repin.toml", lambda d: _with_pypi_download(d, value))
+        else:
+            world.edit("stages/15-flydsl-repin.toml", _with_pypi_download)
+            world.edit("pins.toml", lambda d: d["flydsl"].__setitem__("project", value))
+        return world.render()
+
+    assert_refused_or_same_structure(render_it, benign)
+
+
+# pylock.toml: what each step installs (hash-locked lines in its RUN), the build constraint's exact
+# versions (a context file) and the guard's setuptools. A field reaches the Dockerfile, that file, or
+# only the SBOM and provenance; every one is checked by kind when the lock is read.
+LOCKED_PACKAGES = ["tqdm", "flydsl", "setuptools", "wheel"]
+LOCK_FIELDS: dict[str, tuple[Callable[[Any], Any], str]] = {
+    "name": (lambda p: p, "name"),
+    "version": (lambda p: p, "version"),
+    "marker": (lambda p: p, "marker"),
+    "wheel name": (lambda p: p["wheels"][0], "name"),
+    "wheel url": (lambda p: p["wheels"][0], "url"),
+    "sha256": (lambda p: p["wheels"][0]["hashes"], "sha256"),
+}
+
+
+def build_constraint_lines(context: BuildContext) -> list[str]:
+    data = next(f.data for f in context.files if f.path == f"{CONTEXT_ROOTFS}{BUILD_CONSTRAINT_FILE}")
+    return [line for line in data.decode().splitlines() if line and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("package", LOCKED_PACKAGES)
+@pytest.mark.parametrize("field", LOCK_FIELDS)
+@PROPERTY
+@given(data=st.data())
+def test_any_python_lock_field(
+    world: World, benign: Any, package: str, field: str, data: st.DataObject
+) -> None:
+    table_of, key = LOCK_FIELDS[field]
+    pristine = tomllib.loads((REPO / "pylock.toml").read_text())
+    entry = next(p for p in pristine["packages"] if p["name"] == package)
+    value = data.draw(values(table_of(entry)[key]))
+    world.reset()
+    benign_constraint = build_constraint_lines(world.context())
+
+    def edit(doc: Any) -> None:
+        entry = next(p for p in doc["packages"] if p["name"] == package)
+        table_of(entry)[key] = value
+
+    def render_it() -> str:
+        world.reset()
+        world.edit("pylock.toml", edit)
+        return world.render()
+
+    if assert_refused_or_same_structure(render_it, benign):
+        # The build constraint file keeps one `name==version` line per locked build dependency.
+        lines = build_constraint_lines(world.context())
+        assert len(lines) == len(benign_constraint), lines
+        assert all(
+            re.fullmatch(r"[A-Za-z0-9._-]+(==|<|>|<=|>=|!=)[A-Za-z0-9.+!*-]+", line) for line in lines
+        ), lines
+
+
+LABEL_ARGS = ["IMAGEBUILD_SOURCE", "IMAGEBUILD_REVISION", "IMAGEBUILD_CREATED", "IMAGEBUILD_VERSION"]
+
+
+@PROPERTY
+@given(key=values("io.imagebuild.sbom"), value=values("gfx942.sbom.cdx.json"))
+def test_any_label_in_the_label_block(key: str, value: str) -> None:
+    """The closing block: four ARGs and one LABEL, whatever a fixed label's key or value holds."""
+    fixed = {"io.imagebuild.arch": "gfx942", key: value}
+    try:
+        block = label_block(fixed)
+    except ConfigError:
+        return
+    text = "FROM base\n" + block
+    assert instructions(text) == ["FROM", "LABEL"], text
+    assert arg_names(text) == set(LABEL_ARGS), text
+    # One label per key (dockerfile-parse keeps a key's escapes, so count them rather than compare).
+    parser = DockerfileParser(fileobj=io.BytesIO(text.encode()))
+    assert len(parser.labels) == len(fixed) + len(LABEL_ARGS), parser.labels

@@ -67,7 +67,7 @@ def test_every_locked_package_has_purl_and_sha256() -> None:
     found = components(make_sbom(sbom_inputs()))
     for package in lock().packages:
         if package.name == "flydsl":  # the pin's component, with the lock's groups
-            assert properties(found["pin:flydsl"])["imagebuild:lock-groups"] == "05-aiter"
+            assert properties(found["pin:flydsl"])["imagebuild:lock-groups"] == "15-flydsl-repin"
             continue
         component = found[f"pylock:{package.name}"]
         assert component["purl"].startswith(f"pkg:pypi/{package.name}@{package.version}?file_name=")

@@ -83,6 +83,58 @@ CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
         lambda p: edit(p / "stages" / "06-aiter-jit.toml", '"rm -rf', '"# drop caches", "rm -rf'),
         ("comment",),
     ),
+    # Every pip install is hash-locked from pylock.toml, a pinned wheel, or a source tree.
+    "a package the lock lacks": (
+        lambda p: edit(p / "stages" / "04-mori.toml", '"prettytable"]', '"prettytable", "requests"]'),
+        ("04-mori.toml (step 4): installs 'requests'", "does not lock for this step", "imagebuild lock"),
+    ),
+    "a locked version the stage no longer accepts": (
+        lambda p: edit(p / "stages" / "04-mori.toml", '"meson==0.64.0"', '"meson==1.0.0"'),
+        ("04-mori.toml (step 4): installs 'meson==1.0.0'", "locks meson 0.64.0", "imagebuild lock"),
+    ),
+    "pip install of an index package by name": (
+        lambda p: edit(
+            p / "stages" / "06-aiter-jit.toml",
+            '"rm -rf',
+            '{ pip = "install --no-deps requests", build_isolation = true }, "rm -rf',
+        ),
+        (
+            "06-aiter-jit.toml (step 6): pip installs 'requests' by name from the index, unlocked",
+            "locked = true",
+        ),
+    ),
+    "pip install of a requirements file": (
+        lambda p: edit(
+            p / "stages" / "06-aiter-jit.toml",
+            '"rm -rf',
+            '{ pip = "install -r /r.txt", build_isolation = true }, "rm -rf',
+        ),
+        ("06-aiter-jit.toml (step 6): pip install -r adds a package source",),
+    ),
+    "pip install of a wheel file without its hash": (
+        lambda p: edit(
+            p / "stages" / "06-aiter-jit.toml",
+            '"rm -rf',
+            '{ pip = "install /tmp/x.whl", build_isolation = true }, "rm -rf',
+        ),
+        ("06-aiter-jit.toml (step 6): pip installs the file '/tmp/x.whl' without a hash", "fetched = PIN"),
+    ),
+    "python_packages nothing installs": (
+        lambda p: edit(p / "stages" / "04-mori.toml", '    { pip = "install", locked = true },\n', ""),
+        ("04-mori.toml: python_packages are declared but no command installs them",),
+    ),
+    "a fetched wheel nobody fetched": (
+        lambda p: edit(p / "stages" / "05-aiter.toml", '    { fetch = "aiter", into = "/tmp/aiter" },\n', ""),
+        ("05-aiter.toml: pip installs the fetched 'aiter' wheel, but no earlier { fetch = \"aiter\" }",),
+    ),
+    "a locked install that says how it builds": (
+        lambda p: edit(
+            p / "stages" / "04-mori.toml",
+            '{ pip = "install", locked = true }',
+            '{ pip = "install", locked = true, build_isolation = true }',
+        ),
+        ("04-mori.toml commands[", "a locked install is of wheels", "remove build_isolation"),
+    ),
     "bad constraint": (
         lambda p: (p / "constraints" / "build.txt").write_text("setuptools<<80\n"),
         ("constraints/build.txt:1", "not a valid requirement"),
@@ -106,7 +158,12 @@ def test_unpinned_render_names_pin(project: Path, capsys: pytest.CaptureFixture[
 
 
 def test_unknown_changed_pin(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    fails_with(capsys, "no pin 'morri'", "Perhaps you meant 'mori'?", argv=("plan", "--changed", "morri"))
+    fails_with(
+        capsys,
+        "'morri' is neither a pin nor a locked python package",
+        "Perhaps you meant 'mori'?",
+        argv=("plan", "--changed", "morri"),
+    )
 
 
 def test_render_check_detects_stale_file(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

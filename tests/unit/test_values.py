@@ -17,11 +17,13 @@ from imagebuild.values import (
     FILE_NAME,
     GIT_REF,
     GIT_URL,
+    HASH_LOCKED_INSTALL,
     HTTPS_URL,
     IMAGE_NAME,
     IMAGE_REFERENCE,
     IMAGE_TAG,
     NETWORK_MODE,
+    PIN_NAME,
     PROJECT_NAME,
     PYTHON_VERSION,
     TEXT,
@@ -80,6 +82,11 @@ ACCEPTED: dict[str, tuple[Kind, list[str]]] = {
         ],
     ),
     "git url": (GIT_URL, ["https://github.com/ROCm/mori.git", "git://127.0.0.1:55418/ROCm/mori.git"]),
+    "pin name": (PIN_NAME, ["aiter", "flydsl", "base_2"]),
+    "hash-locked install": (
+        HASH_LOCKED_INSTALL,
+        ["install", "install --force-reinstall", "install --no-compile --upgrade"],
+    ),
 }
 
 REFUSED: dict[str, tuple[Kind, list[str], str]] = {
@@ -114,6 +121,24 @@ REFUSED: dict[str, tuple[Kind, list[str], str]] = {
     ),
     "context path": (CONTEXT_PATH, ["/abs", "../up", "a/../b", "a b"], "path"),
     "env value": (ENV_VALUE, ['a"b', "a\\b", "`x`", "$(x)", "$HOME", "a$"], "outside a ${NAME}"),
+    "pin name": (PIN_NAME, ["Aiter", "a-b", "1a", "a b", "a;b", ""], "pin name"),
+    "hash-locked install": (
+        HASH_LOCKED_INSTALL,
+        [
+            "install tqdm",
+            "install -r /x",
+            "install --target=/x",
+            "install ; touch /x",
+            "download",
+            "install  --x",
+        ],
+        "long pip options",
+    ),
+    "hash-locked install with a source": (
+        HASH_LOCKED_INSTALL,
+        ["install --index-url", "install --extra-index-url", "install --find-links", "install --editable"],
+        "adds a package source",
+    ),
 }
 
 URL_REFUSED = {

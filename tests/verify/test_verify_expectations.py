@@ -65,7 +65,7 @@ def test_env_python_and_constraint_from_inputs(in_repo: Path, k3_pins: Path) -> 
     exp = _expectations(in_repo, k3_pins)
     assert exp.workdir == "/app"
     assert exp.env["PIP_CONSTRAINT"] == "/etc/pip-constraints.txt"
-    assert exp.env["UV_BUILD_CONSTRAINT"] == "/etc/pip-constraints.txt"
+    assert exp.env["UV_BUILD_CONSTRAINT"] == "/etc/pip-build-constraints.txt"
     assert exp.env["AITER_JIT_DIR"] == "/opt/vllm_cache/aiter_jit"
     assert exp.env["COMGR_CACHE_DIR"] == "/opt/vllm_cache/comgr"
     assert exp.env["PYTORCH_ROCM_ARCH"] == "gfx942"  # from the arch profile, through the distinct ARG

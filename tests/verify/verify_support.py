@@ -100,6 +100,7 @@ def good_files(exp: Expectations) -> dict[str, tuple[bytes, int]]:
     files: dict[str, tuple[bytes, int]] = {
         exp.versions_file.lstrip("/"): ("\n".join(lines).encode() + b"\n", 0o644),
         exp.constraints_file.lstrip("/"): (exp.constraints.encode(), 0o644),
+        exp.build_constraints_file.lstrip("/"): (exp.build_constraints.encode(), 0o644),
         exp.router.lstrip("/"): (
             f"#!/bin/sh\necho 'usage: vllm-router [--service-discovery {exp.router_help_word}]'\n".encode(),
             0o755,
@@ -133,6 +134,9 @@ def dockerfile(base: str, exp: Expectations) -> str:
         f"FROM {base}\nENTRYPOINT []\nWORKDIR {exp.workdir}\nENV {env}\nCOPY rootfs/ /\n"
         # The base may carry stale JIT dirs (the sample base imitates the real one).
         "RUN rm -rf /opt/vllm_cache/aiter_jit /root/.aiter && mkdir -p /root/.mori\n"
+        # What the setuptools guard records for a base whose setuptools satisfies the constraint.
+        f'RUN echo "{exp.guard_key}=$(python3 -c \'import importlib.metadata as m; print(m.version("setuptools"))\')'
+        f" (the image's own, satisfies setuptools{exp.setuptools_specifier})\" >> {exp.versions_file}\n"
     )
 
 

@@ -253,6 +253,7 @@ def gather(exp: dict[str, Any], secrets: Any) -> dict[str, Any]:
         },
         "versions": _read(exp["versions_file"]),
         "constraints": _read(exp["constraints_file"]),
+        "build_constraints": _read(exp["build_constraints_file"]),
         "empty_dirs": {p: _dir_state(p) for p in exp["empty_dirs"]},
         "absent": {p: sorted(glob.glob(p))[:LIMIT] for p in exp["absent_paths"]},  # noqa: PTH207  absolute patterns
         "tmp_leftovers": [p for p in exp["tmp_leftovers"] if os.path.lexists(p)],

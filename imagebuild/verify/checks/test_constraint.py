@@ -1,4 +1,4 @@
-"""The build-toolchain constraint: the file in the image, and the build-time proof that it held."""
+"""The build-toolchain constraint: the files in the image, and the build-time records that it held."""
 
 from __future__ import annotations
 
@@ -21,6 +21,55 @@ def test_constraint_file(facts: dict[str, Any]) -> None:
         f"{EXP.constraints_file} must equal constraints/*.txt",
         expected=EXP.constraints.strip().replace("\n", " | "),
         found="no such file" if found is None else found.strip().replace("\n", " | "),
+    )
+
+
+def test_build_constraint_file(facts: dict[str, Any]) -> None:
+    found = facts["build_constraints"]
+    expect(
+        found == EXP.build_constraints,
+        f"{EXP.build_constraints_file} must be constraints/*.txt plus the build dependencies locked in pylock.toml",
+        expected=EXP.build_constraints.strip().replace("\n", " | "),
+        found="no such file" if found is None else found.strip().replace("\n", " | "),
+    )
+
+
+def test_guard_setuptools(facts: dict[str, Any]) -> None:
+    """The no-isolation build's setuptools: the image's own if it satisfied the constraint, else the locked one."""
+    lines = [rest for key, rest, _ in parse_versions(facts["versions"] or "") if key == EXP.guard_key]
+    spec = EXP.setuptools_specifier
+    expect(
+        bool(lines),
+        f"{EXP.versions_file}: a {EXP.guard_key} line (the setuptools guard before the no-isolation build)",
+        expected=f"{EXP.guard_key}=<version> satisfying setuptools{spec}",
+        found="no such line",
+    )
+    for line in lines:
+        word = line.split()[0] if line.split() else ""
+        try:
+            ok = SpecifierSet(spec).contains(Version(word), prereleases=True)
+        except InvalidVersion:
+            ok = False
+        expect(
+            ok,
+            "the setuptools the guard left must satisfy the constraint",
+            expected=f"setuptools{spec}",
+            found=line,
+        )
+        if "locked" in line:
+            expect(
+                word == EXP.guard_setuptools,
+                "the guard installs exactly the setuptools pylock.toml locks (group guard)",
+                expected=str(EXP.guard_setuptools),
+                found=line,
+            )
+    last = lines[-1].split()[0]
+    installed = facts["setuptools"]  # every setuptools on python3's path; the first imports
+    expect(
+        bool(installed) and installed[0]["version"] == last,
+        f"the image's setuptools is the one the last {EXP.guard_key} line records",
+        expected=last,
+        found=f"setuptools {installed[0]['version']} ({installed[0]['path']})" if installed else "none",
     )
 
 

@@ -86,7 +86,10 @@ def record(engine: RecordingEngine, pins: Path, name: str, note: str, *, no_cach
     """One real build_image, kept as ``name``.jsonl; its failure, if any, is part of the recording."""
     project = find_project(REPO, pins)
     inputs = project.load("gfx942")
-    text = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions()).text
+    lock = inputs.python_lock
+    text = render(
+        inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions(), lock=lock
+    ).text
     work = Path(tempfile.mkdtemp(prefix="record-"))
     options = BuildOptions(
         arch="gfx942",
