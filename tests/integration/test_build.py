@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,7 @@ def test_failing_step_is_named_and_nothing_tagged(
     commit = load_pins(locked_pins).get("vllm").identity
     assert commit
     bad.write_text(text.replace(commit, BAD_SHA))
+    shutil.copy(locked_pins.with_name("pylock.toml"), tmp_path / "pylock.toml")  # the lock beside the pins
     tag = "imagebuild-test/must-not-exist:bad"
     assert build(bad, tmp_path / "record.json", "--tag", tag) == 4
     err = capsys.readouterr().err

@@ -22,6 +22,7 @@ from imagebuild.docker_engine import DockerEngine
 from imagebuild.errors import BuildError
 from imagebuild.progress import BuildProgress
 from imagebuild.project import find_project
+from imagebuild.python_lock import require_python_lock
 from imagebuild.render import ConstraintMode
 from sampleworld.world import World
 
@@ -89,7 +90,11 @@ def test_constraint_holds_on_every_pip(
     tag = build(pins, ConstraintMode.ON, tmp_path, engine)
     code, versions = engine.run(tag, ["cat", "/app/versions.txt"])
     assert code == 0
-    assert f"BUILD_SETUPTOOLS=79.0.1 (isolated build, pip {version}, constraint setuptools<80)" in versions
+    # The build constraint: constraints/ plus the exact setuptools pylock.toml locks for isolated builds.
+    assert (
+        f"BUILD_SETUPTOOLS=79.0.1 (isolated build, pip {version}, constraint setuptools<80,==79.0.1)"
+        in versions
+    )
     assert "VLLM_REF=" in versions
 
 
@@ -107,12 +112,26 @@ def test_without_the_mechanism_the_mori_step_fails(
 def test_a_base_with_setuptools_80_is_fixed_before_the_no_isolation_build(
     world: World, tmp_path: Path, engine: DockerEngine
 ) -> None:
-    """The vLLM step builds with the image's own setuptools: the guard brings it under the constraint."""
+    """The vLLM step builds with the image's own setuptools: the guard replaces it with the locked one.
+
+    Exactly the version pylock.toml locks (group guard), sha256-checked, not whatever satisfies
+    setuptools<80 that day; recorded in versions.txt, where verify checks it.
+    """
     tag = derived_base(world, "setuptools-80", "setuptools==80.9.0")
     version = ["python3", "-c", "import setuptools; print(setuptools.__version__)"]
     base = f"{world.base_image.rsplit(':', 1)[0]}:{tag}"
     assert engine.run(base, version) == (0, "80.9.0\n")
-    image = build(pins_for_base(world, tag, tmp_path), ConstraintMode.ON, tmp_path, engine)
-    code, out = engine.run(image, version)
+    pins = pins_for_base(world, tag, tmp_path)
+    locked = next(p for p in require_python_lock(pins.with_name("pylock.toml")).group("guard"))
+    assert locked.name == "setuptools"
+    image = build(pins, ConstraintMode.ON, tmp_path, engine)
+    assert engine.run(image, version) == (0, f"{locked.version}\n")
+    code, versions = engine.run(image, ["cat", "/app/versions.txt"])
     assert code == 0
-    assert out.strip().startswith("79."), out
+    assert (
+        f"GUARD_SETUPTOOLS={locked.version} (locked, sha256-checked; replaced the image's 80.9.0, "
+        "which violates setuptools<80)"
+    ) in versions
+    log = (tmp_path / "build.log").read_text()
+    assert f"installing the locked {locked.version}" in log
+    assert main(["verify", image, "--pins", str(pins)]) == 0

@@ -1,0 +1,96 @@
+"""Hash-locked installs and the cache layout they allow, on the sample world.
+
+* A lock entry whose sha256 is not what the index serves fails the build at the step that
+  installs it, naming the package; nothing is tagged.
+* A flydsl pin change rebuilds from step 15: the vLLM compile (step 7) and everything before
+  it stay cached, because flydsl is installed only after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from imagebuild.cli import main
+from imagebuild.docker_engine import DockerEngine
+from imagebuild.errors import EngineError
+from imagebuild.python_lock import require_python_lock
+from sampleworld.world import World
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
+
+CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]
+
+
+def copy_pins(locked_pins: Path, directory: Path) -> Path:
+    pins = directory / "pins.toml"
+    shutil.copy(locked_pins, pins)
+    shutil.copy(locked_pins.with_name("pylock.toml"), directory / "pylock.toml")
+    return pins
+
+
+def build(pins: Path, record: Path, tag: str) -> int:
+    argv = ["build", "--pins", str(pins), "--network", "host", "--tag", tag, "--record", str(record)]
+    return main([*argv, "--progress", "plain"])
+
+
+def test_a_tampered_lock_hash_fails_the_build_at_its_step_naming_the_package(
+    locked_pins: Path, tmp_path: Path, engine: DockerEngine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pins = copy_pins(locked_pins, tmp_path)
+    lock = pins.with_name("pylock.toml")
+    served = require_python_lock(lock).get("tqdm")
+    assert served is not None
+    tampered = hashlib.sha256(b"not what the index serves").hexdigest()
+    lock.write_text(lock.read_text().replace(served.sha256, tampered))
+    tag = f"imagebuild-test/must-not-exist:tampered-{CHECKOUT}"
+    assert build(pins, tmp_path / "record.json", tag) == 4
+    err = capsys.readouterr().err
+    assert "step 4/18 'Constraint proof, then MoRI from source' failed" in err
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in err
+    assert f"tqdm=={served.version} from " in err
+    assert f"Expected sha256 {tampered}" in err
+    assert "nothing was tagged" in err
+    with pytest.raises(EngineError):
+        engine.inspect_image(tag)
+
+
+def test_a_flydsl_change_rebuilds_from_step_15_keeping_the_vllm_compile(
+    locked_pins: Path, world: World, tmp_path: Path, engine: DockerEngine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tag = f"imagebuild-test/flydsl-change:gfx942-{CHECKOUT}"
+    assert build(locked_pins, tmp_path / "before.json", tag) == 0
+    # flydsl 0.2.2 (the donor's version) is on the sample index too: pin it and re-lock, as a user would.
+    pins = copy_pins(locked_pins, tmp_path)
+    text = pins.read_text()
+    flydsl = text[text.index("[flydsl]") :]
+    flydsl = flydsl[: flydsl.index("\n[")] if "\n[" in flydsl else flydsl
+    changed = re.sub(r'version = "0\.2\.4"', 'version = "0.2.2"', flydsl)
+    changed = re.sub(r'filename = "[^"]*"', 'filename = ""', changed)
+    changed = re.sub(r'sha256 = "[^"]*"', 'sha256 = ""', changed)
+    pins.write_text(text.replace(flydsl, changed))
+    assert main(["lock", "--pins", str(pins), "-P", "flydsl"]) == 0
+    assert require_python_lock(pins.with_name("pylock.toml")).get("flydsl").version == "0.2.2"  # type: ignore[union-attr]
+    capsys.readouterr()
+
+    assert main(["plan", "--pins", str(pins), "--changed", "flydsl", "--json"]) == 0
+    planned = [row["step"] for row in json.loads(capsys.readouterr().out)["steps"]]
+    assert planned[0] > 7
+
+    assert build(pins, tmp_path / "after.json", tag) == 0
+    before = json.loads((tmp_path / "before.json").read_text())
+    after = json.loads((tmp_path / "after.json").read_text())
+    cached = [s["number"] for s in after["steps"] if s["cached"]]
+    # Steps 1-14 (MoRI, AITER, the vLLM compile, the graft) come from the cache. Steps 15-18 are
+    # built, unless an earlier session already built this very change (the engine keeps its cache).
+    assert cached[: planned[0] - 1] == list(range(1, planned[0]))
+    assert after["image_id"] != before["image_id"]
+    code, versions = engine.run(tag, ["cat", "/app/versions.txt"])
+    assert code == 0
+    assert "FLYDSL_REPIN=0.2.2 (after proven_k3 graft)" in versions
+    assert world.wheel_sha256["flydsl-0.2.2-py3-none-any.whl"] in pins.read_text()
