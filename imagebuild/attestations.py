@@ -74,10 +74,6 @@ def inputs_digest(context: bytes) -> str:
     return "sha256:" + hashlib.sha256(context).hexdigest()
 
 
-def attestation_labels(paths: AttestationPaths, context: bytes) -> dict[str, str]:
-    return {SBOM_LABEL: paths.sbom.name, INPUTS_LABEL: inputs_digest(context)}
-
-
 def load_attestation_modules_in_background() -> None:
     """Import the SBOM and provenance makers in a daemon thread, so their import overlaps the build."""
 
