@@ -132,6 +132,4 @@ def test_a_base_with_setuptools_80_is_fixed_before_the_no_isolation_build(
         f"GUARD_SETUPTOOLS={locked.version} (locked, sha256-checked; replaced the image's 80.9.0, "
         "which violates setuptools<80)"
     ) in versions
-    log = (tmp_path / "build.log").read_text()
-    assert f"installing the locked {locked.version}" in log
     assert main(["verify", image, "--pins", str(pins)]) == 0
