@@ -31,8 +31,9 @@ class PypiWheel:
     sha256: str
 
 
-# What the build installs from an index: the step-4 tools, setuptools on both sides of the MoRI break,
-# and the pip versions whose build-constraint behaviour differs (see shared/domain.md "Build constraints").
+# What the build installs from an index: the step-4 tools, MoRI's build dependencies with setuptools on
+# both sides of the MoRI break, and the pip versions whose build-constraint behaviour differs (see
+# shared/domain.md "Build constraints").
 PYPI_WHEELS: tuple[PypiWheel, ...] = tuple(
     PypiWheel(filename=url.rsplit("/", 1)[1], url=f"{_FILES}/{url}", sha256=sha)
     for url, sha in (
@@ -52,6 +53,31 @@ PYPI_WHEELS: tuple[PypiWheel, ...] = tuple(
             # wheel >= 0.46 needs packaging; without it every isolated setuptools build fails to set up.
             "ba/7b/5504f91c9c2733f693d7759e50ede5d27119d4da7e5836c46d3b5ff81d56/packaging-26.4-py3-none-any.whl",
             "81383611a09c1bc0b08b76e0fd5829d7c6824c65b27a6aee339da133f4233ea2",
+        ),
+        # The rest of MoRI's build-system.requires, at the versions pylock.toml locks (the build group):
+        # the sample MoRI's isolated build installs and runs each of them, as the real one does.
+        (
+            "da/f5/54538a1f17ea753c42b0928dc2e62986d463f8c393340b9a1e602f2d4dd9/setuptools_scm-10.3.4-py3-none-any.whl",
+            "82f34c3e3084fc2b57d397200637cc13f2338004052d2fee47baa5f0e902464e",
+        ),
+        (
+            # setuptools_scm >= 10 does its version control work through vcs-versioning.
+            "73/1d/ad4064bf12f4503bf61e65d74c93c523672776d25ee0a06aaf42ae09ef3f/vcs_versioning-2.6.0-py3-none-any.whl",
+            "f8bebd1302ebc12e67ceb30fc7dd698ec969414b6fa43b30c3f14ac9b1e72c41",
+        ),
+        (
+            "6e/53/ebfed7b689c338dd8ebeec9c0730c8d56821292f14e2536e5f3ef1a05744/ninja-1.13.2-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
+            "65a24341b5ac09fcadcc37082660be40a94174e51a937fabf6e2cae26225fa2c",
+        ),
+        (
+            # 30 MB, the largest file of the index: fetched once into the per-user cache.
+            "61/e3/0d24bb452ebc819ab03bbc01b1f4d92863e5c106a93755a4eb38761495da/cmake-4.4.5-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
+            "85625a9b6d5e88ff99c7eb79123d85570844e77ac076366cf75c609cc0b1b579",
+        ),
+        (
+            # For the sample base's python 3.11 (the real lock takes the cp312 wheel of the same release).
+            "5f/78/1e8562e6dc57f6b9398bc754dcaf574f71762a5a637bb6525ae06cdc7f91/cython-3.3.1-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl",
+            "26a28e0ca5dffe9c7d69d1e3a0f78cb74f41b2b6b40771f620262a5d04862a00",
         ),
         (
             "bd/9c/c1669f9d4f0765e497dba04648ee0c4a15995a69d9920945e7f3ee613ac9/meson-0.64.0-py3-none-any.whl",

@@ -7,12 +7,15 @@ import shutil
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from imagebuild.cli import main
 from imagebuild.docker_engine import DockerEngine
 from imagebuild.errors import EngineError
 from imagebuild.pins import load_pins
+from imagebuild.python_lock import lock_path_for, require_python_lock
 from imagebuild.sbom import validate_sbom
+from imagebuild.stages import BUILD_GROUP
 from sampleworld.layout import BAD_SHA
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
@@ -55,6 +58,27 @@ def test_full_build_has_18_steps_labels_and_versions(
         ["python3", "/opt/imagebuild/launcher/serve.py", "--help"],
     )
     assert code == 0, out
+
+
+def test_mori_s_isolated_build_used_exactly_the_locked_build_dependencies(
+    built: dict[str, object], locked_pins: Path, engine: DockerEngine
+) -> None:
+    """MoRI's build-system.requires resolve from the index inside pip's build isolation: the build
+    constraint must give each the version pylock.toml locks (the sample MoRI records what it used)."""
+    pins = load_pins(locked_pins)
+    base = pins.image("base")
+    record = f"{base.site_packages}/mori/_build_requires.txt"
+    code, used = engine.run(str(built["tag"]), ["cat", record])
+    assert code == 0, used
+    versions = dict(line.split("==") for line in used.split())
+    lock = require_python_lock(lock_path_for(locked_pins))
+    build = {p.name: p.version for p in lock.group(BUILD_GROUP)}
+    assert {canonicalize_name(name) for name in versions} <= set(build)  # every one of them is locked
+    for name, version in versions.items():
+        assert build[canonicalize_name(name)] == version, (name, version)
+    assert {"setuptools-scm", "ninja", "cmake", "pybind11", "cython"} <= {
+        canonicalize_name(n) for n in versions
+    }
 
 
 def test_sbom_and_provenance_describe_the_built_image(

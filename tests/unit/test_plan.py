@@ -67,4 +67,4 @@ def test_unknown_change_names_pins_and_packages(capsys: pytest.CaptureFixture[st
     assert main(["plan", "--changed", "tqmd"]) == 2
     err = capsys.readouterr().err
     assert "Perhaps you meant 'tqdm'?" in err
-    assert "packages: flydsl, meson" in err
+    assert "packages: cmake, cython, flydsl, meson" in err

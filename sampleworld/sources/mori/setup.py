@@ -2,7 +2,10 @@
 # (A stand-in for code that runs in the sample base image's python, not part of the typed package.)
 """Sample MoRI 1.2.2: builds only under the conditions the real one needs, and fails the way it fails."""
 
+import importlib.metadata
 import os
+import subprocess
+import tempfile
 from pathlib import Path
 
 import setuptools
@@ -10,6 +13,33 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
+# pyproject.toml's build-system.requires, by distribution name: what the build uses and records.
+BUILD_REQUIRES = ("setuptools", "setuptools-scm", "wheel", "ninja", "cmake", "pybind11", "Cython")
+BUILD_RECORD = "_build_requires.txt"  # in the package: the exact versions this build used
+
+
+def _use_build_tools(scratch: Path) -> str:
+    """Do with each build dependency what the real build does with it; returns the version setuptools_scm gives.
+
+    The real MoRI runs CMake with the Ninja generator from the build environment, compiles pybind11
+    bindings, cythonizes its cco module and writes its version with setuptools_scm.
+    """
+    import cmake
+    import ninja
+    import pybind11
+    import setuptools_scm
+    from Cython.Compiler.Main import compile as cythonize
+
+    for tool in (Path(cmake.CMAKE_BIN_DIR) / "cmake", Path(ninja.BIN_DIR) / "ninja"):
+        subprocess.run([str(tool), "--version"], check=True, capture_output=True)
+    if not (Path(pybind11.get_include()) / "pybind11" / "pybind11.h").is_file():
+        raise RuntimeError("sample MoRI: pybind11's headers are missing from its build environment")
+    pyx = scratch / "cco.pyx"
+    pyx.write_text("def rank(int r):\n    return r\n")
+    cythonize(str(pyx))
+    if not (scratch / "cco.c").is_file():
+        raise RuntimeError("sample MoRI: Cython did not translate cco.pyx")
+    return setuptools_scm.get_version(root=str(HERE), fallback_version="1.2.2")
 
 
 class CheckedBuild(build_py):
@@ -31,7 +61,13 @@ class CheckedBuild(build_py):
             raise RuntimeError(
                 f"sample MoRI: BUILD_UMBP={os.environ.get('BUILD_UMBP')!r}; this build needs BUILD_UMBP=OFF"
             )
+        with tempfile.TemporaryDirectory() as scratch:
+            scm_version = _use_build_tools(Path(scratch))
         super().run()
+        package = Path(self.build_lib) / "mori"
+        (package / "_version.py").write_text(f"__version__ = {scm_version!r}\n")
+        used = "".join(f"{name}=={importlib.metadata.version(name)}\n" for name in BUILD_REQUIRES)
+        (package / BUILD_RECORD).write_text(used)
 
 
 setup(
