@@ -19,6 +19,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from datetime import datetime
 from urllib.parse import parse_qsl, urlsplit
 
 from packaging.version import InvalidVersion, Version
@@ -112,6 +113,23 @@ _RELOCK = "fix it or clear it and run `imagebuild lock`"
 COMMIT = pattern_kind("a valid 40-hex commit SHA", COMMIT_RE.pattern, _RELOCK)
 DIGEST = pattern_kind("a valid 'sha256:' + 64 hex digest", DIGEST_RE.pattern, _RELOCK)
 SHA256 = pattern_kind("a valid 64-hex sha256", SHA256_RE.pattern, _RELOCK)
+# A commit's committer time in UTC, as `imagebuild lock` records it (RFC 3339, whole seconds).
+COMMITTED_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+COMMITTED_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def _committed(value: str) -> str | None:
+    name = "a valid UTC time like '2026-01-01T00:00:00Z'"
+    if not COMMITTED_RE.fullmatch(value):
+        return f"is not {name}; {_RELOCK}"
+    try:
+        datetime.strptime(value, COMMITTED_FORMAT)
+    except ValueError:
+        return f"is not {name} (no such date or time); {_RELOCK}"
+    return None
+
+
+COMMITTED = Kind("a UTC commit time", _committed)
 
 # Names and versions ------------------------------------------------------------------------------------
 

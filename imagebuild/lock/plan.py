@@ -15,7 +15,9 @@ Policy (conservative, as pip-tools' ``compile`` is):
   or an upgrade asks for it (re-downloading a 1 GB wheel on every lock would
   be silly). On upgrade, other bytes under a recorded URL or filename are
   MOVED; another filename of the same release is UPDATED.
-* Commit-only git pins and toolchain pins have nothing to resolve.
+* A git pin's commit time (``committed``, the build's SOURCE_DATE_EPOCH) is
+  fetched with its commit and kept while the commit stays; commit-only git pins
+  are asked only for that. Toolchain pins have nothing to resolve.
 """
 
 from __future__ import annotations

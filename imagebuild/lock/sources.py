@@ -16,12 +16,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from imagebuild.arch import ArchProfile
+from imagebuild.lock.committime import commit_time
 from imagebuild.lock.files import hash_url
 from imagebuild.lock.git import GitError, GitOptions, resolve_ref
 from imagebuild.lock.http import FetchError, Http
 from imagebuild.lock.pypi import NoMatchingWheel, choose_wheel, list_files, project_url, target_tags
 from imagebuild.lock.registry import RegistryClient, parse_image_name
-from imagebuild.pins import COMMIT_RE, DIGEST_RE, SHA256_RE, GitPin, ImagePin, Pin, PinKind, PypiPin, WheelPin
+from imagebuild.pins import (
+    COMMIT_RE,
+    COMMITTED_RE,
+    DIGEST_RE,
+    SHA256_RE,
+    GitPin,
+    ImagePin,
+    Pin,
+    PinKind,
+    PypiPin,
+    WheelPin,
+)
 
 
 class SourceError(Exception):
@@ -74,6 +86,7 @@ _FORMS: dict[str, tuple[re.Pattern[str], str]] = {
     "digest": (DIGEST_RE, "a sha256 digest"),
     "platform_digest": (DIGEST_RE, "a sha256 digest"),
     "sha256": (SHA256_RE, "a 64-hex sha256"),
+    "committed": (COMMITTED_RE, "a UTC time like 2026-01-01T00:00:00Z"),
 }
 
 
@@ -90,9 +103,19 @@ def _check_identity(pin: Pin, resolved: Resolved) -> None:
 
 
 def _git(pin: GitPin, ctx: SourceContext) -> Resolved:
-    ref = resolve_ref(pin.url, tag=pin.tag, branch=pin.branch, options=ctx.git)
-    detail = f"{ref.ref} (annotated, peeled)" if ref.annotated else ref.ref
-    return Resolved(fields={"commit": ref.commit}, detail=detail)
+    commit, detail = pin.commit, "commit"
+    if pin.tag or pin.branch:
+        ref = resolve_ref(pin.url, tag=pin.tag, branch=pin.branch, options=ctx.git)
+        commit, detail = ref.commit, f"{ref.ref} (annotated, peeled)" if ref.annotated else ref.ref
+    assert commit is not None  # a commit-only pin without a commit is not resolved (Refresh.NEVER)
+    return Resolved(fields={"commit": commit, "committed": _committed(pin, commit, ctx)}, detail=detail)
+
+
+def _committed(pin: GitPin, commit: str, ctx: SourceContext) -> str:
+    """The commit's time: kept when recorded for this very commit (it cannot change), else fetched."""
+    if commit == pin.commit and pin.committed:
+        return pin.committed
+    return commit_time(pin.url, commit, ctx.git)
 
 
 def _image(pin: ImagePin, ctx: SourceContext) -> Resolved:

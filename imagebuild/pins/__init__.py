@@ -10,9 +10,10 @@ from imagebuild.pins.base import PYPI_SIMPLE, Drift, Pin, PinKind, Refresh
 from imagebuild.pins.description import PackageUrl, PinDescription
 from imagebuild.pins.kinds import PIN_TYPES, GitPin, ImagePin, PypiPin, ToolchainPin, WheelPin
 from imagebuild.pins.pinset import IdentityUpdate, PinSet, load_pins, parse_pins, render_updates
-from imagebuild.values import COMMIT_RE, DIGEST_RE, SHA256_RE
+from imagebuild.values import COMMIT_RE, COMMITTED_RE, DIGEST_RE, SHA256_RE
 
 __all__ = [
+    "COMMITTED_RE",
     "COMMIT_RE",
     "DIGEST_RE",
     "PIN_TYPES",

@@ -112,6 +112,11 @@ class Pin:
         values = {key: getattr(self, key) for key in self.identity_keys}
         return {key: "" if value is None else value for key, value in values.items()}
 
+    @property
+    def locked(self) -> bool:
+        """Whether every identity field the build needs is recorded."""
+        return self.identity is not None
+
     def require_identity(self) -> str:
         if self.identity is None:
             msg = (

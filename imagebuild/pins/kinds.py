@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import ClassVar, Self
 
@@ -34,6 +35,8 @@ from imagebuild.schema import Table, suggest
 from imagebuild.values import (
     ABSOLUTE_PATH,
     COMMIT,
+    COMMITTED,
+    COMMITTED_FORMAT,
     DIGEST,
     FILE_NAME,
     GIT_REF,
@@ -141,13 +144,15 @@ class ImagePin(Pin):
 @dataclass(frozen=True, kw_only=True)
 class GitPin(Pin):
     kind: ClassVar[PinKind] = PinKind.GIT
-    keys: ClassVar[tuple[str, ...]] = ("url", "tag", "branch", "commit")
-    identity_keys: ClassVar[tuple[str, ...]] = ("commit",)
+    keys: ClassVar[tuple[str, ...]] = ("url", "tag", "branch", "commit", "committed")
+    identity_keys: ClassVar[tuple[str, ...]] = ("commit", "committed")
 
     url: str
     tag: str | None
     branch: str | None
     commit: str | None
+    # The commit's committer time (UTC, RFC 3339): the build's SOURCE_DATE_EPOCH comes from it.
+    committed: str | None = None
 
     @classmethod
     def from_table(cls, t: Table, *, name: str, source: Path) -> Self:
@@ -162,11 +167,23 @@ class GitPin(Pin):
             tag=tag,
             branch=branch,
             commit=t.optional_string("commit", kind=COMMIT),
+            committed=t.optional_string("committed", kind=COMMITTED),
         )
 
     @property
     def identity(self) -> str | None:
         return self.commit
+
+    @property
+    def locked(self) -> bool:
+        return self.commit is not None and self.committed is not None
+
+    @property
+    def commit_time(self) -> int | None:
+        """``committed`` as seconds since the epoch, or None until locked."""
+        if self.committed is None:
+            return None
+        return int(datetime.strptime(self.committed, COMMITTED_FORMAT).replace(tzinfo=UTC).timestamp())
 
     @property
     def tracked(self) -> str:
@@ -178,7 +195,9 @@ class GitPin(Pin):
 
     @property
     def refresh(self) -> Refresh:
-        return Refresh.ALWAYS if self.tag or self.branch else Refresh.NEVER
+        # A commit-only pin is asked once more, for its commit time (SOURCE_DATE_EPOCH).
+        missing_time = self.commit is not None and self.committed is None
+        return Refresh.ALWAYS if self.tag or self.branch or missing_time else Refresh.NEVER
 
     def drift(
         self, differs: Collection[str], old: Mapping[str, str | int], new: Mapping[str, str | int]

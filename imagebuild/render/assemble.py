@@ -7,9 +7,11 @@ import textwrap
 from dataclasses import dataclass, field, replace
 
 from imagebuild.arch import ArchProfile
+from imagebuild.epoch import ARG_NAME as EPOCH_ARG
+from imagebuild.epoch import epoch_of
 from imagebuild.errors import ConfigError
 from imagebuild.layout import BUILD_CONSTRAINT_FILE, CONSTRAINT_FILE, CONTEXT_ROOTFS
-from imagebuild.pins import PinSet
+from imagebuild.pins import GitPin, PinSet
 from imagebuild.python_lock import LOCK_FILE_NAME, PythonLock
 from imagebuild.render.commands import command_lines
 from imagebuild.render.model import (
@@ -129,6 +131,21 @@ def _render_step(
             )
         )
         scope.declared.add(name)
+    scope.consumed |= used_pins
+    step_epoch = epoch_of(pins, scope.consumed)
+    if step.instruction is Instruction.RUN and step_epoch != scope.epoch:
+        # Declared where it rises, so it breaks the layer cache only where its pins already do.
+        git_pins = frozenset(p.name for p in pins if p.name in scope.consumed and isinstance(p, GitPin))
+        lines.append(
+            Line(
+                text=f"ARG {EPOCH_ARG}={dockerfile_literal(str(step_epoch))}",
+                kind=LineKind.ARG,
+                step=number,
+                pins=git_pins,
+                final_stage=True,
+            )
+        )
+        scope.epoch = step_epoch
     if step.env:
         lines.append(_env_line(step.env, number))
         scope.env.update(k for k, _ in step.env)
@@ -154,6 +171,7 @@ def _render_step(
         why=step.why,
         pins=tuple(sorted(used_pins)),
         source=f"stages/{step.source.name}",
+        source_date_epoch=step_epoch,
     )
     return lines, rendered
 

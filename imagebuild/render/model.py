@@ -47,6 +47,7 @@ class RenderedStep:
     why: str
     pins: tuple[str, ...]
     source: str
+    source_date_epoch: int  # the step's SOURCE_DATE_EPOCH (imagebuild.epoch); its layer's mtime clamp
 
 
 @dataclass(frozen=True, kw_only=True)

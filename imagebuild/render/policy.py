@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from imagebuild.errors import ConfigError, UnpinnedError
-from imagebuild.pins import PinSet
+from imagebuild.pins import Pin, PinSet
 from imagebuild.render.model import Dockerfile, LineKind, RenderOptions
 from imagebuild.values import control_problem
 
@@ -20,12 +20,19 @@ CLASSIC_BUILDER_FORBIDDEN = {
 
 def check_pinned(pins: PinSet, consumed: set[str], options: RenderOptions) -> list[str]:
     """Names of consumed pins without an identity; raises unless --allow-unpinned."""
-    unpinned = [p for p in pins if p.name in consumed and p.identity is None]
+    unpinned = [p for p in pins if p.name in consumed and not p.locked]
     if unpinned and not options.allow_unpinned:
-        names = ", ".join(f"[{p.name}] ({p.tracked})" for p in unpinned)
+        names = ", ".join(f"[{p.name}] ({_missing(p)})" for p in unpinned)
         msg = f"{pins.path}: no immutable identity yet for {names}; run `imagebuild lock` to resolve them"
         raise UnpinnedError(msg)
-    return [f"{p.name} ({p.tracked})" for p in unpinned]
+    return [f"{p.name} ({_missing(p)})" for p in unpinned]
+
+
+def _missing(pin: Pin) -> str:
+    """What a pin lacks: its identity, or (a git pin) only the commit time SOURCE_DATE_EPOCH needs."""
+    if pin.identity is not None:
+        return "commit time"
+    return pin.tracked
 
 
 def check_classic_builder(dockerfile: Dockerfile) -> None:

@@ -32,6 +32,8 @@ class ArgScope:
     owners: dict[str, str]  # ARG -> pin name
     declared: set[str] = field(default_factory=set)
     env: set[str] = field(default_factory=set)
+    consumed: set[str] = field(default_factory=set)  # pins consumed by the steps so far
+    epoch: int | None = None  # the SOURCE_DATE_EPOCH declared so far
 
 
 def check_arg_name(name: str, where: str, value: str = "") -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.arch import ArchProfile
+from imagebuild.epoch import format_epoch
 from imagebuild.errors import ConfigError, LockError
 from imagebuild.lock import LockResult, lock
 from tests.lock.repositories import GitDaemon, GitRepo, Registry, TokenProxy
@@ -101,6 +102,7 @@ commit = ""
 kind = "git"
 url = "git://127.0.0.1:1/never-contacted"
 commit = "{"a" * 40}"
+committed = "2025-12-31T23:00:00Z"
 
 [aiter]
 kind = "wheel"
@@ -137,6 +139,28 @@ version = "1.88.0"
     )
 
 
+def committed_at(repo: GitRepo, commit: str) -> str:
+    return format_epoch(int(repo.git("log", "-1", "--format=%ct", commit)))
+
+
+def test_commit_only_pin_gets_its_commit_time(world: World, amd64: ArchProfile) -> None:
+    """SOURCE_DATE_EPOCH needs every git pin's commit time: a pin without tag or branch is asked once."""
+    old = world.repo.commit("an old commit, pinned by SHA")
+    world.repo.commit("later work")
+    world.path.write_text(
+        f'[only]\nkind = "git"\nurl = "{world.repo.url}"\ncommit = "{old}"\n', encoding="utf-8"
+    )
+    result = world.lock(amd64)
+    assert statuses(result) == {"only": "filled"}
+    assert world.data()["only"] == {
+        "kind": "git",
+        "url": world.repo.url,
+        "commit": old,
+        "committed": committed_at(world.repo, old),
+    }
+    assert set(statuses(world.lock(amd64)).values()) == {"unchanged"}
+
+
 def statuses(result: LockResult) -> dict[str, str]:
     return {c.name: c.status for c in result.changes}
 
@@ -160,6 +184,9 @@ def test_first_lock_fills_every_identity_and_keeps_comments(world: World, amd64:
     assert data["donor"]["digest"] == data["donor"]["platform_digest"] == world.donor_digest
     assert data["mori"]["commit"] == world.tag_commit
     assert data["vllm"]["commit"] == world.branch_commit
+    assert data["mori"]["committed"] == committed_at(world.repo, world.tag_commit)
+    assert data["vllm"]["committed"] == committed_at(world.repo, world.branch_commit)
+    assert data["fixed"]["committed"] == "2025-12-31T23:00:00Z"  # recorded: never fetched again
     assert data["aiter"]["size"] == len(WHEEL)
     assert data["flydsl"]["filename"] == PYPI_NAMES[0]  # python 3.11 from [base]
     text = world.path.read_text(encoding="utf-8")
@@ -315,7 +342,10 @@ def test_json_report(world: World, amd64: ArchProfile) -> None:
     json.dumps(report)
     assert report["mode"] == "dry-run"
     mori = next(c for c in report["changes"] if c["name"] == "mori")
-    assert mori["new_fields"] == {"commit": world.tag_commit}
+    assert mori["new_fields"] == {
+        "commit": world.tag_commit,
+        "committed": committed_at(world.repo, world.tag_commit),
+    }
     assert mori["status"] == "filled"
 
 

@@ -13,10 +13,13 @@ SRC = Path("pins.toml")
 A, B = "a" * 40, "b" * 40
 D1, D2, D3 = "sha256:" + "1" * 64, "sha256:" + "2" * 64, "sha256:" + "3" * 64
 S1, S2 = "1" * 64, "2" * 64
+T1, T2 = "2026-01-01T02:00:00Z", "2026-01-01T03:00:00Z"
 
 
-def git(*, tag: str | None = "v1", branch: str | None = None, commit: str | None = A) -> GitPin:
-    return GitPin(name="g", source=SRC, url="u", tag=tag, branch=branch, commit=commit)
+def git(
+    *, tag: str | None = "v1", branch: str | None = None, commit: str | None = A, committed: str | None = None
+) -> GitPin:
+    return GitPin(name="g", source=SRC, url="u", tag=tag, branch=branch, commit=commit, committed=committed)
 
 
 def image(digest: str | None = D1, platform_digest: str | None = D2) -> ImagePin:
@@ -42,7 +45,8 @@ def pypi(filename: str | None = "f.whl", sha: str | None = S1) -> PypiPin:
 
 def test_what_is_asked() -> None:
     assert needs_resolution(git(), upgrade=False)
-    assert not needs_resolution(git(tag=None), upgrade=True)  # commit only
+    assert needs_resolution(git(tag=None), upgrade=False)  # commit only: asked for its commit time
+    assert not needs_resolution(git(tag=None, committed=T1), upgrade=True)  # nothing left to ask
     assert needs_resolution(image(), upgrade=False)
     assert not needs_resolution(wheel(), upgrade=False)
     assert needs_resolution(wheel(), upgrade=True)
@@ -55,6 +59,8 @@ def test_what_is_asked() -> None:
     ("pin", "new", "status"),
     [
         (git(), {"commit": A}, "unchanged"),
+        (git(), {"commit": A, "committed": T1}, "filled"),  # the commit time of a locked commit
+        (git(committed=T1), {"commit": B, "committed": T2}, "moved"),
         (git(commit=None), {"commit": B}, "filled"),
         (git(), {"commit": B}, "moved"),
         (git(tag=None, branch="main"), {"commit": B}, "updated"),

@@ -39,6 +39,14 @@ CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
         ),
         ("[mori]", "'commit' = 'fe12a11' is not a valid 40-hex commit SHA", "imagebuild lock"),
     ),
+    "impossible commit time": (
+        lambda p: edit(p / "pins.toml", 'committed = ""', 'committed = "2026-13-01T00:00:00Z"'),
+        ("[mori]", "'committed' = '2026-13-01T00:00:00Z' is not a valid UTC time", "imagebuild lock"),
+    ),
+    "commit time not in UTC": (
+        lambda p: edit(p / "pins.toml", 'committed = ""', 'committed = "2026-01-01T00:00:00+02:00"'),
+        ("[mori]", "is not a valid UTC time like '2026-01-01T00:00:00Z'"),
+    ),
     "bad digest": (
         lambda p: edit(p / "pins.toml", 'digest = ""', 'digest = "sha256:xyz"'),
         ("[base]", "not a valid 'sha256:' + 64 hex digest"),

@@ -1,0 +1,106 @@
+"""SOURCE_DATE_EPOCH: per step, from the git pins' commit times, declared where it rises."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from imagebuild.build import check_build_args
+from imagebuild.epoch import FLOOR, format_epoch
+from imagebuild.errors import ConfigError, UnpinnedError
+from imagebuild.plan import invalidated_steps
+from imagebuild.project import find_project
+from imagebuild.render import Dockerfile, RenderOptions, render
+
+REPO = Path(__file__).resolve().parents[2]
+MORI, VLLM, ROUTER = "2026-01-01T02:00:00Z", "2026-01-01T03:00:00Z", "2026-01-01T02:30:00Z"
+EPOCH_ARG = re.compile(r'^ARG SOURCE_DATE_EPOCH="(\d+)"$')
+
+
+def lock_all(project: Path, *, mori: str = MORI, vllm: str = VLLM, router: str = ROUTER) -> None:
+    """The checkout's pins with every identity filled, commit times as given (mori, vllm, router)."""
+    path = project / "pins.toml"
+    text = (REPO / "pins.toml").read_text().replace('digest = ""', f'digest = "sha256:{"ab" * 32}"')
+    text = text.replace('sha256 = ""', f'sha256 = "{"cd" * 32}"')
+    parts = text.split('committed = ""')
+    assert len(parts) == 4, "mori, vllm and router, in file order"
+    text = "".join(part + f'committed = "{t}"' for part, t in zip(parts, (mori, vllm, router), strict=False))
+    path.write_text(text + parts[-1])
+
+
+def rendered(project: Path, **options: object) -> Dockerfile:
+    inputs = find_project(project).load("gfx942")
+    return render(
+        inputs.definition,
+        inputs.pins,
+        inputs.arch,
+        inputs.constraints,
+        RenderOptions(**options),  # type: ignore[arg-type]
+        lock=inputs.python_lock,
+    )
+
+
+def declarations(dockerfile: Dockerfile) -> dict[int, int]:
+    """step -> the SOURCE_DATE_EPOCH declared just before it."""
+    found: dict[int, int] = {}
+    for line in dockerfile.lines:
+        match = EPOCH_ARG.match(line.text)
+        if match:
+            assert line.step is not None
+            found[line.step] = int(match[1])
+    return found
+
+
+def utc(text: str) -> int:
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp())
+
+
+def test_epoch_is_declared_before_the_first_run_and_where_it_rises(project: Path) -> None:
+    lock_all(project)
+    dockerfile = rendered(project)
+    # mori (step 4) is the first git pin; vllm (step 7) is newer; router (step 9) is older than vllm.
+    assert declarations(dockerfile) == {4: utc(MORI), 7: utc(VLLM)}
+    epochs = {s.number: s.source_date_epoch for s in dockerfile.steps}
+    assert [epochs[n] for n in (1, 2, 3)] == [FLOOR] * 3
+    assert [epochs[n] for n in (4, 5, 6)] == [utc(MORI)] * 3
+    assert {epochs[n] for n in range(7, 19)} == {utc(VLLM)}
+
+
+def test_a_newer_router_moves_the_epoch_of_its_step_and_later_only(project: Path) -> None:
+    lock_all(project)
+    before = rendered(project)
+    lock_all(project, router="2026-02-01T00:00:00Z")
+    after = rendered(project)
+    assert declarations(after) == {4: utc(MORI), 7: utc(VLLM), 9: utc("2026-02-01T00:00:00Z")}
+    changed = {
+        line.step
+        for line in after.lines
+        if line.final_stage and line.text not in {x.text for x in before.lines}
+    }
+    assert changed == {9}  # the router's own step: the layer cache breaks there, as for its commit
+    assert [s.number for s in invalidated_steps(after, "router")] == list(range(9, 19))
+    assert after.steps[-1].source_date_epoch == utc("2026-02-01T00:00:00Z")
+
+
+def test_epoch_is_not_a_build_argument(project: Path) -> None:
+    lock_all(project)
+    inputs = find_project(project).load("gfx942")
+    with pytest.raises(ConfigError, match="SOURCE_DATE_EPOCH: not a build tunable"):
+        check_build_args({"SOURCE_DATE_EPOCH": "0"}, inputs)
+
+
+def test_missing_commit_time_is_refused_like_a_missing_identity(project: Path) -> None:
+    lock_all(project, vllm="")
+    with pytest.raises(UnpinnedError, match=r"\[vllm\] \(commit time\).*imagebuild lock"):
+        rendered(project)
+    loud = rendered(project, allow_unpinned=True).text
+    assert "vllm (commit time)" in loud
+    assert declarations(rendered(project, allow_unpinned=True)) == {4: utc(MORI), 9: utc(ROUTER)}
+
+
+def test_format_epoch_is_rfc3339_utc() -> None:
+    assert format_epoch(FLOOR) == "1980-01-01T00:00:00Z"
+    assert format_epoch(utc(VLLM)) == VLLM
