@@ -237,6 +237,36 @@ def require_files(args: argparse.Namespace) -> str:
     return f"{args.dist} {dist.version} provides {', '.join(found)}"
 
 
+APT_PACKAGES = "apt-packages.txt"
+PYTHON_PACKAGES = "python-packages.txt"
+
+
+def record_packages(args: argparse.Namespace) -> str:
+    """Write what dpkg and Python see installed, sorted, one ``name=version`` per line.
+
+    The pins cover the sources the build fetches; these lists cover the rest
+    (the base's and apt's packages, pip's unpinned dependencies), so a rebuild
+    that drifts there shows up in `imagebuild diff` as a changed line.
+    """
+    out = Path(args.dir)
+    try:
+        dpkg = subprocess.run(
+            ["dpkg-query", "--show", "--showformat", "${binary:Package}=${Version}\n"],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "LC_ALL": "C"},
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        msg = f"cannot list the apt packages with dpkg-query: {e}"
+        raise CheckFailed(msg) from e
+    apt = sorted(set(dpkg.splitlines()))
+    python = sorted({f"{d.metadata['Name']}=={d.version}" for d in md.distributions()}, key=str.lower)
+    (out / APT_PACKAGES).write_text("".join(f"{line}\n" for line in apt), encoding="utf-8")
+    (out / PYTHON_PACKAGES).write_text("".join(f"{line}\n" for line in python), encoding="utf-8")
+    return f"recorded {len(apt)} apt and {len(python)} Python packages in {out}"
+
+
 # Checks whose result line is a record for versions.txt (stdout); the others print a log line.
 RECORDING_CHECKS = ("constraint-proof", "setuptools-guard")
 
@@ -264,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("check-record")
     p.add_argument("dist")
     p.set_defaults(func=check_record)
+    p = sub.add_parser("record-packages")
+    p.add_argument("dir")
+    p.set_defaults(func=record_packages)
     args = parser.parse_args(argv)
     try:
         result = args.func(args)
