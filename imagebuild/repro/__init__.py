@@ -1,0 +1,1 @@
+"""Bit-identical rebuilds: reading saved images, rewriting layers, normalising timestamps."""

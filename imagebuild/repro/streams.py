@@ -1,0 +1,139 @@
+"""Byte streams with bounded memory: chunks as a file, hashing on the way, tar entries as chunks.
+
+Images are tens of gigabytes; nothing here holds more than one chunk of a
+layer in memory. Layers that must be read twice are spooled to disk and hashed
+while they are written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol, cast
+
+CHUNK = 1 << 20  # 1 MiB: large enough for throughput, small enough to never matter in RSS
+
+
+class ChunkReader(io.RawIOBase):
+    """A readable file over an iterator of byte chunks (an engine's ``save`` stream)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks: Iterator[bytes] = iter(chunks)
+        self._pending = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        while not self._pending:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._pending = memoryview(chunk)
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+
+def open_stream(chunks: Iterable[bytes]) -> BinaryIO:
+    """A buffered, readable file over ``chunks``."""
+    return cast("BinaryIO", io.BufferedReader(ChunkReader(chunks), buffer_size=CHUNK))
+
+
+def forget_members(tar: tarfile.TarFile) -> None:
+    """Drop the TarInfo of every entry seen so far.
+
+    TarFile keeps them all (for getmembers and random access), so memory would
+    grow with the number of files; streaming code never looks back.
+    typeshed does not declare the list, hence the cast.
+    """
+    cast("Any", tar).members.clear()
+
+
+class HashingReader:
+    """Reads from ``source`` and hashes every byte read: a layer's diffID while it is parsed."""
+
+    def __init__(self, source: BinaryIO) -> None:
+        self._source = source
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._source.read(n)
+        self.sha256.update(data)
+        self.size += len(data)
+        return data
+
+    def drain(self) -> None:
+        """Read what the tar parser left (end-of-archive padding), so the hash covers every byte."""
+        while self.read(CHUNK):
+            pass
+
+    @property
+    def digest(self) -> str:
+        return "sha256:" + self.sha256.hexdigest()
+
+
+class Sink(Protocol):
+    def write(self, data: bytes, /) -> int: ...
+
+
+class HashingWriter:
+    """Writes to ``sink`` and hashes every byte written."""
+
+    def __init__(self, sink: Sink) -> None:
+        self._sink = sink
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha256.update(data)
+        self.size += len(data)
+        return self._sink.write(data)
+
+    @property
+    def digest(self) -> str:
+        return "sha256:" + self.sha256.hexdigest()
+
+
+def spool(source: BinaryIO, path: Path) -> tuple[str, int]:
+    """Copy ``source`` to ``path`` in chunks; return its sha256 digest and size."""
+    with path.open("wb") as f:
+        out = HashingWriter(f)
+        while chunk := source.read(CHUNK):
+            out.write(chunk)
+    return out.digest, out.size
+
+
+def tar_entry(name: str, size: int, *, mode: int = 0o644) -> bytes:
+    """The header block(s) of a regular file entry in an outer archive (docker load's input)."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = size, mode
+    return info.tobuf(format=tarfile.PAX_FORMAT)
+
+
+def tar_padding(size: int) -> bytes:
+    return b"\0" * (-size % tarfile.BLOCKSIZE)
+
+
+def tar_file_chunks(name: str, path: Path) -> Iterator[bytes]:
+    """One file of an outer archive as chunks: header, content, padding."""
+    size = path.stat().st_size
+    yield tar_entry(name, size)
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            yield chunk
+    yield tar_padding(size)
+
+
+def tar_bytes_chunks(name: str, data: bytes) -> Iterator[bytes]:
+    yield tar_entry(name, len(data))
+    yield data
+    yield tar_padding(len(data))
+
+
+TAR_END = b"\0" * (2 * tarfile.BLOCKSIZE)

@@ -1,0 +1,124 @@
+"""Hand-made layer tars and `docker save` archives for the rewriter, normaliser and diff tests."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from dataclasses import dataclass, field
+from typing import Any
+
+EPOCH = 1767232800  # 2026-01-01T02:00:00Z
+BEFORE, AFTER = EPOCH - 86400 * 400, EPOCH + 86400 * 300
+
+
+@dataclass
+class Item:
+    """One layer entry: a TarInfo plus its content."""
+
+    name: str
+    type: bytes = tarfile.REGTYPE
+    data: bytes = b""
+    mode: int = 0o644
+    mtime: float = AFTER
+    uid: int = 0
+    gid: int = 0
+    uname: str = ""
+    gname: str = ""
+    link: str = ""
+    devmajor: int = 0
+    devminor: int = 0
+    pax: dict[str, str] = field(default_factory=dict)
+
+    def info(self) -> tarfile.TarInfo:
+        info = tarfile.TarInfo(self.name)
+        info.type, info.mode, info.mtime = self.type, self.mode, self.mtime
+        info.uid, info.gid, info.uname, info.gname = self.uid, self.gid, self.uname, self.gname
+        info.linkname, info.devmajor, info.devminor = self.link, self.devmajor, self.devminor
+        info.size = len(self.data) if self.type == tarfile.REGTYPE else 0
+        info.pax_headers = dict(self.pax)
+        return info
+
+
+def layer(items: list[Item], fmt: int = tarfile.PAX_FORMAT) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(
+        fileobj=buffer, mode="w", format=fmt, encoding="utf-8", errors="surrogateescape"
+    ) as tar:
+        for item in items:
+            tar.addfile(item.info(), io.BytesIO(item.data) if item.type == tarfile.REGTYPE else None)
+    return buffer.getvalue()
+
+
+def entries(data: bytes) -> list[tuple[tarfile.TarInfo, bytes]]:
+    out = []
+    with tarfile.open(fileobj=io.BytesIO(data), encoding="utf-8", errors="surrogateescape") as tar:
+        for info in tar:
+            content = tar.extractfile(info).read() if info.isreg() else b""  # type: ignore[union-attr]
+            out.append((info, content))
+    return out
+
+
+def digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def config(
+    layers: list[bytes], *, created: str = "2026-11-30T11:46:24.41Z", labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    history = [{"created": created, "created_by": f"step {i}"} for i in range(len(layers))]
+    history.insert(1, {"created": created, "created_by": "ENV A=1", "empty_layer": True})
+    return {
+        "architecture": "amd64",
+        "os": "linux",
+        "created": created,
+        "config": {
+            "Env": ["PATH=/usr/bin", "A=1"],
+            "Labels": labels or {},
+            "WorkingDir": "/app",
+            "Entrypoint": None,
+            "Cmd": None,
+            "Image": "sha256:" + "e" * 64,
+        },
+        "container": "c" * 64,
+        "container_config": {"Hostname": "vm"},
+        "docker_version": "20.10.24",
+        "history": history,
+        "rootfs": {"type": "layers", "diff_ids": [digest(data) for data in layers]},
+    }
+
+
+def saved(
+    layers: list[bytes], cfg: dict[str, Any], *, oci: bool = False, tags: tuple[str, ...] = ()
+) -> bytes:
+    """A `docker save` archive: the legacy layout (Docker < 25), or the OCI layout."""
+    config_bytes = json.dumps(cfg).encode()
+    config_hex = hashlib.sha256(config_bytes).hexdigest()
+    files: list[tuple[str, bytes]] = []
+    if oci:
+        files.append((f"blobs/sha256/{config_hex}", config_bytes))
+        files += [(f"blobs/sha256/{digest(d)[7:]}", d) for d in layers]
+        manifest = {
+            "config": {"digest": f"sha256:{config_hex}"},
+            "layers": [
+                {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": digest(d)} for d in layers
+            ],
+        }
+        manifest_bytes = json.dumps(manifest).encode()
+        files.append((f"blobs/sha256/{hashlib.sha256(manifest_bytes).hexdigest()}", manifest_bytes))
+        index = {"manifests": [{"digest": "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()}]}
+        files.append(("index.json", json.dumps(index).encode()))
+    else:
+        names = [f"{digest(d)[7:17]}{i}/layer.tar" for i, d in enumerate(layers)]
+        files.append((f"{config_hex}.json", config_bytes))
+        files += list(zip(names, layers, strict=True))
+        entry = {"Config": f"{config_hex}.json", "RepoTags": list(tags), "Layers": names}
+        files.append(("manifest.json", json.dumps([entry]).encode()))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in files:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()

@@ -1,0 +1,162 @@
+"""Reading saved images and normalising them, on hand-made archives (no engine)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagebuild.repro.archive import ArchiveError, read_saved_image
+from imagebuild.repro.normalize import (
+    LayerPlan,
+    NormalizeFailure,
+    load_chunks,
+    normalize_saved,
+    normalized_config,
+)
+from imagebuild.repro.streams import spool
+from tests.unit.imagetars import AFTER, BEFORE, EPOCH, Item, config, digest, entries, layer, saved
+
+BASE = [
+    layer([Item("etc/", tarfile.DIRTYPE, mode=0o755, mtime=AFTER), Item("etc/os-release", data=b"base\n")]),
+    layer([Item("usr/bin/python3", data=b"py", mode=0o755)]),
+]
+EPOCHS = (EPOCH, EPOCH + 3600)
+ITEMS_ONE = [Item("a", data=b"a")]
+
+
+def built(shift: int = 0) -> list[bytes]:
+    """Two build layers; ``shift`` moves every build-time mtime, as a second build would."""
+    return [
+        layer(
+            [Item("app/", tarfile.DIRTYPE, mode=0o755, mtime=AFTER + shift), Item("app/v.txt", data=b"1\n")]
+        ),
+        layer(
+            [
+                Item("app/v.txt", data=b"1\n2\n", mtime=AFTER + shift),
+                Item("etc/.wh.os-release"),
+                Item("src/", tarfile.DIRTYPE, mtime=BEFORE),
+            ]
+        ),
+    ]
+
+
+def plan(layers: list[bytes]) -> LayerPlan:
+    return LayerPlan(
+        layers=tuple(digest(d) for d in layers),
+        base_layers=2,
+        base_history=3,
+        epochs=EPOCHS,
+        created=EPOCHS[-1],
+    )
+
+
+def normalize(archive: bytes, tmp_path: Path, layers: list[bytes]) -> Any:
+    work = tmp_path / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    return normalize_saved(io.BytesIO(archive), plan(layers), work, what="test image")
+
+
+def spooled(tmp_path: Path) -> Any:
+    counter = iter(range(100))
+
+    def take(_name: str, data: Any) -> Any:
+        path = tmp_path / f"{next(counter)}.tar"
+        diff_id, size = spool(data, path)
+        return type("Spooled", (), {"diff_id": diff_id, "path": path, "size": size})()
+
+    return take
+
+
+@pytest.mark.parametrize("oci", [False, True], ids=["legacy", "oci-layout"])
+def test_both_save_layouts_are_read_in_config_order(tmp_path: Path, oci: bool) -> None:
+    layers = BASE + built()
+    image = read_saved_image(io.BytesIO(saved(layers, config(layers), oci=oci)), spooled(tmp_path), what="x")
+    assert [layer.diff_id for layer in image.layers] == [digest(d) for d in layers]
+    assert [layer.path.read_bytes() for layer in image.layers] == layers
+    assert image.image_id == "sha256:" + hashlib.sha256(image.config_bytes).hexdigest()
+
+
+def test_a_layer_whose_bytes_do_not_match_its_diff_id_is_refused(tmp_path: Path) -> None:
+    layers = BASE + built()
+    cfg = config(layers)
+    cfg["rootfs"]["diff_ids"][2] = "sha256:" + "0" * 64
+    with pytest.raises(ArchiveError, match=r"layer 2 .* has sha256 sha256:.*, the config says sha256:0000"):
+        read_saved_image(io.BytesIO(saved(layers, cfg)), spooled(tmp_path), what="x")
+
+
+def test_not_an_archive_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ArchiveError, match=r"neither manifest\.json nor index\.json"):
+        read_saved_image(io.BytesIO(layer(ITEMS_ONE)), spooled(tmp_path), what="x")
+
+
+def test_build_layers_are_clamped_to_their_own_epoch_and_base_layers_kept(tmp_path: Path) -> None:
+    layers = BASE + built()
+    result = normalize(saved(layers, config(layers)), tmp_path, layers)
+    assert result.diff_ids[:2] == tuple(digest(d) for d in BASE)  # base: same digests
+    assert len(result.layers) == 2  # only the build's layers were rewritten
+    first, second = (entries(layer.path.read_bytes()) for layer in result.layers)
+    assert {info.name: info.mtime for info, _ in first} == {"app": EPOCHS[0], "app/v.txt": EPOCHS[0]}
+    assert {info.name: info.mtime for info, _ in second} == {
+        "app/v.txt": EPOCHS[1],
+        "etc/.wh.os-release": EPOCHS[1],
+        "src": BEFORE,
+    }
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == [
+        "layer-0.tar",
+        "layer-1.tar",
+    ]  # no raw spool left
+
+
+def test_two_builds_differing_only_in_times_normalise_to_one_image(tmp_path: Path) -> None:
+    one, two = BASE + built(), BASE + built(shift=777)
+    cfg_two = config(two)  # the base's history is the same; the build's entries have later times
+    cfg_two["created"] = "2027-03-03T03:03:03.3Z"
+    for entry in cfg_two["history"][3:]:
+        entry["created"] = "2027-03-03T03:03:03.3Z"
+    cfg_two["container"] = "d" * 64
+    cfg_two["config"]["Image"] = "sha256:" + "f" * 64
+    assert digest(one[3]) != digest(two[3])
+    first = normalize(saved(one, config(one)), tmp_path / "a", one)
+    second = normalize(saved(two, cfg_two, oci=True), tmp_path / "b", two)
+    assert first.image_id == second.image_id
+    assert first.config_bytes == second.config_bytes
+
+
+def test_config_times_and_build_only_fields() -> None:
+    layers = BASE + built()
+    cfg = config(layers)
+    out = json.loads(normalized_config(cfg, ["sha256:" + "1" * 64] * 4, plan(layers)))
+    assert out["created"] == "2026-01-01T03:00:00Z"
+    assert [h["created"] for h in out["history"]] == ["2026-11-30T11:46:24.41Z"] * 3 + [
+        "2026-01-01T03:00:00Z"
+    ] * 2
+    assert {"container", "container_config", "docker_version"}.isdisjoint(out)
+    assert out["config"]["Image"] == ""
+    assert out["config"]["Env"] == cfg["config"]["Env"]
+    assert out["rootfs"]["diff_ids"] == ["sha256:" + "1" * 64] * 4
+
+
+def test_load_archive_carries_only_the_rewritten_layers(tmp_path: Path) -> None:
+    layers = BASE + built()
+    result = normalize(saved(layers, config(layers)), tmp_path, layers)
+    archive = b"".join(load_chunks(result))
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        names = tar.getnames()
+        manifest = json.load(tar.extractfile("manifest.json"))  # type: ignore[arg-type]
+        config_bytes = tar.extractfile(manifest[0]["Config"]).read()  # type: ignore[union-attr]
+    assert manifest[0]["Layers"] == [f"{d[7:]}/layer.tar" for d in result.diff_ids]  # every layer named...
+    assert sorted(n for n in names if n.endswith("layer.tar")) == sorted(
+        f"{layer.diff_id[7:]}/layer.tar" for layer in result.layers
+    )  # ...only the rewritten ones present
+    assert "sha256:" + hashlib.sha256(config_bytes).hexdigest() == result.image_id
+
+
+def test_a_layer_count_that_does_not_match_the_dockerfile_is_refused() -> None:
+    with pytest.raises(NormalizeFailure, match="3 layers above its base, but the Dockerfile makes 2"):
+        LayerPlan(layers=("a", "b", "c", "d", "e"), base_layers=2, base_history=3, epochs=EPOCHS, created=1)
