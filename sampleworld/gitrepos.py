@@ -53,6 +53,16 @@ _ROUTER_OLD = (
     ("src/main.rs", "      --moriio-port <PORT>          MoRIIO discovery port [default: 36367]\n", ""),
     ("src/main.rs", "round_robin | dp_rank_round_robin", "round_robin"),
 )
+# A later router commit on a branch of its own: a pin change whose effect on the image is known
+# exactly (the router binary and its versions.txt line), for the reproducibility tests.
+_ROUTER_NEXT = (
+    (
+        "src/main.rs",
+        "      --moriio-port <PORT>          MoRIIO discovery port [default: 36367]\n",
+        "      --moriio-port <PORT>          MoRIIO discovery port [default: 36367]\n"
+        "      --moriio-timeout <SECS>       Wait this long for MoRIIO peers [default: 30]\n",
+    ),
+)
 _UMBP = {"3rdparty/umbp": ("ROCm/mori-3rdparty.git", "main")}
 
 # Ordered: a repository is built after those its submodules point at.
@@ -110,8 +120,19 @@ REPOS: tuple[RepoSpec, ...] = (
                 source="router",
                 parent="c1",
             ),
+            Commit(
+                label="c3",
+                message="Discovery: --moriio-timeout for slow MoRIIO peers",
+                source="router",
+                parent="c2",
+                edits=_ROUTER_NEXT,
+            ),
         ),
-        branches={"main": "c1", "ravgupta/discovery-dp-rank-roundrobin": "c2"},
+        branches={
+            "main": "c1",
+            "ravgupta/discovery-dp-rank-roundrobin": "c2",
+            "ravgupta/moriio-timeout": "c3",
+        },
     ),
 )
 
