@@ -16,7 +16,7 @@ import io
 import json
 import posixpath
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO, Generic, Protocol, TypeVar, cast
 
@@ -80,8 +80,18 @@ def _is_tar(head: bytes) -> bool:
     return head[TAR_MAGIC_OFFSET : TAR_MAGIC_OFFSET + 8] in TAR_MAGICS
 
 
-def read_saved_image(stream: BinaryIO, on_layer: Callable[[str, BinaryIO], L], *, what: str) -> SavedImage[L]:
-    """Walk the archive once; ``on_layer(entry name, file)`` must read its file to the end."""
+def read_saved_image(
+    stream: BinaryIO,
+    on_layer: Callable[[str, BinaryIO], L],
+    *,
+    what: str,
+    skip: Callable[[str, Mapping[str, bytes]], L | None] | None = None,
+) -> SavedImage[L]:
+    """Walk the archive once; ``on_layer(entry name, file)`` must read its file to the end.
+
+    ``skip(entry name, documents so far)`` may name a layer's result without
+    it being read (imagebuild.repro.layer_names): the stream then passes it by.
+    """
     documents: dict[str, bytes] = {}
     layers: dict[str, L] = {}
     links: dict[str, str] = {}  # legacy: a layer.tar that is a symlink to an identical one
@@ -91,6 +101,8 @@ def read_saved_image(stream: BinaryIO, on_layer: Callable[[str, BinaryIO], L], *
                 name = posixpath.normpath(entry.name)
                 if entry.issym() and name.endswith("/layer.tar"):
                     links[name] = posixpath.normpath(posixpath.join(posixpath.dirname(name), entry.linkname))
+                elif entry.isreg() and (known := _skipped(skip, name, documents)) is not None:
+                    layers[name] = known
                 elif entry.isreg():
                     data = tar.extractfile(entry)
                     assert data is not None
@@ -98,7 +110,7 @@ def read_saved_image(stream: BinaryIO, on_layer: Callable[[str, BinaryIO], L], *
                     if name.endswith("/layer.tar") or (name.startswith("blobs/") and _is_tar(head)):
                         reader = io.BufferedReader(_Prefixed(head, data), buffer_size=CHUNK)
                         layers[name] = on_layer(name, cast("BinaryIO", reader))
-                    elif name.endswith(".json") or name.startswith("blobs/"):
+                    elif name.endswith((".json", "/json")) or name.startswith("blobs/"):
                         documents[name] = _document(name, head, data, entry.size, what)
                 forget_members(tar)
     except tarfile.TarError as e:
@@ -136,6 +148,14 @@ def _in_config_order(
             raise ArchiveError(msg)
         ordered.append(layer)
     return tuple(ordered)
+
+
+def _skipped(
+    skip: Callable[[str, Mapping[str, bytes]], L | None] | None, name: str, documents: Mapping[str, bytes]
+) -> L | None:
+    if skip is None or not (name.endswith("/layer.tar") or name.startswith("blobs/")):
+        return None
+    return skip(name, documents)
 
 
 def _document(name: str, head: bytes, rest: IO[bytes], size: int, what: str) -> bytes:

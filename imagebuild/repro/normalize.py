@@ -9,9 +9,10 @@ and engine, and the result is loaded back. The base image's layers are never
 touched: they keep their digests (shared with the registry's copy) and are
 not even sent back, because the engine already has them.
 
-Bounded memory: each layer is spooled to ``workdir`` while it is hashed, and
-rewritten from there in 1 MiB copies. Base layers are dropped from the spool
-as soon as their hash identifies them.
+Bounded memory: each layer the build made is spooled to ``workdir`` while it
+is hashed, and rewritten from there in 1 MiB copies. The base's layers are
+recognised by their entry names and passed by unread (layer_names); should
+that fail, they are spooled, identified by their hash and dropped at once.
 """
 
 from __future__ import annotations
@@ -19,15 +20,17 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import posixpath
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from imagebuild.epoch import format_epoch
 from imagebuild.repro.archive import ArchiveError, read_saved_image
+from imagebuild.repro.layer_names import legacy_layer_dirs
 from imagebuild.repro.rewrite import LayerError, rewrite_layer
 from imagebuild.repro.streams import TAR_END, open_stream, spool, tar_bytes_chunks, tar_file_chunks
 
@@ -80,6 +83,8 @@ class Normalized:
     diff_ids: tuple[str, ...]  # every layer, base included
     layers: tuple[NormalizedLayer, ...]  # only the rewritten ones
     spool_peak: int  # most bytes the spool held at once
+    read_seconds: float  # reading the saved stream (the build's layers spooled and hashed)
+    rewrite_seconds: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +95,7 @@ class NormalizeResult:
     bytes_rewritten: int  # the rewritten layers' size: the engine stores them besides the cache's
     spool_peak: int  # temporary disk in the work directory
     seconds: float
+    phases: dict[str, float] = field(default_factory=dict)  # save, rewrite, load: seconds each
     reused: bool = False  # a previous run's result was still in the engine
 
     def to_json(self) -> dict[str, object]:
@@ -141,17 +147,32 @@ def normalize_saved(saved: BinaryIO, plan: LayerPlan, workdir: Path, *, what: st
     def take(name: str, data: BinaryIO) -> _Spooled:
         path = workdir / f"raw-{next(counter)}.tar"
         diff_id, size = spool(data, path)
+        spooled_bytes[1] = max(spooled_bytes[1], spooled_bytes[0] + size)
         if diff_id in base:
             path.unlink()
             return _Spooled(diff_id=diff_id, path=None, size=size)
         spooled_bytes[0] += size
-        spooled_bytes[1] = max(spooled_bytes)
         return _Spooled(diff_id=diff_id, path=path, size=size)
 
+    started = time.monotonic()
+    legacy_dirs: dict[str, int] = {}
+
+    def known_base_layer(name: str, documents: Mapping[str, bytes]) -> _Spooled | None:
+        """A base layer recognised by its entry's name: passed by unread (layer_names)."""
+        if name.startswith("blobs/sha256/"):
+            diff_id = "sha256:" + name.removeprefix("blobs/sha256/")
+        else:
+            if not legacy_dirs:
+                legacy_dirs.update(legacy_layer_dirs(plan.layers, documents))
+            index = legacy_dirs.get(posixpath.dirname(name))
+            diff_id = plan.layers[index] if index is not None else ""
+        return _Spooled(diff_id=diff_id, path=None, size=0) if diff_id in base else None
+
     try:
-        image = read_saved_image(saved, take, what=what)
+        image = read_saved_image(saved, take, what=what, skip=known_base_layer)
     except ArchiveError as e:
         raise NormalizeFailure(str(e)) from e
+    read_done = time.monotonic()
     if image.diff_ids != plan.layers:
         msg = f"{what}: the saved layers are not the ones the engine reported for the image"
         raise NormalizeFailure(msg)
@@ -187,6 +208,8 @@ def normalize_saved(saved: BinaryIO, plan: LayerPlan, workdir: Path, *, what: st
         diff_ids=diff_ids,
         layers=tuple(rewritten),
         spool_peak=spooled_bytes[1],
+        read_seconds=round(read_done - started, 3),
+        rewrite_seconds=round(time.monotonic() - read_done, 3),
     )
 
 
@@ -223,7 +246,11 @@ def normalize_image(store: ImageStore, image_id: str, plan: LayerPlan, spool_dir
     with tempfile.TemporaryDirectory(prefix="normalize-", dir=spool_dir) as workdir:
         saved = open_stream(store.save(image_id))
         normalized = normalize_saved(saved, plan, Path(workdir), what=f"image {image_id[:19]}")
+        load_started = time.monotonic()
         loaded = store.load(load_chunks(normalized))
+        load_seconds = round(time.monotonic() - load_started, 3)
+    # The engine prepares its save before the first byte: "save" counts from the request on.
+    save_seconds = round(load_started - started - normalized.rewrite_seconds, 3)
     if normalized.image_id not in loaded:
         msg = f"the engine loaded {', '.join(loaded) or 'nothing'} instead of {normalized.image_id}"
         raise NormalizeFailure(msg)
@@ -234,4 +261,5 @@ def normalize_image(store: ImageStore, image_id: str, plan: LayerPlan, spool_dir
         bytes_rewritten=sum(layer.size for layer in normalized.layers),
         spool_peak=normalized.spool_peak,
         seconds=round(time.monotonic() - started, 3),
+        phases={"save": save_seconds, "rewrite": normalized.rewrite_seconds, "load": load_seconds},
     )
