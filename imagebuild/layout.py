@@ -16,6 +16,10 @@ from pathlib import Path
 
 APP_DIR = "/app"  # the final stage's WORKDIR
 VERSIONS_FILE = f"{APP_DIR}/versions.txt"  # one line per source that went in
+# What apt and Python installed: step 17 runs `imagebuild-check record-packages APP_DIR`, which
+# writes these two names (image_files/imagebuild_check.py runs in the image, without imagebuild).
+APT_PACKAGES_FILE = f"{APP_DIR}/apt-packages.txt"
+PYTHON_PACKAGES_FILE = f"{APP_DIR}/python-packages.txt"
 CONSTRAINT_FILE = "/etc/pip-constraints.txt"  # the build-toolchain constraint (constraints/*.txt)
 # What pip's isolated builds get: the constraint plus the locked build dependencies' exact versions.
 BUILD_CONSTRAINT_FILE = "/etc/pip-build-constraints.txt"

@@ -23,6 +23,7 @@ from imagebuild.errors import ConfigError
 from imagebuild.image_files.imagebuild_check import GUARD_KEY
 from imagebuild.layout import (
     APP_DIR,
+    APT_PACKAGES_FILE,
     ARCH_LABEL,
     BUILD_CONSTRAINT_FILE,
     CHECK_TOOL,
@@ -32,6 +33,7 @@ from imagebuild.layout import (
     OCI_LABEL_PREFIX,
     OCI_LABELS,
     PIN_LABEL_PREFIX,
+    PYTHON_PACKAGES_FILE,
     ROUTER,
     SECRET_SCAN_MAX_FILE_BYTES,
     SECRET_SCAN_ROOTS,
@@ -121,6 +123,8 @@ class Expectations:
     versions_file: str
     version_lines: tuple[VersionLine, ...]
     forbidden_version_text: tuple[str, ...]
+    apt_packages_file: str
+    python_packages_file: str
     # Constraint
     constraints_file: str
     constraints: str
@@ -326,6 +330,8 @@ def build_expectations(
         versions_file=VERSIONS_FILE,
         version_lines=expected_version_lines(inputs.definition, inputs),
         forbidden_version_text=forbidden,
+        apt_packages_file=APT_PACKAGES_FILE,
+        python_packages_file=PYTHON_PACKAGES_FILE,
         constraints_file=CONSTRAINT_FILE,
         constraints=inputs.constraints,
         build_constraints_file=BUILD_CONSTRAINT_FILE,

@@ -100,6 +100,11 @@ BROKEN = {
         check="constraint::test_guard_setuptools",
         found="80.9.0 (the image's own",
     ),
+    "package-list-missing": Broken(
+        lines="RUN rm /app/python-packages.txt",
+        check="versions::test_installed_packages_are_recorded[python]",
+        found="no such file",
+    ),
     "tuning-env": Broken(
         lines="ENV KV_CACHE_DTYPE=fp8", check="config::test_no_tuning_env", found="KV_CACHE_DTYPE=fp8"
     ),

@@ -101,6 +101,11 @@ def good_files(exp: Expectations) -> dict[str, tuple[bytes, int]]:
         exp.versions_file.lstrip("/"): ("\n".join(lines).encode() + b"\n", 0o644),
         exp.constraints_file.lstrip("/"): (exp.constraints.encode(), 0o644),
         exp.build_constraints_file.lstrip("/"): (exp.build_constraints.encode(), 0o644),
+        exp.apt_packages_file.lstrip("/"): (b"bash=5.2.15-2+b7\npython3=3.11.2-1+b1\n", 0o644),
+        exp.python_packages_file.lstrip("/"): (
+            f"{exp.repinned_dist}=={exp.repinned_version}\npip==23.0.1\n".encode(),
+            0o644,
+        ),
         exp.router.lstrip("/"): (
             f"#!/bin/sh\necho 'usage: vllm-router [--service-discovery {exp.router_help_word}]'\n".encode(),
             0o755,

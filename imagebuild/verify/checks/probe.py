@@ -252,6 +252,7 @@ def gather(exp: dict[str, Any], secrets: Any) -> dict[str, Any]:
             "locations": {p: _spec_location(p) for p in exp["graft_packages"]},
         },
         "versions": _read(exp["versions_file"]),
+        "packages": {"apt": _read(exp["apt_packages_file"]), "python": _read(exp["python_packages_file"])},
         "constraints": _read(exp["constraints_file"]),
         "build_constraints": _read(exp["build_constraints_file"]),
         "empty_dirs": {p: _dir_state(p) for p in exp["empty_dirs"]},

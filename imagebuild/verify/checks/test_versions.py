@@ -39,3 +39,25 @@ def test_no_forbidden_text(facts: dict[str, Any]) -> None:
         expected=f"no line containing {' or '.join(EXP.forbidden_version_text)}",
         found=" | ".join(bad),
     )
+
+
+@pytest.mark.parametrize("kind", ["apt", "python"])
+def test_installed_packages_are_recorded(facts: dict[str, Any], kind: str) -> None:
+    """Step 17 lists what apt and Python installed, so imagebuild diff shows drift the pins do not cover."""
+    path = EXP.apt_packages_file if kind == "apt" else EXP.python_packages_file
+    text = facts["packages"][kind]
+    expect(
+        bool(text and text.strip()),
+        f"{path}: what {kind} installed, one name and version a line (step 17)",
+        expected="a non-empty list",
+        found="no such file" if text is None else "an empty file",
+    )
+    if kind == "python":
+        line = f"{EXP.repinned_dist}=={EXP.repinned_version}"
+        listed = str(text).splitlines()
+        expect(
+            line in listed,
+            f"{path} records the re-pinned {EXP.repinned_dist}",
+            expected=line,
+            found=" | ".join(x for x in listed if x.startswith(f"{EXP.repinned_dist}==")) or "no such line",
+        )
