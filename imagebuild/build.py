@@ -34,6 +34,7 @@ from imagebuild.layout import build_log_path, build_record_path, default_tag
 from imagebuild.progress import TICK_S, BuildProgress
 from imagebuild.project import Inputs, Project
 from imagebuild.render import ConstraintMode, Dockerfile, RenderOptions, render
+from imagebuild.repro.after_build import normalize_build
 from imagebuild.schema import suggest
 from imagebuild.secrets import redact, secret_reason
 from imagebuild.util.clock import Clock, SystemClock
@@ -66,6 +67,7 @@ class BuildOptions:
     record_path: Path | None = None  # default build/<arch>.build.json
     log_path: Path | None = None  # default build/<arch>.build.log
     constraint_mode: ConstraintMode = ConstraintMode.ON
+    normalize: bool = True  # clamp timestamps to SOURCE_DATE_EPOCH after the build (imagebuild.repro)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +86,8 @@ class BuildRecord:
     finished_at: str
     sbom: str  # CycloneDX 1.6 JSON, next to the record
     provenance: str  # in-toto Statement with a SLSA v1 provenance predicate
+    source_date_epoch: int  # of the last step: the normalised image's created time
+    normalization: dict[str, object] | None  # None with --no-normalize
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -186,6 +190,19 @@ def build_image(
             )
         )
     tracker.finish()
+    normalization = None
+    if options.normalize:
+        normalization = normalize_build(
+            engine,
+            image_id,
+            tag=tag,
+            base_ref=inputs.pins.image(inputs.definition.base_pin).reference,
+            dockerfile=dockerfile,
+            spool_dir=record_path.parent,
+            record_path=record_path,
+        )
+        show.message(normalization.summary())
+        image_id = normalization.image_id
     finished_at = datetime.now(UTC)
     for name in tags:
         engine.tag(image_id, name)
@@ -206,6 +223,8 @@ def build_image(
         finished_at=finished_at.isoformat(),
         sbom=str(attestations.sbom),
         provenance=str(attestations.provenance),
+        source_date_epoch=dockerfile.steps[-1].source_date_epoch,
+        normalization=normalization.result.to_json() if normalization else None,
     )
     write_atomically(record_path, json.dumps(record.to_json(), indent=2) + "\n")
     facts = BuildFacts(

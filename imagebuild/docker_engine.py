@@ -163,6 +163,7 @@ class DockerEngine(Engine):
             cmd=tuple(cmd) if cmd is not None else None,
             workdir=config.get("WorkingDir") or "",
             history=tuple(str(h.get("CreatedBy", "")) for h in history),
+            layers=tuple((data.get("RootFS") or {}).get("Layers") or ()),
         )
 
     def run(self, image: str, command: list[str], *, network_mode: str | None = None) -> tuple[int, str]:

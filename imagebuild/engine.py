@@ -32,6 +32,7 @@ class ImageInfo:
     cmd: tuple[str, ...] | None
     workdir: str
     history: tuple[str, ...] = field(default=())  # created_by of every layer, newest first
+    layers: tuple[str, ...] = field(default=())  # the layers' diffIDs (sha256:...), lowest first
 
 
 @dataclass(frozen=True, kw_only=True)

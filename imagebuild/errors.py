@@ -24,6 +24,7 @@ class ExitCode(IntEnum):
     INTEGRITY = 7
     REGISTRY = 8
     ATTESTATION = 9
+    NORMALIZE = 10
     INTERRUPTED = 130
     PIPE_CLOSED = 141
 
@@ -34,7 +35,7 @@ class ExitCode(IntEnum):
 
 EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: "done",
-    ExitCode.FAILED: "render --check or lock --check found a stale file; any other failure",
+    ExitCode.FAILED: "render --check or lock --check found a stale file; diff: the images differ; any other failure",
     ExitCode.BAD_INPUT: "bad input: an argument, an input file, an image the engine does not have",
     ExitCode.NO_ENGINE: "no Docker engine, or the engine refused",
     ExitCode.BUILD_FAILED: "a build step failed; nothing was tagged",
@@ -43,6 +44,7 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.INTEGRITY: "an archive's size, sha256 or image ID differs from its manifest",
     ExitCode.REGISTRY: "a registry is unreachable or refused the credentials",
     ExitCode.ATTESTATION: "built and tagged, but the SBOM or provenance could not be made",
+    ExitCode.NORMALIZE: "built, but its timestamps could not be normalised; it is kept as TAG-cache",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGTERM)",
     ExitCode.PIPE_CLOSED: "stdout was closed before the output was written (piped into head)",
 }
@@ -120,3 +122,9 @@ class AttestationError(ImageBuildError):
     """The image was built and tagged, but its SBOM or provenance could not be made."""
 
     exit_code = ExitCode.ATTESTATION
+
+
+class NormalizeError(ImageBuildError):
+    """The image was built, but its timestamps could not be normalised; it is kept under its cache tag."""
+
+    exit_code = ExitCode.NORMALIZE

@@ -165,6 +165,13 @@ class ImageDefinition:
     spec: ImageSpec
     steps: tuple[Step, ...]
 
+    @property
+    def base_pin(self) -> str:
+        """The image pin of the final stage's FROM (step 1)."""
+        image = self.steps[0].image
+        assert image is not None, "load_stages makes step 1 a FROM of a pin"
+        return image
+
     def lock_groups(self) -> dict[str, tuple[str, ...]]:
         """Dependency group of the python lock -> the requirements declared for it, in file order."""
         groups = {s.lock_group: s.python_packages for s in self.steps if s.python_packages}

@@ -31,6 +31,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         record_path=args.record,
         pull=args.pull,
         iidfile=args.iidfile,
+        normalize=not args.no_normalize,
     )
     prepare_build(inputs, options)  # bad arguments and inputs are found before the engine is asked
     progress = (
@@ -72,7 +73,13 @@ def register(verbs: Verbs) -> None:
                 "--iidfile build/image-id",
                 "imagebuild build --pins sampleworld/pins.toml --network host --progress plain",
             ),
-            exit_codes=(ExitCode.NO_ENGINE, ExitCode.BUILD_FAILED, ExitCode.REGISTRY, ExitCode.ATTESTATION),
+            exit_codes=(
+                ExitCode.NO_ENGINE,
+                ExitCode.BUILD_FAILED,
+                ExitCode.REGISTRY,
+                ExitCode.ATTESTATION,
+                ExitCode.NORMALIZE,
+            ),
             json="the build record",
             progress=True,
         )
@@ -110,6 +117,11 @@ def register(verbs: Verbs) -> None:
         type=arguments.output_file,
         metavar="FILE",
         help=f"build record JSON (default {BUILD_DIR}/ARCH.build.json)",
+    )
+    p.add_argument(
+        "--no-normalize",
+        action="store_true",
+        help="skip the timestamp normalisation (the image ID then differs on every cold build)",
     )
     p.add_argument(
         "--iidfile",

@@ -22,7 +22,6 @@ import tarfile
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO, cast
 
-from imagebuild.errors import ImageBuildError
 from imagebuild.repro.streams import CHUNK, HashingWriter, Sink, forget_members
 
 ENCODING = "utf-8"
@@ -31,10 +30,8 @@ ERRORS = "surrogateescape"  # names that are not UTF-8 round-trip byte for byte
 REAPPLIED = frozenset((*tarfile.PAX_FIELDS, "hdrcharset"))
 
 
-class LayerError(ImageBuildError):
-    """A layer tar could not be read or is of a kind the rewriter refuses to guess about."""
-
-    exit_code = 3
+class LayerError(Exception):
+    """A layer tar could not be read or is of a kind the rewriter refuses to guess about (callers translate it)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -85,6 +85,8 @@ def replay(tmp_path: Path) -> Replay:
                 "network": "host",
                 "record_path": tmp_path / "record.json",
                 "log_path": tmp_path / "build.log",
+                # The fake's images are data, not layers; normalisation runs in the docker tests.
+                "normalize": False,
                 **options_given,
             }
         )

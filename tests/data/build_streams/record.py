@@ -98,6 +98,7 @@ def record(engine: RecordingEngine, pins: Path, name: str, note: str, *, no_cach
         no_cache=no_cache,
         record_path=work / "gfx942.build.json",
         log_path=work / "gfx942.build.log",
+        normalize=False,  # only the build stream is recorded
     )
     try:
         build_image(project, inputs, options, engine)

@@ -1,0 +1,91 @@
+"""What build does after the engine built the image: the cache tag, and when the last result is reused."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from imagebuild.errors import NormalizeError
+from imagebuild.project import find_project
+from imagebuild.render import Dockerfile, RenderOptions, render
+from imagebuild.repro.after_build import cache_tag, layer_plan, normalize_build, previous_normalization
+from imagebuild.testing import FakeEngine, image_info
+from tests.conftest import REPO
+
+
+@pytest.mark.parametrize(
+    ("tag", "expected"),
+    [
+        ("imagebuild/kimi-k3:gfx942", "imagebuild/kimi-k3:gfx942-cache"),
+        ("imagebuild/kimi-k3", "imagebuild/kimi-k3:latest-cache"),
+        ("127.0.0.1:5000/kimi-k3", "127.0.0.1:5000/kimi-k3:latest-cache"),  # a registry port is no tag
+        ("127.0.0.1:5000/kimi-k3:v1", "127.0.0.1:5000/kimi-k3:v1-cache"),
+    ],
+)
+def test_cache_tag(tag: str, expected: str) -> None:
+    assert cache_tag(tag) == expected
+
+
+BUILT, NORMALIZED, OTHER = ("sha256:" + c * 64 for c in "abc")
+
+
+def record(path: Path, *, built: str = BUILT, image: str = NORMALIZED) -> Path:
+    path.write_text(json.dumps({"image_id": image, "normalization": {"unnormalized_id": built}}))
+    return path
+
+
+def test_a_fully_cached_build_reuses_the_last_normalised_image(tmp_path: Path) -> None:
+    engine = FakeEngine(images=[image_info(BUILT), image_info(NORMALIZED)])
+    result = normalize_build(
+        engine,
+        BUILT,
+        tag="imagebuild/kimi-k3:gfx942",
+        base_ref="base@sha256:0",
+        dockerfile=sample_dockerfile(),
+        spool_dir=tmp_path,
+        record_path=record(tmp_path / "record.json"),
+    )
+    assert (result.image_id, result.result.reused) == (NORMALIZED, True)
+    assert engine.tags == {"imagebuild/kimi-k3:gfx942-cache": BUILT}  # the layer cache stays reachable
+    assert engine.loads == 0
+
+
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        {"built": OTHER},  # the last build normalised another image
+        {"image": OTHER},  # its result is no longer in the engine
+    ],
+)
+def test_nothing_is_reused_unless_it_is_this_image_and_still_there(
+    tmp_path: Path, recorded: dict[str, str]
+) -> None:
+    engine = FakeEngine(images=[image_info(BUILT), image_info(NORMALIZED)])
+    assert previous_normalization(record(tmp_path / "r.json", **recorded), BUILT, engine) is None
+    assert previous_normalization(tmp_path / "missing.json", BUILT, engine) is None
+
+
+def test_a_built_image_that_does_not_sit_on_its_base_is_refused() -> None:
+    engine = FakeEngine(
+        images=[
+            replace(image_info(BUILT), layers=("sha256:1", "sha256:9")),
+            replace(image_info("base"), tags=("base@sha256:0",), layers=("sha256:1", "sha256:2")),
+        ]
+    )
+    with pytest.raises(NormalizeError, match="does not start with the layers of its base base@sha256:0"):
+        layer_plan(engine, BUILT, "base@sha256:0", sample_dockerfile())
+
+
+def sample_dockerfile() -> Dockerfile:
+    inputs = find_project(REPO, REPO / "sampleworld" / "pins.toml").load("gfx942")
+    return render(
+        inputs.definition,
+        inputs.pins,
+        inputs.arch,
+        inputs.constraints,
+        RenderOptions(allow_unpinned=True),
+        lock=inputs.python_lock,
+    )
