@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from imagebuild import __version__
-from imagebuild.cli import build, image, lock
+from imagebuild.cli import build, diff, image, lock
 from imagebuild.cli.verbs import (
     PROGRESS_HELP,
     PROGRESS_MODES,
@@ -44,6 +44,7 @@ REGISTRARS: tuple[Callable[[Verbs], None], ...] = (
     lock.register,
     build.register,
     distribute.register,  # publish, export, import
+    diff.register,
     slurm.register,
 )
 PROGRESS_BEFORE_VERB = "progress_before_verb"

@@ -13,7 +13,6 @@ from imagebuild.project import find_project
 from imagebuild.render import Dockerfile, RenderOptions, render
 from imagebuild.repro.after_build import cache_tag, layer_plan, normalize_build, previous_normalization
 from imagebuild.testing import FakeEngine, image_info
-from tests.conftest import REPO
 
 
 @pytest.mark.parametrize(
@@ -29,6 +28,7 @@ def test_cache_tag(tag: str, expected: str) -> None:
     assert cache_tag(tag) == expected
 
 
+REPO = Path(__file__).resolve().parents[2]
 BUILT, NORMALIZED, OTHER = ("sha256:" + c * 64 for c in "abc")
 
 

@@ -1,0 +1,61 @@
+"""`imagebuild diff` on the command line: two images in, their differences out, exit 0 or 1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from imagebuild.cli.verbs import Verb, Verbs
+from imagebuild.errors import ExitCode
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from imagebuild.diff.report import diff_json, format_diff
+    from imagebuild.diff.sources import diff_images
+
+    engine = None
+    if not (Path(args.image_a).is_file() and Path(args.image_b).is_file()):
+        from imagebuild.docker_engine import DockerEngine
+
+        engine = DockerEngine.from_env()
+    try:
+        diff = diff_images(args.image_a, args.image_b, mtime=args.mtime, engine=engine)
+    finally:
+        if engine is not None:
+            engine.close()
+    if args.json:
+        json.dump(diff_json(diff), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(format_diff(diff) + "\n")
+    return int(ExitCode.OK if diff.identical else ExitCode.FAILED)
+
+
+def register(verbs: Verbs) -> None:
+    p = verbs.add(
+        Verb(
+            name="diff",
+            summary="compare two images (in the engine, or docker save / export archives); exit 1 when they differ",
+            run=cmd_diff,
+            examples=(
+                "imagebuild diff imagebuild/kimi-k3:gfx942 registry.example.com/ml/kimi-k3:gfx942",
+                "imagebuild diff first.tar imagebuild/kimi-k3:gfx942 --json",
+                "imagebuild diff /shared/images/kimi-k3-06203f705c54.tar.zst.json imagebuild/kimi-k3:gfx942",
+            ),
+            exit_codes=(ExitCode.FAILED, ExitCode.NO_ENGINE),
+            json="every difference",
+            checkout=False,  # images carry their own config; nothing of the checkout is read
+            notes=(
+                "Compares the config (env, labels, entrypoint, cmd, workdir, user, platform, history "
+                "created_by), the layers position by position and the flattened file tree (type, "
+                "permission bits, owner, size, content sha256, link target, device, xattrs). Times only "
+                "with --mtime. A file argument is an archive: a docker save tar (plain, gzip, zstd) or "
+                "the manifest imagebuild export writes; anything else is an image in the engine."
+            ),
+        )
+    )
+    p.add_argument("image_a", metavar="IMAGE_A", help="image name or ID in the engine, or an archive file")
+    p.add_argument("image_b", metavar="IMAGE_B", help="image name or ID in the engine, or an archive file")
+    p.add_argument("--mtime", action="store_true", help="compare mtimes and the config's times too")

@@ -1,0 +1,94 @@
+"""Where the two sides of a diff come from: an image in the engine, or an archive on disk.
+
+An argument that names an existing file is an archive: a ``docker save``
+tar, plain, gzip or zstd (by its first bytes, not its name), or the JSON
+manifest ``imagebuild export`` writes beside one. Anything else is an image
+reference for the engine.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO, cast
+
+from imagebuild.diff.compare import ImageDiff, Snapshot, compare_images
+from imagebuild.diff.tree import index_layer
+from imagebuild.engine import Engine
+from imagebuild.errors import ConfigError, EngineError
+from imagebuild.repro.archive import ArchiveError, read_saved_image
+from imagebuild.repro.streams import CHUNK, open_stream
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _archive_of(path: Path) -> Path:
+    """The archive itself, or the one an export manifest names."""
+    with path.open("rb") as f:
+        head = f.read(1)
+    if head != b"{":
+        return path
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        archive = path.parent / str(manifest["archive"])
+    except (ValueError, KeyError, TypeError) as e:
+        msg = f"{path}: a JSON file but not an `imagebuild export` manifest (no 'archive' key)"
+        raise ConfigError(msg) from e
+    if not archive.is_file():
+        msg = f"{path}: names the archive {archive.name}, which is not beside it; copy it there"
+        raise ConfigError(msg)
+    return archive
+
+
+@contextmanager
+def open_archive(path: Path) -> Iterator[BinaryIO]:
+    """The uncompressed tar stream of an archive file."""
+    with path.open("rb") as raw:
+        magic = raw.read(4)
+        raw.seek(0)
+        if magic.startswith(GZIP_MAGIC):
+            with gzip.GzipFile(fileobj=raw) as stream:
+                yield cast("BinaryIO", stream)
+        elif magic == ZSTD_MAGIC:
+            import zstandard  # export's compression; loaded only for a zstd archive
+
+            with zstandard.ZstdDecompressor().stream_reader(raw, read_size=CHUNK) as stream:
+                yield cast("BinaryIO", stream)
+        else:
+            yield raw
+
+
+def _indexed(stream: BinaryIO, name: str, what: str) -> Snapshot:
+    image = read_saved_image(stream, lambda _entry, data: index_layer(data), what=what)
+    return Snapshot(name=name, image=image)
+
+
+def load_snapshot(name: str, engine: Engine | None) -> Snapshot:
+    """Index the image ``name`` names: an archive file, else an image in ``engine``."""
+    path = Path(name)
+    if path.is_file():
+        archive = _archive_of(path)
+        try:
+            with open_archive(archive) as stream:
+                return _indexed(stream, name, str(archive))
+        except (ArchiveError, OSError, EOFError) as e:
+            msg = f"{e}; is it a `docker save` or `imagebuild export` archive?"
+            raise ConfigError(msg) from e
+    if engine is None:
+        msg = f"{name}: no such file, and no engine to look it up in"
+        raise ConfigError(msg)
+    image_id = engine.inspect_image(name).id
+    try:
+        return _indexed(open_stream(engine.save(image_id)), name, f"image {name}")
+    except ArchiveError as e:
+        msg = f"the engine's save of {name} could not be read: {e}"
+        raise EngineError(msg) from e
+
+
+def diff_images(a: str, b: str, *, mtime: bool = False, engine: Engine | None = None) -> ImageDiff:
+    """Compare the images ``a`` and ``b`` name (archive files or engine references)."""
+    return compare_images(load_snapshot(a, engine), load_snapshot(b, engine), mtime=mtime)
