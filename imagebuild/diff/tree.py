@@ -93,7 +93,9 @@ def _entry(info: tarfile.TarInfo, path: str, sha256: str) -> Entry:
     return Entry(
         path=path,
         kind=kind,
-        mode=info.mode,
+        # Permission bits (with setuid, setgid, sticky): Go's tar writer also puts the file
+        # type's bits here (0o40755 for a directory), Python's does not; the type is ``kind``.
+        mode=info.mode & 0o7777,
         uid=info.uid,
         gid=info.gid,
         size=info.size if kind is Kind.FILE else 0,

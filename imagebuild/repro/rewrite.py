@@ -9,7 +9,9 @@ layer format, which are ordinary entries here. Entries keep their order
 (docker writes them in directory-walk order, the same on every build; a hard
 link must follow its target). The output is written in PAX format by the
 standard library, so it depends only on the entries and not on which engine
-wrote the input.
+wrote the input: Go's writer (Docker's) also repeats the file type in the
+mode field (0o40755 for a directory), the standard library's keeps only the
+permission bits there; the type is the entry's type flag either way.
 
 Streaming: entries are read and written one at a time with 1 MiB copies, and
 the parser's list of seen entries is dropped as it goes, so memory does not

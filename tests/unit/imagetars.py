@@ -122,3 +122,24 @@ def saved(
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
+
+
+GO_TYPE_BITS = {tarfile.DIRTYPE: 0o040000, tarfile.SYMTYPE: 0o120000, tarfile.REGTYPE: 0o100000}
+
+
+def go_style(data: bytes) -> bytes:
+    """``data`` with each header's mode carrying its file type's bits, as Go's archive/tar (so Docker) writes it."""
+    out = bytearray(data)
+    offset = 0
+    while offset + tarfile.BLOCKSIZE <= len(out) and any(out[offset : offset + tarfile.BLOCKSIZE]):
+        header = out[offset : offset + tarfile.BLOCKSIZE]
+        size = int(header[124:136].rstrip(b"\0 ") or b"0", 8)
+        typeflag = bytes(header[156:157])
+        if typeflag in GO_TYPE_BITS:
+            mode = int(header[100:108].rstrip(b"\0 ") or b"0", 8) | GO_TYPE_BITS[typeflag]
+            out[offset + 100 : offset + 108] = b"%07o\0" % mode
+            out[offset + 148 : offset + 156] = b" " * 8
+            checksum = sum(out[offset : offset + tarfile.BLOCKSIZE])
+            out[offset + 148 : offset + 156] = b"%06o\0 " % checksum
+        offset += tarfile.BLOCKSIZE + -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+    return bytes(out)

@@ -13,7 +13,7 @@ from imagebuild.cli import main
 from imagebuild.diff.report import format_diff
 from imagebuild.diff.sources import diff_images, load_snapshot
 from imagebuild.diff.tree import Kind, flatten
-from tests.unit.imagetars import AFTER, Item, config, layer, saved
+from tests.unit.imagetars import AFTER, Item, config, go_style, layer, saved
 
 BASE = layer(
     [
@@ -148,3 +148,12 @@ def test_a_file_that_is_not_an_image_archive_is_bad_input(
     assert len(err) == 1
     assert "notes.txt" in err[0]
     assert "docker save" in err[0]
+
+
+def test_the_file_type_bits_docker_puts_in_the_mode_field_are_no_difference(tmp_path: Path) -> None:
+    """Docker's (Go's) tar writer puts 0o40000 in a directory's mode field; Python's writer, so the rewriter, does not."""
+    docker_like = go_style(top())
+    assert docker_like != top()
+    a = write(tmp_path, "a.tar", [BASE, docker_like])
+    b = write(tmp_path, "b.tar", [BASE, top()])
+    assert diff_images(str(a), str(b)).identical

@@ -8,7 +8,7 @@ import tarfile
 import pytest
 
 from imagebuild.repro.rewrite import LayerError, rewrite_layer
-from tests.unit.imagetars import AFTER, BEFORE, EPOCH, Item, digest, entries, layer
+from tests.unit.imagetars import AFTER, BEFORE, EPOCH, Item, digest, entries, go_style, layer
 
 LONG = "usr/lib/python3/dist-packages/" + "a-very-long-directory-name/" * 8 + "module_with_a_long_name.py"
 CAPABILITY = "\x01\x00\x00\x02\x00\x20\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
@@ -117,3 +117,13 @@ def test_rewriting_twice_changes_nothing() -> None:
 def test_not_a_tar_is_an_error_naming_the_layer() -> None:
     with pytest.raises(LayerError, match=r"layer 7: not a readable tar"):
         rewrite_layer(io.BytesIO(b"\x01" * 4096), io.BytesIO(), EPOCH, what="layer 7")
+
+
+def test_a_docker_written_layer_keeps_its_permissions_and_types() -> None:
+    """Go puts the type's bits in the mode field too (0o40755); the rewrite keeps the permission bits."""
+    source = go_style(layer(ITEMS))
+    assert [i.mode for i, _ in entries(source)] != [i.mode for i, _ in entries(layer(ITEMS))]
+    out = entries(rewrite(source))
+    assert [(i.name, i.type, i.mode & 0o7777) for i, _ in out] == [
+        (i.name, i.type, i.mode & 0o7777) for i, _ in entries(source)
+    ]
