@@ -1,0 +1,165 @@
+"""Bit-identical rebuilds: the same locked pins give the same image ID; one pin changes only its files.
+
+Both builds of the first test start cold: this module's images are removed
+before each (`docker rmi` of our tags takes the build's untagged parents, the
+classic builder's layer cache, with them) and --no-cache makes sure no other
+test's images serve a step either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import docker
+from imagebuild.cli import main
+from imagebuild.docker_engine import DockerEngine
+from imagebuild.pins import GitPin, load_pins
+from sampleworld.world import World
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
+
+# Per checkout: several checkouts share one Docker engine, and a shared tag would be overwritten.
+CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]
+TAG = f"imagebuild-test/repro:a-{CHECKOUT}"
+TAG_B = f"imagebuild-test/repro:b-{CHECKOUT}"
+NEXT_ROUTER_BRANCH = "ravgupta/moriio-timeout"  # one commit after the pinned router (sampleworld)
+
+
+def remove_images(*tags: str) -> None:
+    """Only this module's tags; untagged parents (the layer cache) go with them, others' images stay."""
+    api = docker.from_env().api
+    for tag in tags:
+        for name in (tag, f"{tag}-cache"):
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                api.remove_image(name)
+
+
+def build(pins: Path, record: Path, tag: str, *extra: str) -> dict[str, object]:
+    argv = ["build", "--pins", str(pins), "--network", "host", "--tag", tag, "--record", str(record)]
+    assert main([*argv, *extra]) == 0
+    result: dict[str, object] = json.loads(record.read_text())
+    return result
+
+
+def diff(capsys: pytest.CaptureFixture[str], a: str, b: str) -> tuple[int, dict[str, object]]:
+    capsys.readouterr()
+    code = main(["diff", a, b, "--json"])
+    report: dict[str, object] = json.loads(capsys.readouterr().out)
+    return code, report
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("records")
+
+
+@pytest.fixture(scope="module")
+def first(locked_pins: Path, records: Path) -> dict[str, object]:
+    remove_images(TAG, TAG_B)
+    return build(locked_pins, records / "first.json", TAG, "--no-cache")
+
+
+def test_two_cold_builds_give_the_same_image_id(
+    first: dict[str, object],
+    locked_pins: Path,
+    records: Path,
+    engine: DockerEngine,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    normalization = first["normalization"]
+    assert isinstance(normalization, dict)
+    assert normalization["layers_rewritten"] == 17  # steps 2-18; the base's layers are left alone
+    base = engine.inspect_image(load_pins(locked_pins).image("base").reference)
+    assert engine.inspect_image(TAG).layers[: len(base.layers)] == base.layers
+    built = engine.inspect_image(f"{TAG}-cache")
+    assert built.id == normalization["unnormalized_id"]
+    code, _ = diff(capsys, f"{TAG}-cache", TAG)
+    assert code == 0, "normalisation changes times only"
+
+    # Keep the first image only as a file, so nothing of the first build is left in the engine.
+    archive = records / "first.tar"
+    with archive.open("wb") as f:
+        for chunk in docker.from_env().api.get_image(str(first["image_id"])):
+            f.write(chunk)
+    remove_images(TAG)
+    # The first build's layer cache is gone. (Its result may live on under another test's tag:
+    # a build of the same pins in the same session gives the same image, which is the point.)
+    assert built.id not in {i.id for i in _images()}
+    second = build(locked_pins, records / "second.json", TAG, "--no-cache")
+    assert second["normalization"]["unnormalized_id"] != built.id  # type: ignore[index]  # a real rebuild
+    assert second["image_id"] == first["image_id"]
+    code, report = diff(capsys, str(archive), TAG)
+    assert (code, report["identical"]) == (0, True)
+
+
+def test_a_fully_cached_build_reuses_the_normalised_image(
+    first: dict[str, object], locked_pins: Path, records: Path
+) -> None:
+    again = build(locked_pins, records / "second.json", TAG)  # the record the last build wrote
+    assert again["all_cached"]
+    assert again["image_id"] == first["image_id"]
+    assert again["normalization"]["reused"] is True  # type: ignore[index]
+
+
+def test_a_changed_pin_changes_exactly_its_files(
+    first: dict[str, object],
+    locked_pins: Path,
+    world: World,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pins = tmp_path / "pins.toml"
+    shutil.copy(locked_pins.with_name("pylock.toml"), tmp_path / "pylock.toml")
+    old_router = load_pins(locked_pins).get("router")
+    assert isinstance(old_router, GitPin)
+    assert old_router.branch is not None
+    pins.write_text(locked_pins.read_text().replace(old_router.branch, NEXT_ROUTER_BRANCH))
+    assert main(["lock", "--pins", str(pins), "--upgrade-pin", "router"]) == 0
+    new_router = load_pins(pins).get("router")
+    assert isinstance(new_router, GitPin)
+    assert new_router.commit == world.refs["raviguptaamd/router.git"][f"refs/heads/{NEXT_ROUTER_BRANCH}"]
+    changed = build(pins, tmp_path / "record.json", TAG_B)
+    steps = changed["steps"]
+    assert isinstance(steps, list)
+    assert [s["number"] for s in steps if not s["cached"]] == list(range(9, 19))  # vLLM stays cached
+
+    code, report = diff(capsys, str(first["image_id"]), TAG_B)
+    assert code == 1
+    files = report["files"]
+    assert isinstance(files, list)
+    assert {(f["path"], f["change"]) for f in files} == {
+        ("app/versions.txt", "changed"),
+        ("usr/local/bin/vllm-router", "changed"),
+    }
+    # The router's pin label, the digest of the build inputs (the Dockerfile names the commit), and
+    # the history: each RUN from the router step on records the commit among its build args, and
+    # each LABEL its value.
+    labels = {"io.imagebuild.pin.router", "io.imagebuild.inputs-digest"}
+    for change in report["config"]:  # type: ignore[attr-defined]
+        key, text = change["key"], f"{change['a']} {change['b']}"
+        if key.startswith("history["):
+            assert new_router.commit in text or "io.imagebuild.inputs-digest=" in text, change
+        else:
+            assert key.removeprefix("label ") in labels, change
+    layers = report["layers"]
+    assert isinstance(layers, list)
+    for layer in layers:
+        assert {f["path"] for f in layer["files"]} <= {"app/versions.txt", "usr/local/bin/vllm-router"}, layer
+    versions = re.findall(r"VLLM_ROUTER_REF=(\w+)", _read(TAG_B, "/app/versions.txt"))
+    assert versions == [new_router.commit]
+
+
+def _images() -> list[docker.models.images.Image]:
+    return list(docker.from_env().images.list(all=True))
+
+
+def _read(image: str, path: str) -> str:
+    output: bytes = docker.from_env().containers.run(image, ["cat", path], remove=True, entrypoint=[])
+    return output.decode()
