@@ -1,7 +1,9 @@
 """Build the sample-world image with `imagebuild build` and with plain `docker build`.
 
 Same context (the directory `imagebuild render --output DIR` writes, which is
-what imagebuild sends), same build args, same classic builder (DOCKER_BUILDKIT=0). Cold builds (--no-cache) alternate which
+what imagebuild sends), same build args, same classic builder (DOCKER_BUILDKIT=0), and the
+same work: imagebuild builds with --no-normalize, as docker does not normalise timestamps
+(benchmarks/bench_normalize.py measures that). Cold builds (--no-cache) alternate which
 tool goes first, so neither always gets the page cache the other warmed;
 cached builds are repeated. Prints every run, the medians and their ratios.
 Needs the Docker engine (scripts/ensure-docker.sh); brings the sample world up.
@@ -56,7 +58,17 @@ def main() -> int:
     subprocess.run(render, check=True, cwd=REPO)
     args_of_checkout = checkout_build_args(checkout_labels(find_project(REPO, pins), "gfx942"))
 
-    ib = [sys.executable, "-m", "imagebuild", "build", "--pins", str(pins), "--network", "host"]
+    ib = [
+        sys.executable,
+        "-m",
+        "imagebuild",
+        "build",
+        "--pins",
+        str(pins),
+        "--network",
+        "host",
+        "--no-normalize",
+    ]
     ib += ["--tag", f"{TAG_PREFIX}/ib:gfx942", "--record", str(work / "record.json"), "--progress", "plain"]
     plain = ["docker", "build", "--network", "host", "-t", f"{TAG_PREFIX}/plain:gfx942"]
     plain += [f"--build-arg={name}={value}" for name, value in args_of_checkout.items()]
