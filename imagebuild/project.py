@@ -14,7 +14,8 @@ from imagebuild.layout import context_dir
 from imagebuild.pins import PinSet, load_pins
 from imagebuild.python_lock import PythonLock, lock_path_for, read_python_lock
 from imagebuild.schema import read_text_file
-from imagebuild.stages import ImageDefinition, load_stages
+from imagebuild.stage_model import ImageDefinition
+from imagebuild.stages import load_stages
 from imagebuild.values import control_problem, shown
 
 

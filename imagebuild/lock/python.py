@@ -31,7 +31,7 @@ from imagebuild.lock.report import Mode
 from imagebuild.lock.uv import Resolver, ResolveRequest
 from imagebuild.pins import PinSet, PypiPin
 from imagebuild.python_lock import LockedPackage, PythonLock, read_python_lock, render_python_lock
-from imagebuild.stages import ImageDefinition
+from imagebuild.stage_model import ImageDefinition
 from imagebuild.util.files import write_atomically
 
 PYPI = "https://pypi.org/simple/"

@@ -24,7 +24,7 @@ from imagebuild.render.model import (
 )
 from imagebuild.render.policy import check_classic_builder, check_line_structure, check_pinned
 from imagebuild.render.scope import ArgScope, build_scope, check_arg_name, needed_args, refs
-from imagebuild.stages import BUILD_GROUP, ImageDefinition, Instruction, Step
+from imagebuild.stage_model import BUILD_GROUP, ImageDefinition, Instruction, Step
 from imagebuild.values import dockerfile_literal, quoted_template
 
 COMMENT_WIDTH = 96

@@ -15,7 +15,7 @@ from imagebuild.pins import GitPin, Pin, PinSet, PypiPin, WheelPin
 from imagebuild.python_lock import PythonLock
 from imagebuild.render.model import ConstraintMode
 from imagebuild.render.pip import hash_locked_download, pip_lines
-from imagebuild.stages import Command, FetchFile, GitCheckout, Pip, PypiDownload, Shell, Step
+from imagebuild.stage_model import Command, FetchFile, GitCheckout, Pip, PypiDownload, Shell, Step
 from imagebuild.values import shell_quoted_text, shell_word
 
 SourcePin = TypeVar("SourcePin", bound=Pin)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from imagebuild.stages import Instruction
+from imagebuild.stage_model import Instruction
 
 
 class ConstraintMode(StrEnum):

@@ -31,7 +31,7 @@ from imagebuild.layout import BUILD_CONSTRAINT_FILE, CHECK_TOOL, VERSIONS_FILE
 from imagebuild.pins import PinSet, PypiPin, WheelPin
 from imagebuild.python_lock import LOCK_FILE_NAME, LockedPackage, PythonLock
 from imagebuild.render.model import ConstraintMode
-from imagebuild.stages import BUILD_GROUP, GUARD_GROUP, FetchFile, Pip, Step
+from imagebuild.stage_model import BUILD_GROUP, GUARD_GROUP, FetchFile, Pip, Step
 from imagebuild.values import quoted_template, shell_quoted_text, shell_word
 
 SETUPTOOLS_GUARD = f"{CHECK_TOOL} setuptools-guard"

@@ -19,7 +19,7 @@ from imagebuild.pins import PinSet
 from imagebuild.render.model import RenderOptions
 from imagebuild.schema import suggest
 from imagebuild.secrets import secret_reason
-from imagebuild.stages import ImageDefinition, Step
+from imagebuild.stage_model import ImageDefinition, Step
 
 REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::[-+][^}]*)?\}")
 

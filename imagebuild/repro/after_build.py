@@ -20,7 +20,7 @@ from imagebuild.errors import EngineError, NormalizeError
 from imagebuild.log import format_duration
 from imagebuild.render import Dockerfile
 from imagebuild.repro.normalize import LayerPlan, NormalizeFailure, NormalizeResult, normalize_image
-from imagebuild.stages import Instruction
+from imagebuild.stage_model import Instruction
 
 CACHE_SUFFIX = "-cache"
 

@@ -41,7 +41,7 @@ from imagebuild.layout import (
 )
 from imagebuild.project import Inputs
 from imagebuild.render import build_constraint_text
-from imagebuild.stages import GUARD_GROUP, ImageDefinition, Shell
+from imagebuild.stage_model import GUARD_GROUP, ImageDefinition, Shell
 
 # The build-time constraint proof (imagebuild-check constraint-proof) writes this key.
 SETUPTOOLS_KEY = "BUILD_SETUPTOOLS"

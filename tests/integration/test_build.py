@@ -15,7 +15,7 @@ from imagebuild.errors import EngineError
 from imagebuild.pins import load_pins
 from imagebuild.python_lock import lock_path_for, require_python_lock
 from imagebuild.sbom import validate_sbom
-from imagebuild.stages import BUILD_GROUP
+from imagebuild.stage_model import BUILD_GROUP
 from sampleworld.layout import BAD_SHA
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]

@@ -11,7 +11,8 @@ from imagebuild.errors import ConfigError
 from imagebuild.layout import CHECK_TOOL, LAUNCHER_DIR, STAGE_NAMES, VERSIONS_FILE
 from imagebuild.project import find_project
 from imagebuild.render import RenderOptions, render
-from imagebuild.stages import Shell, load_stages
+from imagebuild.stage_model import Shell
+from imagebuild.stages import load_stages
 
 REPO = Path(__file__).resolve().parents[2]
 
