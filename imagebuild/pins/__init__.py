@@ -1,14 +1,15 @@
 """pins.toml: every source of the image, as typed, validated pins.
 
 Only this package reads or writes pins.toml; everything else sees the frozen
-dataclasses of ``kinds`` (one class per kind of pin) and the ``PinSet`` of
+dataclasses of ``kinds`` and ``files`` (one class per kind of pin) and the ``PinSet`` of
 ``pinset``. Writing (for ``imagebuild lock``) goes through tomlkit so comments,
 order and formatting survive; the caller writes the text atomically.
 """
 
 from imagebuild.pins.base import PYPI_SIMPLE, Drift, Pin, PinKind, Refresh
 from imagebuild.pins.description import PackageUrl, PinDescription
-from imagebuild.pins.kinds import PIN_TYPES, GitPin, ImagePin, PypiPin, ToolchainPin, WheelPin
+from imagebuild.pins.files import PypiPin, WheelPin
+from imagebuild.pins.kinds import PIN_TYPES, GitPin, ImagePin, ToolchainPin
 from imagebuild.pins.pinset import IdentityUpdate, PinSet, load_pins, parse_pins, render_updates
 from imagebuild.values import COMMIT_RE, COMMITTED_RE, DIGEST_RE, SHA256_RE
 

@@ -1,6 +1,6 @@
 """What every pin has, whatever its kind: the Pin base class, when lock asks again, what a change means.
 
-The kinds themselves (one class each) are in kinds.py.
+The kinds themselves (one class each) are in kinds.py and files.py.
 """
 
 from __future__ import annotations

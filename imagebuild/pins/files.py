@@ -1,0 +1,193 @@
+"""The pins of one downloaded file, known by its sha256: a wheel at a URL, a release on PyPI.
+
+The other kinds (images, git repositories, the toolchain's versions) are in ``kinds``,
+which also maps each ``kind =`` value of pins.toml to its class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Self
+
+from packaging.utils import canonicalize_name
+
+from imagebuild.errors import ConfigError
+from imagebuild.pins.base import (
+    PYPI_SIMPLE,
+    Drift,
+    Pin,
+    PinKind,
+    Refresh,
+    simple_project_url,
+)
+from imagebuild.pins.description import PackageUrl, PinDescription
+from imagebuild.schema import Table
+from imagebuild.values import (
+    FILE_NAME,
+    HTTPS_URL,
+    PROJECT_NAME,
+    SHA256,
+    VERSION,
+    shown,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelPin(Pin):
+    kind: ClassVar[PinKind] = PinKind.WHEEL
+    keys: ClassVar[tuple[str, ...]] = ("url", "version", "sha256", "size")
+    identity_keys: ClassVar[tuple[str, ...]] = ("sha256", "size")
+
+    url: str
+    version: str
+    sha256: str | None
+    size: int
+
+    @classmethod
+    def from_table(cls, t: Table, *, name: str, source: Path) -> Self:
+        pin = cls(
+            name=name,
+            source=source,
+            url=t.string("url", kind=HTTPS_URL),
+            version=t.string("version", kind=VERSION),
+            sha256=t.optional_string("sha256", kind=SHA256),
+            size=t.integer("size", default=0),
+        )
+        if pin.size < 0:
+            msg = f"{t.where}: 'size' = {pin.size} is negative; clear it and run `imagebuild lock`"
+            raise ConfigError(msg)
+        # The file name is the URL's last segment, %-decoded: it becomes an ARG and a path in the
+        # image, and pip reads its tags, so it must be a plain wheel file name.
+        if FILE_NAME.problem(pin.filename) or not pin.filename.endswith(".whl"):
+            msg = f"{t.where}: 'url' ends in {shown(pin.filename)}, not a wheel file name (NAME-VERSION-TAGS.whl)"
+            raise ConfigError(msg)
+        return pin
+
+    @property
+    def identity(self) -> str | None:
+        return self.sha256
+
+    @property
+    def tracked(self) -> str:
+        return f"url of {self.version}"
+
+    @property
+    def refresh(self) -> Refresh:
+        return Refresh.WHEN_EMPTY
+
+    # drift: other bytes under a recorded URL are always "moved" (the default).
+
+    @property
+    def filename(self) -> str:
+        from urllib.parse import unquote, urlsplit
+
+        return unquote(urlsplit(self.url).path.rsplit("/", 1)[-1])
+
+    def build_args(self) -> dict[str, str]:
+        p = self.arg_prefix
+        return {
+            f"{p}_WHEEL_URL": self.url,
+            f"{p}_WHEEL_FILE": self.filename,
+            f"{p}_WHEEL_SHA256": self.sha256 or "",
+            f"{p}_VERSION": self.version,
+        }
+
+    @property
+    def source_url(self) -> str:
+        return self.url
+
+    def describe(self) -> PinDescription:
+        sha256 = self.require_identity()
+        project = canonicalize_name(self.filename.split("-", 1)[0])
+        return PinDescription(
+            role="library",
+            name=project,
+            version=self.version,
+            purl=PackageUrl(
+                type="pypi",
+                name=project,
+                version=self.version,
+                qualifiers=(("file_name", self.filename), ("download_url", self.url)),
+            ),
+            hashes=(("sha256", sha256),),
+            links=(("distribution", self.url),),
+            uri=self.url,
+            digest=(("sha256", sha256),),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PypiPin(Pin):
+    kind: ClassVar[PinKind] = PinKind.PYPI
+    needs_target_python: ClassVar[bool] = True
+    keys: ClassVar[tuple[str, ...]] = ("project", "version", "index", "filename", "sha256")
+    identity_keys: ClassVar[tuple[str, ...]] = ("filename", "sha256")
+
+    project: str
+    version: str
+    index: str
+    filename: str | None
+    sha256: str | None
+
+    @classmethod
+    def from_table(cls, t: Table, *, name: str, source: Path) -> Self:
+        return cls(
+            name=name,
+            source=source,
+            project=t.string("project", kind=PROJECT_NAME),
+            version=t.string("version", kind=VERSION),
+            index=t.string("index", kind=HTTPS_URL),
+            filename=t.optional_string("filename", kind=FILE_NAME),
+            sha256=t.optional_string("sha256", kind=SHA256),
+        )
+
+    @property
+    def identity(self) -> str | None:
+        return self.sha256
+
+    @property
+    def tracked(self) -> str:
+        return f"{self.project}=={self.version}"
+
+    @property
+    def refresh(self) -> Refresh:
+        return Refresh.WHEN_EMPTY
+
+    def drift(
+        self, differs: Collection[str], old: Mapping[str, str | int], new: Mapping[str, str | int]
+    ) -> Drift:
+        # Other bytes under the recorded filename moved; another file of the release is an update.
+        return "moved" if old.get("filename") == new.get("filename") else "updated"
+
+    def build_args(self) -> dict[str, str]:
+        p = self.arg_prefix
+        return {
+            f"{p}_VERSION": self.version,
+            f"{p}_FILE": self.filename or "",
+            f"{p}_SHA256": self.sha256 or "",
+        }
+
+    @property
+    def source_url(self) -> str:
+        return simple_project_url(self.index, self.project)
+
+    def describe(self) -> PinDescription:
+        sha256 = self.require_identity()
+        project = canonicalize_name(self.project)
+        index = (("repository_url", self.index),) if self.index != PYPI_SIMPLE else ()
+        return PinDescription(
+            role="library",
+            name=project,
+            version=self.version,
+            purl=PackageUrl(
+                type="pypi",
+                name=project,
+                version=self.version,
+                qualifiers=(("file_name", self.filename or ""), *index),
+            ),
+            hashes=(("sha256", sha256),),
+            python_project=project,
+            digest=(("sha256", sha256),),
+        )
