@@ -40,7 +40,14 @@ def normalize_in_this_process(record_path: Path, pins: Path) -> None:
 
     record = json.loads(record_path.read_text())
     inputs = find_project(REPO, pins).load("gfx942")
-    dockerfile = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions())
+    dockerfile = render(
+        inputs.definition,
+        inputs.pins,
+        inputs.arch,
+        inputs.constraints,
+        RenderOptions(),
+        lock=inputs.python_lock,
+    )
     engine = DockerEngine.from_env()
     started = time.monotonic()
     normalization = normalize_build(
