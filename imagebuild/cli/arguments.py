@@ -45,6 +45,23 @@ def image(text: str) -> str:
     return text
 
 
+ARCHIVE_SUFFIXES = (".tar", ".json", ".zst", ".gz")
+
+
+def image_or_archive(text: str) -> str:
+    """`imagebuild diff`'s operands: an archive file, or an image in the engine (checked as `image` is)."""
+    path = Path(text)
+    if path.is_file():
+        return text
+    if path.is_dir():
+        msg = f"{text!r} is a directory; name a docker save or imagebuild export archive, or an image"
+        raise argparse.ArgumentTypeError(msg)
+    if text.startswith(("/", "./", "../", "~")) or text.endswith(ARCHIVE_SUFFIXES):
+        msg = f"{text!r}: no such file; name an existing archive, or an image `docker images` lists"
+        raise argparse.ArgumentTypeError(msg)
+    return image(text)
+
+
 def network_mode(text: str) -> str:
     if not NETWORK_RE.fullmatch(text):
         msg = f"{text!r}: not a network mode: host, bridge, none, a network's name or container:NAME"

@@ -7,16 +7,21 @@ import json
 import sys
 from pathlib import Path
 
+from imagebuild.cli import arguments
 from imagebuild.cli.verbs import Verb, Verbs
 from imagebuild.errors import ExitCode
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from imagebuild.diff.report import diff_json, format_diff
-    from imagebuild.diff.sources import diff_images
+    from imagebuild.diff.sources import check_archive, diff_images
 
+    operands = (args.image_a, args.image_b)
+    for operand in operands:
+        if Path(operand).is_file():
+            check_archive(operand)
     engine = None
-    if not (Path(args.image_a).is_file() and Path(args.image_b).is_file()):
+    if not all(Path(operand).is_file() for operand in operands):
         from imagebuild.docker_engine import DockerEngine
 
         engine = DockerEngine.from_env()
@@ -56,6 +61,16 @@ def register(verbs: Verbs) -> None:
             ),
         )
     )
-    p.add_argument("image_a", metavar="IMAGE_A", help="image name or ID in the engine, or an archive file")
-    p.add_argument("image_b", metavar="IMAGE_B", help="image name or ID in the engine, or an archive file")
+    p.add_argument(
+        "image_a",
+        metavar="IMAGE_A",
+        type=arguments.image_or_archive,
+        help="image name or ID in the engine, or an archive file",
+    )
+    p.add_argument(
+        "image_b",
+        metavar="IMAGE_B",
+        type=arguments.image_or_archive,
+        help="image name or ID in the engine, or an archive file",
+    )
     p.add_argument("--mtime", action="store_true", help="compare mtimes and the config's times too")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,9 +58,27 @@ def open_archive(path: Path) -> Iterator[BinaryIO]:
             import zstandard  # export's compression; loaded only for a zstd archive
 
             with zstandard.ZstdDecompressor().stream_reader(raw, read_size=CHUNK) as stream:
-                yield cast("BinaryIO", stream)
+                try:
+                    yield cast("BinaryIO", stream)
+                except zstandard.ZstdError as e:  # not an OSError: say it as the other formats do
+                    msg = f"{path}: not a readable zstd stream ({e})"
+                    raise ArchiveError(msg) from e
         else:
             yield raw
+
+
+def check_archive(name: str) -> None:
+    """Refuse an archive operand that is not one before the engine is asked about the other."""
+    archive = _archive_of(Path(name))
+    try:
+        with open_archive(archive) as stream:
+            tarfile.TarInfo.frombuf(stream.read(tarfile.BLOCKSIZE), "utf-8", "surrogateescape")
+    except ArchiveError as e:
+        msg = f"{e}; is it a `docker save` or `imagebuild export` archive?"
+        raise ConfigError(msg) from e
+    except (tarfile.TarError, OSError, EOFError) as e:
+        msg = f"{archive}: not a tar archive ({e}); is it a `docker save` or `imagebuild export` archive?"
+        raise ConfigError(msg) from e
 
 
 def _indexed(stream: BinaryIO, name: str, what: str) -> Snapshot:

@@ -157,3 +157,29 @@ def test_the_file_type_bits_docker_puts_in_the_mode_field_are_no_difference(tmp_
     a = write(tmp_path, "a.tar", [BASE, docker_like])
     b = write(tmp_path, "b.tar", [BASE, top()])
     assert diff_images(str(a), str(b)).identical
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.9])
+def test_a_cut_or_corrupt_zstd_archive_is_bad_input_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cut: float
+) -> None:
+    import zstandard
+
+    data = zstandard.ZstdCompressor().compress(saved([BASE, top()], config([BASE, top()])))
+    corrupt = tmp_path / "a.tar.zst"
+    corrupt.write_bytes(data[: int(len(data) * cut)])
+    good = write(tmp_path, "b.tar", [BASE, top()])
+    assert main(["diff", str(corrupt), str(good)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("imagebuild: error: ")
+    assert "a.tar.zst" in line
+
+
+def test_an_archive_operand_is_checked_before_the_engine_is_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/dead.sock")  # asking it would be exit 3
+    junk = tmp_path / "notes.tar"
+    junk.write_text("hello\n")
+    assert main(["diff", str(junk), "imagebuild/kimi-k3:gfx942"]) == 2
+    assert "notes.tar: not a tar archive" in capsys.readouterr().err

@@ -45,6 +45,7 @@ VERBS |= {
     "publish": ["publish"],
     "export": ["export"],
     "import": ["import"],
+    "diff": ["diff"],
     "slurm": ["slurm", "--nodes", "2", "--variant", "pp2xtp8", "--model-path", "/models/k3"],
 }
 DIGEST_REF = "127.0.0.1:5000/kimi-k3@sha256:" + "a" * 64
@@ -349,6 +350,13 @@ ARGUMENTS: dict[str, tuple[str, list[str]]] = {
     "import a directory": ("import", ["stages"]),
     "import the pins file": ("import", ["pins.toml"]),
     "import without a manifest": ("import", []),
+    "diff an image with a newline": ("diff", ["img\nx", "imagebuild-harden/matrix:x"]),
+    "diff an image with a space": ("diff", ["imagebuild-harden/matrix:x", "an image"]),
+    "diff a directory": ("diff", ["stages", "imagebuild-harden/matrix:x"]),
+    "diff a missing archive": ("diff", ["absent.tar", "imagebuild-harden/matrix:x"]),
+    "diff one operand": ("diff", ["imagebuild-harden/matrix:x"]),
+    "diff a file that is no archive": ("diff", ["pins.toml", "imagebuild-harden/matrix:x"]),
+    "diff two files that are no archives": ("diff", ["pins.toml", "constraints/build.txt"]),
     "slurm --nodes 0": ("slurm", ["--nodes", "0", "--image", DIGEST_REF]),
     "slurm --variant with a newline": ("slurm", ["--variant", "a\nb", "--image", DIGEST_REF]),
     "slurm --model-path relative": ("slurm", ["--model-path", "models/k3", "--image", DIGEST_REF]),
