@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from imagebuild.references import image_problem, tag_reference_problem
+from imagebuild.values import control_problem
 
 # docker's network modes for a build: bridge, host, none, default, a user-defined network's
 # name, or container:<name|id>.
@@ -69,8 +70,17 @@ def network_mode(text: str) -> str:
     return text
 
 
+def _printable_path(text: str) -> None:
+    """A path the verb writes and names in its messages: no control characters (each message is one line)."""
+    problem = control_problem(text)
+    if problem:
+        msg = f"{text!r}: {problem}"
+        raise argparse.ArgumentTypeError(msg)
+
+
 def output_file(text: str) -> Path:
     """A file the verb will write: its directory must exist and be writable, and it must not be a directory."""
+    _printable_path(text)
     path = Path(text)
     if not text or path.is_dir():
         msg = f"{text!r} is a directory; name a file to write"
@@ -90,6 +100,7 @@ def output_file(text: str) -> Path:
 
 def output_dir(text: str) -> str:
     """A directory the verb will write (made if missing), or - for stdout."""
+    _printable_path(text)
     if text != "-" and (not text or (Path(text).exists() and not Path(text).is_dir())):
         msg = (
             f"{text!r} is not a directory; name a directory to write the build context into, or - for stdout"
