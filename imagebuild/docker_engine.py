@@ -34,11 +34,13 @@ from imagebuild.engine import (
     Engine,
     ImageInfo,
     PushEvent,
+    StoredImage,
     classic_build_events,
     push_event,
 )
 from imagebuild.engine_errors import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, probe, unreachable
 from imagebuild.errors import ConfigError, EngineError, RegistryError, UnknownImageError
+from imagebuild.overlay2_store import stored_image
 from imagebuild.registry_errors import RegistryCredentials, registry_error
 
 PROBE_TIMEOUT_S = 10  # connecting to a live engine takes milliseconds; a filtered port never answers
@@ -240,6 +242,22 @@ class DockerEngine(Engine):
         except docker.errors.DockerException as e:
             msg = f"the Docker engine at {self._address} failed to save {image_id}: {plain_reason(e)}"
             raise EngineError(msg) from e
+
+    def stored_image(self, image_id: str) -> StoredImage:
+        if not self._address.startswith("unix://"):  # its data root is on another machine (or VM)
+            return StoredImage(unavailable=f"the engine at {self._address} is not on a local socket")
+        try:
+            data, root = self._api.inspect_image(image_id), self._api.info().get("DockerRootDir") or ""
+        except docker.errors.DockerException as e:
+            return StoredImage(unavailable=f"could not inspect {image_id[:19]}: {plain_reason(e)}")
+        driver = data.get("GraphDriver") or {}
+        return stored_image(
+            image_id,
+            driver=str(driver.get("Name") or ""),
+            driver_data={str(k): str(v) for k, v in (driver.get("Data") or {}).items()},
+            data_root=str(root),
+            diff_ids=tuple((data.get("RootFS") or {}).get("Layers") or ()),
+        )
 
     def load(self, chunks: Iterable[bytes]) -> list[str]:
         loaded: list[str] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -33,6 +34,24 @@ class ImageInfo:
     workdir: str
     history: tuple[str, ...] = field(default=())  # created_by of every layer, newest first
     layers: tuple[str, ...] = field(default=())  # the layers' diffIDs (sha256:...), lowest first
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredLayer:
+    """One layer as the engine stores it: its files, and the record of its tar's headers."""
+
+    diff_id: str  # sha256 of the layer tar, as the image config names it
+    files: Path  # the layer's directory (overlay2: its diff directory)
+    tar_split: Path  # the engine's tar-split record (tar-split.json.gz): headers and order of the tar
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredImage:
+    """An image read straight from a local engine's layer store, or why it cannot be."""
+
+    config: Path | None = None  # the config's bytes, as stored (their sha256 is the image ID)
+    layers: tuple[StoredLayer, ...] = ()  # lowest first, one per diffID
+    unavailable: str = ""  # why not (a remote engine, another storage driver, an unreadable data root)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +124,14 @@ class Engine(ABC):
     @abstractmethod
     def save(self, image_id: str) -> Iterator[bytes]:
         """The image as an uncompressed ``docker save`` tar, in chunks. Saved by ID it carries no tags."""
+
+    def stored_image(self, image_id: str) -> StoredImage:
+        """Where the engine keeps ``image_id``'s config and layers, when this process can read them.
+
+        Reading them is much cheaper than ``save``, which exports the whole image. Never raises for an
+        engine that cannot tell: ``unavailable`` says why, and callers use ``save`` instead.
+        """
+        return StoredImage(unavailable=f"the engine at {self.address} does not expose its layer store")
 
     @abstractmethod
     def load(self, chunks: Iterable[bytes]) -> list[str]:

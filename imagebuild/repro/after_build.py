@@ -39,7 +39,8 @@ class Normalization:
             return f"timestamps normalised: {result.image_id[:19]} (made by the last build of this image)"
         return (
             f"timestamps normalised: {result.image_id[:19]} in {format_duration(result.seconds)}, "
-            f"{result.layers_rewritten} layers ({result.bytes_rewritten / 1e6:.0f} MB) rewritten; "
+            f"{result.layers_rewritten} layers ({result.bytes_rewritten / 1e6:.0f} MB) rewritten "
+            f"from the {result.read_from}; "
             f"the built image is kept as {self.cache_tag} for the layer cache"
         )
 

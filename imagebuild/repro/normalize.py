@@ -13,6 +13,13 @@ Bounded memory: each layer the build made is spooled to ``workdir`` while it
 is hashed, and rewritten from there in 1 MiB copies. The base's layers are
 recognised by their entry names and passed by unread (layer_names); should
 that fail, they are spooled, identified by their hash and dropped at once.
+
+Faster, when the engine allows it (a local overlay2 engine whose data root
+this process can read): the build's layers are rebuilt from the engine's layer
+store (imagebuild.repro.tar_split) and rewritten as they stream by, with no
+``save`` at all; each is checked against its diffID on the way, so the result
+is the one ``save`` gives. Otherwise, or if that check fails, ``save`` it is;
+the result says which ran and why.
 """
 
 from __future__ import annotations
@@ -26,22 +33,37 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, cast
 
+from imagebuild.engine import StoredImage
 from imagebuild.epoch import format_epoch
+from imagebuild.log import logger
 from imagebuild.repro.archive import ArchiveError, read_saved_image
 from imagebuild.repro.layer_names import legacy_layer_dirs
 from imagebuild.repro.rewrite import LayerError, rewrite_layer
-from imagebuild.repro.streams import TAR_END, open_stream, spool, tar_bytes_chunks, tar_file_chunks
+from imagebuild.repro.streams import (
+    TAR_END,
+    HashingReader,
+    open_stream,
+    spool,
+    tar_bytes_chunks,
+    tar_file_chunks,
+)
+from imagebuild.repro.tar_split import TarSplitError, layer_chunks
 
 # Fields of a classic-builder config that name the build's last container, its
 # host and the engine's version: they differ on every build and say nothing
 # about the image. BuildKit does not write them; Docker 25 dropped them too.
 BUILD_ONLY_FIELDS = ("container", "container_config", "docker_version")
+FROM_STORE, FROM_SAVE = "layer store", "docker save"  # where the built image was read from
 
 
 class NormalizeFailure(Exception):
     """Normalisation could not be done; the message says why (the caller adds what to do)."""
+
+
+class StoreReadFailure(Exception):
+    """The layer store did not give the image the engine reports: normalisation reads ``save`` instead."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,8 +117,11 @@ class NormalizeResult:
     bytes_rewritten: int  # the rewritten layers' size: the engine stores them besides the cache's
     spool_peak: int  # temporary disk in the work directory
     seconds: float
-    phases: dict[str, float] = field(default_factory=dict)  # save, rewrite, load: seconds each
+    # Seconds each: save, rewrite, load; from the layer store, reading is part of rewrite.
+    phases: dict[str, float] = field(default_factory=dict)
     reused: bool = False  # a previous run's result was still in the engine
+    read_from: str = FROM_SAVE  # FROM_STORE or FROM_SAVE
+    fallback_reason: str = ""  # why not from the layer store, when from save
 
     def to_json(self) -> dict[str, object]:
         from dataclasses import asdict
@@ -108,6 +133,7 @@ class ImageStore(Protocol):
     """The engine as normalisation needs it."""
 
     def save(self, image_id: str) -> Iterator[bytes]: ...
+    def stored_image(self, image_id: str) -> StoredImage: ...
     def load(self, chunks: Iterable[bytes]) -> list[str]: ...
 
 
@@ -200,16 +226,85 @@ def normalize_saved(saved: BinaryIO, plan: LayerPlan, workdir: Path, *, what: st
                 clamped=result.clamped,
             )
         )
+    return _normalized(
+        image.config,
+        plan,
+        rewritten,
+        spool_peak=spooled_bytes[1],
+        read_seconds=round(read_done - started, 3),
+        rewrite_seconds=round(time.monotonic() - read_done, 3),
+    )
+
+
+def normalize_stored(image: StoredImage, plan: LayerPlan, workdir: Path, *, what: str) -> Normalized:
+    """Rewrite the build's layers straight from the engine's layer store into ``workdir``.
+
+    The base's layers are not opened. Raise StoreReadFailure when the store
+    does not give exactly the image the engine reports (its config, or a layer
+    whose rebuilt tar does not hash to its diffID).
+    """
+    started = time.monotonic()
+    if image.config is None or tuple(layer.diff_id for layer in image.layers) != plan.layers:
+        msg = image.unavailable or f"{what}: the layer store's layers are not the ones the engine reported"
+        raise StoreReadFailure(msg)
+    try:
+        config = json.loads(image.config.read_bytes())
+    except (OSError, ValueError) as e:
+        msg = f"{what}: cannot read its config {image.config}: {e}"
+        raise StoreReadFailure(msg) from e
+    rewritten: list[NormalizedLayer] = []
+    for index, (layer, epoch) in enumerate(zip(image.layers[plan.base_layers :], plan.epochs, strict=True)):
+        number = plan.base_layers + index
+        out = workdir / f"layer-{index}.tar"
+        source = HashingReader(open_stream(layer_chunks(layer.tar_split, layer.files)))
+        try:
+            with out.open("wb") as sink:
+                # Only read() is called on it: the rewriter parses a stream.
+                result = rewrite_layer(cast("BinaryIO", source), sink, epoch, what=f"{what} layer {number}")
+            source.drain()
+        except (TarSplitError, LayerError) as e:
+            raise StoreReadFailure(str(e)) from e
+        if source.digest != layer.diff_id:
+            msg = f"{what} layer {number}: {layer.files} gives sha256 {source.digest}, the image says {layer.diff_id}"
+            raise StoreReadFailure(msg)
+        rewritten.append(
+            NormalizedLayer(
+                diff_id=result.diff_id,
+                path=out,
+                size=result.size,
+                entries=result.entries,
+                clamped=result.clamped,
+            )
+        )
+    return _normalized(
+        config,
+        plan,
+        rewritten,
+        spool_peak=sum(layer.size for layer in rewritten),
+        read_seconds=0.0,
+        rewrite_seconds=round(time.monotonic() - started, 3),
+    )
+
+
+def _normalized(
+    config: dict[str, Any],
+    plan: LayerPlan,
+    rewritten: Sequence[NormalizedLayer],
+    *,
+    spool_peak: int,
+    read_seconds: float,
+    rewrite_seconds: float,
+) -> Normalized:
     diff_ids = (*plan.kept, *(layer.diff_id for layer in rewritten))
-    config_bytes = normalized_config(image.config, diff_ids, plan)
+    config_bytes = normalized_config(config, diff_ids, plan)
     return Normalized(
         image_id="sha256:" + hashlib.sha256(config_bytes).hexdigest(),
         config_bytes=config_bytes,
         diff_ids=diff_ids,
         layers=tuple(rewritten),
-        spool_peak=spooled_bytes[1],
-        read_seconds=round(read_done - started, 3),
-        rewrite_seconds=round(time.monotonic() - read_done, 3),
+        spool_peak=spool_peak,
+        read_seconds=read_seconds,
+        rewrite_seconds=rewrite_seconds,
     )
 
 
@@ -235,22 +330,44 @@ def load_chunks(image: Normalized) -> Iterator[bytes]:
     yield TAR_END
 
 
-def normalize_image(store: ImageStore, image_id: str, plan: LayerPlan, spool_dir: Path) -> NormalizeResult:
+def normalize_image(
+    store: ImageStore, image_id: str, plan: LayerPlan, spool_dir: Path, *, from_store: bool = True
+) -> NormalizeResult:
     """Normalise ``image_id`` in ``store``; the result is loaded but not tagged.
 
-    The spool is a fresh directory under ``spool_dir`` (on disk, not /tmp,
-    which may be memory), removed afterwards whatever happens.
+    Read from the engine's layer store when it allows it and ``from_store``,
+    else (and when that read fails its checks) from ``save``. The spool is a
+    fresh directory under ``spool_dir`` (on disk, not /tmp, which may be
+    memory), removed afterwards whatever happens.
     """
     started = time.monotonic()
     spool_dir.mkdir(parents=True, exist_ok=True)
+    what = f"image {image_id[:19]}"
     with tempfile.TemporaryDirectory(prefix="normalize-", dir=spool_dir) as workdir:
-        saved = open_stream(store.save(image_id))
-        normalized = normalize_saved(saved, plan, Path(workdir), what=f"image {image_id[:19]}")
+        normalized, fallback, save_started = None, "the layer store was not asked", started
+        stored = store.stored_image(image_id) if from_store else None
+        if stored is not None and stored.unavailable:
+            fallback = stored.unavailable
+        elif stored is not None:
+            try:
+                normalized = normalize_stored(stored, plan, Path(workdir), what=what)
+            except StoreReadFailure as e:
+                fallback = str(e)
+                logger.warning(
+                    "reading %s from the engine's layer store failed (%s); using docker save", what, e
+                )
+        read_from = FROM_SAVE if normalized is None else FROM_STORE
+        if normalized is None:
+            logger.debug("normalising %s from docker save: %s", what, fallback)
+            save_started = time.monotonic()
+            normalized = normalize_saved(open_stream(store.save(image_id)), plan, Path(workdir), what=what)
         load_started = time.monotonic()
         loaded = store.load(load_chunks(normalized))
         load_seconds = round(time.monotonic() - load_started, 3)
-    # The engine prepares its save before the first byte: "save" counts from the request on.
-    save_seconds = round(load_started - started - normalized.rewrite_seconds, 3)
+    phases = {"rewrite": normalized.rewrite_seconds, "load": load_seconds}
+    if read_from == FROM_SAVE:
+        # The engine prepares its save before the first byte: "save" counts from the request on.
+        phases = {"save": round(load_started - save_started - normalized.rewrite_seconds, 3), **phases}
     if normalized.image_id not in loaded:
         msg = f"the engine loaded {', '.join(loaded) or 'nothing'} instead of {normalized.image_id}"
         raise NormalizeFailure(msg)
@@ -261,5 +378,7 @@ def normalize_image(store: ImageStore, image_id: str, plan: LayerPlan, spool_dir
         bytes_rewritten=sum(layer.size for layer in normalized.layers),
         spool_peak=normalized.spool_peak,
         seconds=round(time.monotonic() - started, 3),
-        phases={"save": save_seconds, "rewrite": normalized.rewrite_seconds, "load": load_seconds},
+        phases=phases,
+        read_from=read_from,
+        fallback_reason="" if read_from == FROM_STORE else fallback,
     )
