@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import heapq
+import io
 import itertools
 import json
 import os
@@ -23,6 +24,7 @@ import random
 import shutil
 import socket
 import sys
+import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +33,15 @@ from typing import Any
 
 import zstandard
 
-from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo, PushEvent, classic_build_events
+from imagebuild.engine import (
+    BuildEvent,
+    BuildRequest,
+    Engine,
+    ImageInfo,
+    PushEvent,
+    StoredImage,
+    classic_build_events,
+)
 from imagebuild.errors import EngineError, RegistryError, UnknownImageError
 from imagebuild.layout import APP_DIR
 from imagebuild.util.clock import Clock, Timer
@@ -219,6 +229,7 @@ class FakeEngine(Engine):
     pulls: list[str] = field(default_factory=list)  # references, in order
     refuse_pull: str | None = None
     loads: int = 0
+    stored: dict[str, StoredImage] = field(default_factory=dict)  # image ID -> its layer store, when readable
 
     @property
     def address(self) -> str:
@@ -313,6 +324,10 @@ class FakeEngine(Engine):
                 raise KeyboardInterrupt
             yield payload[start : start + (1 << 16)]
 
+    def stored_image(self, image_id: str) -> StoredImage:
+        unavailable = f"the engine at {self.address} keeps no layer store for {image_id[:19]}"
+        return self.stored.get(image_id) or StoredImage(unavailable=unavailable)
+
     def load(self, chunks: Iterable[bytes]) -> list[str]:
         self.loads += 1
         data = b"".join(chunks)
@@ -329,9 +344,12 @@ class FakeEngine(Engine):
         except (OSError, EOFError, zlib.error, zstandard.ZstdError) as e:
             msg = f"Error processing tar file: {e}"
             raise EngineError(msg) from e
-        if not data.startswith(SAVED_MAGIC):
+        if data.startswith(SAVED_MAGIC):
+            image_id = "sha256:" + hashlib.sha256(data).hexdigest()
+        elif (loaded := _archive_image_id(data)) is not None:
+            image_id = loaded  # a `docker load` archive (what normalisation loads): its config's digest
+        else:
             raise EngineError(invalid)
-        image_id = "sha256:" + hashlib.sha256(data).hexdigest()
         self.saved[image_id] = data
         if not self.has_image(image_id):
             self.images.append(image_info(image_id))
@@ -353,6 +371,17 @@ class FakeEngine(Engine):
 
     def close(self) -> None:
         self.closed = True
+
+
+def _archive_image_id(data: bytes) -> str | None:
+    """The ID of the image a ``docker load`` archive holds: the sha256 of the config its manifest names."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            manifest = json.load(tar.extractfile("manifest.json") or io.BytesIO(b"null"))
+            config = tar.extractfile(manifest[0]["Config"])
+            return "sha256:" + hashlib.sha256(config.read()).hexdigest() if config else None
+    except (tarfile.TarError, KeyError, IndexError, TypeError, ValueError):
+        return None
 
 
 def image_info(

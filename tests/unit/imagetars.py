@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import hashlib
 import io
 import json
 import tarfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from imagebuild.engine import StoredImage, StoredLayer
 
 EPOCH = 1767232800  # 2026-01-01T02:00:00Z
 BEFORE, AFTER = EPOCH - 86400 * 400, EPOCH + 86400 * 300
@@ -143,3 +148,65 @@ def go_style(data: bytes) -> bytes:
             out[offset + 148 : offset + 156] = b"%06o\0 " % checksum
         offset += tarfile.BLOCKSIZE + -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
     return bytes(out)
+
+
+def tar_split_record(data: bytes) -> bytes:
+    """The gzipped tar-split record Docker keeps for the layer tar ``data``: raw segments between contents.
+
+    As github.com/vbatts/tar-split writes it: per entry a segment (the previous
+    entry's padding, any PAX header, the header) and a file entry naming the
+    content; a final segment with the end blocks. Names that are not UTF-8 go
+    in ``name_raw``.
+    """
+    lines: list[dict[str, Any]] = []
+    position = 0
+    with tarfile.open(fileobj=io.BytesIO(data), encoding="utf-8", errors="surrogateescape") as tar:
+        for info in tar:
+            segment = data[position : info.offset_data]
+            lines.append({"type": 2, "payload": base64.b64encode(segment).decode(), "position": len(lines)})
+            name = info.name + ("/" if info.isdir() else "")
+            raw = name.encode("utf-8", "surrogateescape")
+            entry: dict[str, Any] = {"type": 1, "payload": None, "position": len(lines)}
+            try:
+                entry["name"] = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                entry["name_raw"] = base64.b64encode(raw).decode()
+            if info.isreg() and info.size:
+                entry["size"] = info.size
+            lines.append(entry)
+            position = info.offset_data + (info.size if info.isreg() else 0)
+    lines.append({"type": 2, "payload": base64.b64encode(data[position:]).decode(), "position": len(lines)})
+    return gzip.compress("".join(json.dumps(line) + "\n" for line in lines).encode())
+
+
+def stored_layer(data: bytes, where: Path) -> StoredLayer:
+    """``data`` as an engine's layer store keeps it: a directory of its files and its tar-split record.
+
+    Whiteouts would be character devices 0:0 in the directory; they are never
+    opened (their entries have no content), so they are left out here.
+    """
+    files = where / "diff"
+    files.mkdir(parents=True)
+    for info, content in entries(data):
+        path = files / info.name
+        if info.isdir():
+            path.mkdir(parents=True, exist_ok=True)
+        elif info.issym():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.symlink_to(info.linkname)
+        elif info.isreg() and not path.name.startswith(".wh."):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+    record = where / "tar-split.json.gz"
+    record.write_bytes(tar_split_record(data))
+    return StoredLayer(diff_id=digest(data), files=files, tar_split=record)
+
+
+def stored_image(layers: list[bytes], cfg: dict[str, Any], where: Path) -> StoredImage:
+    """An image in a hand-made layer store: its config file and every layer's directory and record."""
+    config_bytes = json.dumps(cfg).encode()
+    where.mkdir(parents=True, exist_ok=True)
+    config_path = where / hashlib.sha256(config_bytes).hexdigest()
+    config_path.write_bytes(config_bytes)
+    stored = tuple(stored_layer(data, where / str(index)) for index, data in enumerate(layers))
+    return StoredImage(config=config_path, layers=stored)

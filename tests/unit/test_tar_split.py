@@ -1,0 +1,170 @@
+"""Normalising from the engine's layer store: the layer tars rebuilt byte for byte, checked, or save instead."""
+
+from __future__ import annotations
+
+import io
+import logging
+import tarfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from imagebuild.engine import StoredImage
+from imagebuild.repro.normalize import (
+    FROM_SAVE,
+    FROM_STORE,
+    LayerPlan,
+    StoreReadFailure,
+    normalize_image,
+    normalize_saved,
+    normalize_stored,
+)
+from imagebuild.repro.tar_split import TarSplitError, layer_chunks
+from imagebuild.testing import FakeEngine, image_info
+from tests.unit.imagetars import (
+    BEFORE,
+    EPOCH,
+    Item,
+    config,
+    digest,
+    entries,
+    go_style,
+    layer,
+    saved,
+    stored_image,
+    stored_layer,
+)
+
+CAPABILITY = (
+    "\x01\x00\x00\x02\x00\x04\x00\x00" + "\x00" * 12
+)  # cap_net_bind_service, binary as Docker keeps it
+# What a layer holds once Docker has turned overlay's own forms into the tar's (its archive code does
+# that when it commits the layer; the tar-split record keeps the result).
+EVERY_KIND = go_style(
+    layer(
+        [
+            Item("app/", tarfile.DIRTYPE, mode=0o755),
+            Item("app/.wh..wh..opq", mode=0o755, mtime=0),  # an opaque dir: marker right after the dir
+            Item("app/big.bin", data=bytes(range(256)) * 9000, mode=0o755),  # > 2 MiB: more than one chunk
+            Item("app/empty"),
+            Item("app/hard", tarfile.LNKTYPE, link="app/big.bin", mode=0o755),
+            Item("app/link", tarfile.SYMTYPE, link="big.bin", mode=0o777),
+            Item("app/ping", data=b"\x7fELF", pax={"SCHILY.xattr.security.capability": CAPABILITY}),
+            Item("etc/.wh.os-release", mode=0o600),  # a whiteout: overlay's char device 0:0, as a file
+            Item("srv/" + "n" * 150, data=b"long name\n", mtime=BEFORE),
+            Item("srv/caf\udce9", data=b"latin-1 name\n", uid=1000, gid=1000),
+            Item("dev/null", tarfile.CHRTYPE, devmajor=1, devminor=3),
+        ]
+    )
+)
+BASE = [layer([Item("etc/os-release", data=b"base\n")]), layer([Item("usr/bin/python3", data=b"py")])]
+BUILT = [EVERY_KIND, layer([Item("app/v.txt", data=b"1\n"), Item("app/.wh.empty", mode=0o600)])]
+LAYERS = BASE + BUILT
+PLAN = LayerPlan(
+    layers=tuple(digest(d) for d in LAYERS),
+    base_layers=2,
+    base_history=3,
+    epochs=(EPOCH, EPOCH),
+    created=EPOCH,
+)
+
+
+def test_the_record_and_the_directory_give_the_layer_byte_for_byte(tmp_path: Path) -> None:
+    stored = stored_layer(EVERY_KIND, tmp_path)
+    assert b"".join(layer_chunks(stored.tar_split, stored.files)) == EVERY_KIND
+    assert {info.name for info, _ in entries(EVERY_KIND)} >= {"app/.wh..wh..opq", "app/hard", "srv/caf\udce9"}
+
+
+def test_a_symlink_in_the_layer_directory_is_never_followed(tmp_path: Path) -> None:
+    stored = stored_layer(EVERY_KIND, tmp_path / "layer")
+    (tmp_path / "elsewhere").mkdir()
+    (stored.files / "srv").rename(tmp_path / "elsewhere" / "srv")
+    (stored.files / "srv").symlink_to(tmp_path / "elsewhere" / "srv")
+    with pytest.raises(TarSplitError, match=r"Too many levels of symbolic links|Not a directory"):
+        b"".join(layer_chunks(stored.tar_split, stored.files))
+
+
+def test_a_file_shorter_than_its_record_is_refused(tmp_path: Path) -> None:
+    stored = stored_layer(EVERY_KIND, tmp_path)
+    (stored.files / "app" / "big.bin").write_bytes(b"cut")
+    with pytest.raises(
+        TarSplitError, match=r"'app/big.bin' in .* is 3 bytes, the layer's record says 2304000"
+    ):
+        b"".join(layer_chunks(stored.tar_split, stored.files))
+
+
+def test_from_the_store_and_from_save_the_same_image(tmp_path: Path) -> None:
+    cfg = config(LAYERS)
+    image = stored_image(LAYERS, cfg, tmp_path / "store")
+    # The base's layers are never opened: they need not even exist.
+    image = replace(image, layers=tuple(replace(s, files=tmp_path / "gone", tar_split=tmp_path / "gone") for s in image.layers[:2]) + image.layers[2:])  # fmt: skip
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    from_store = normalize_stored(image, PLAN, tmp_path / "a", what="test image")
+    from_save = normalize_saved(io.BytesIO(saved(LAYERS, cfg)), PLAN, tmp_path / "b", what="test image")
+    assert from_store.image_id == from_save.image_id
+    assert from_store.config_bytes == from_save.config_bytes
+    assert [layer.path.read_bytes() for layer in from_store.layers] == [
+        layer.path.read_bytes() for layer in from_save.layers
+    ]
+
+
+def test_a_file_changed_in_the_store_is_found_by_its_layers_digest(tmp_path: Path) -> None:
+    image = stored_image(LAYERS, config(LAYERS), tmp_path / "store")
+    (image.layers[3].files / "app" / "v.txt").write_bytes(b"2\n")  # same size, other content
+    (tmp_path / "work").mkdir()
+    with pytest.raises(
+        StoreReadFailure, match=r"layer 3: .* gives sha256 sha256:\w+, the image says " + digest(BUILT[1])
+    ):
+        normalize_stored(image, PLAN, tmp_path / "work", what="test image")
+
+
+def engine_with(tmp_path: Path, stored: StoredImage | None) -> tuple[FakeEngine, str]:
+    cfg = config(LAYERS)
+    archive = saved(LAYERS, cfg)
+    image_id = stored_image(LAYERS, cfg, tmp_path / "probe").config.name  # type: ignore[union-attr]
+    engine = FakeEngine(images=[image_info(f"sha256:{image_id}")], saved={f"sha256:{image_id}": archive})
+    if stored is not None:
+        engine.stored[f"sha256:{image_id}"] = stored
+    return engine, f"sha256:{image_id}"
+
+
+def test_the_engine_store_is_used_when_it_is_readable(tmp_path: Path) -> None:
+    engine, image_id = engine_with(tmp_path, stored_image(LAYERS, config(LAYERS), tmp_path / "store"))
+    engine.saved.clear()  # so a save would fail
+    result = normalize_image(engine, image_id, PLAN, tmp_path / "spool")
+    assert (result.read_from, result.fallback_reason, set(result.phases)) == (
+        FROM_STORE,
+        "",
+        {"rewrite", "load"},
+    )
+    assert engine.has_image(result.image_id)
+
+
+def test_without_a_readable_store_save_is_used_and_the_reason_recorded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine, image_id = engine_with(tmp_path, None)
+    expected = normalize_image(engine, image_id, PLAN, tmp_path / "spool", from_store=False).image_id
+    with caplog.at_level(logging.DEBUG, logger="imagebuild"):
+        result = normalize_image(engine, image_id, PLAN, tmp_path / "spool")
+    assert (result.read_from, result.image_id) == (FROM_SAVE, expected)
+    assert result.fallback_reason == f"the engine at fake://engine keeps no layer store for {image_id[:19]}"
+    assert [r.levelname for r in caplog.records] == ["DEBUG"]
+    assert "from docker save: the engine at fake://engine keeps no layer store" in caplog.text
+
+
+def test_a_store_that_fails_its_check_falls_back_to_save_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    image = stored_image(LAYERS, config(LAYERS), tmp_path / "store")
+    (image.layers[2].files / "app" / "big.bin").write_bytes(bytes(2304000))  # same size, other content
+    engine, image_id = engine_with(tmp_path, image)
+    with caplog.at_level(logging.DEBUG, logger="imagebuild"):
+        result = normalize_image(engine, image_id, PLAN, tmp_path / "spool")
+    assert result.read_from == FROM_SAVE
+    assert "layer 2: " in result.fallback_reason
+    assert "gives sha256" in result.fallback_reason
+    assert [r.levelname for r in caplog.records] == ["WARNING", "DEBUG"]
+    assert engine.has_image(result.image_id)
