@@ -107,6 +107,7 @@ def normalize_build(
             spool_peak=0,
             seconds=0.0,
             reused=True,
+            read_from="",  # nothing was read
         )
         return Normalization(image_id=reused, cache_tag=keep, result=result)
     plan = layer_plan(engine, built_id, base_ref, dockerfile)
