@@ -247,17 +247,10 @@ class DockerEngine(Engine):
         if not self._address.startswith("unix://"):  # its data root is on another machine (or VM)
             return StoredImage(unavailable=f"the engine at {self._address} is not on a local socket")
         try:
-            data, root = self._api.inspect_image(image_id), self._api.info().get("DockerRootDir") or ""
+            data, root = self._api.inspect_image(image_id), self._api.info().get("DockerRootDir")
         except docker.errors.DockerException as e:
             return StoredImage(unavailable=f"could not inspect {image_id[:19]}: {plain_reason(e)}")
-        driver = data.get("GraphDriver") or {}
-        return stored_image(
-            image_id,
-            driver=str(driver.get("Name") or ""),
-            driver_data={str(k): str(v) for k, v in (driver.get("Data") or {}).items()},
-            data_root=str(root),
-            diff_ids=tuple((data.get("RootFS") or {}).get("Layers") or ()),
-        )
+        return stored_image(image_id, inspected=data, data_root=str(root or ""))
 
     def load(self, chunks: Iterable[bytes]) -> list[str]:
         loaded: list[str] = []

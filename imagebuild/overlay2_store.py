@@ -22,6 +22,7 @@ import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from imagebuild.engine import StoredImage, StoredLayer
 from imagebuild.repro.layer_names import chain_ids
@@ -29,15 +30,15 @@ from imagebuild.repro.layer_names import chain_ids
 DRIVER = "overlay2"
 
 
-def stored_image(
-    image_id: str,
-    *,
-    driver: str,
-    driver_data: Mapping[str, str],
-    data_root: str,
-    diff_ids: Sequence[str],
-) -> StoredImage:
-    """The image's config and layers in the data root, or ``unavailable`` saying why not."""
+def stored_image(image_id: str, *, inspected: Mapping[str, Any], data_root: str) -> StoredImage:
+    """The image's config and layers in the data root, or ``unavailable`` saying why not.
+
+    ``inspected`` is the engine's answer to ``docker image inspect``.
+    """
+    graph_driver = inspected.get("GraphDriver") or {}
+    driver = str(graph_driver.get("Name") or "")
+    driver_data = {str(k): str(v) for k, v in (graph_driver.get("Data") or {}).items()}
+    diff_ids: Sequence[str] = tuple((inspected.get("RootFS") or {}).get("Layers") or ())
     if driver != DRIVER:
         return StoredImage(unavailable=f"the engine's storage driver is {driver or 'unknown'}, not {DRIVER}")
     store = Path(data_root) / "image" / DRIVER
