@@ -19,10 +19,18 @@ from imagebuild.engine import Engine
 from imagebuild.errors import EngineError, NormalizeError
 from imagebuild.log import format_duration
 from imagebuild.render import Dockerfile
-from imagebuild.repro.normalize import LayerPlan, NormalizeFailure, NormalizeResult, normalize_image
+from imagebuild.repro.normalize import (
+    FROM_SAVE,
+    FROM_STORE,
+    LayerPlan,
+    NormalizeFailure,
+    NormalizeResult,
+    normalize_image,
+)
 from imagebuild.stage_model import Instruction
 
 CACHE_SUFFIX = "-cache"
+SOURCES = {FROM_STORE: "the engine's layer store", FROM_SAVE: "docker save"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,8 +47,8 @@ class Normalization:
             return f"timestamps normalised: {result.image_id[:19]} (made by the last build of this image)"
         return (
             f"timestamps normalised: {result.image_id[:19]} in {format_duration(result.seconds)}, "
-            f"{result.layers_rewritten} layers ({result.bytes_rewritten / 1e6:.0f} MB) rewritten "
-            f"from the {result.read_from}; "
+            f"{result.layers_rewritten} layers ({result.bytes_rewritten / 1e6:.0f} MB) read from "
+            f"{SOURCES.get(result.read_from, result.read_from)} and rewritten; "
             f"the built image is kept as {self.cache_tag} for the layer cache"
         )
 
