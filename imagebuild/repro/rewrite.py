@@ -2,8 +2,9 @@
 
 What BuildKit's ``rewrite-timestamp=true`` does, for the classic builder: every
 mtime after the epoch becomes the epoch, earlier ones stay (a file a source
-archive dated 2019 keeps 2019). Nothing else changes: names (however long, or
-not UTF-8), content, modes, owners, link targets, device numbers, xattrs and
+archive dated 2019 keeps 2019), and the owners' names, which come from the
+engine host's user database, are dropped. Nothing else changes: names (however long, or
+not UTF-8), content, modes, numeric owners, link targets, device numbers, xattrs and
 the whiteouts (``.wh.NAME``) and opaque markers (``.wh..wh..opq``) of the
 layer format, which are ordinary entries here. Entries keep their order
 (docker writes them in directory-walk order, the same on every build; a hard
@@ -49,9 +50,13 @@ def canonical(info: tarfile.TarInfo) -> None:
 
     The writer recreates those it needs from the fields, so the output does
     not depend on how the input spelled them (PAX, GNU long names, ustar).
-    What only PAX can say (xattrs, atime/ctime) is kept.
+    What only PAX can say (xattrs, atime/ctime) is kept. The owner and group
+    *names* go: Docker looks the numeric ids up in the engine host's
+    /etc/passwd and /etc/group when it commits a layer, so they differ between
+    build hosts, and nothing reads them (extraction uses the numeric ids).
     """
     info.pax_headers = {k: v for k, v in info.pax_headers.items() if k not in REAPPLIED}
+    info.uname = info.gname = ""
 
 
 def clamp(info: tarfile.TarInfo, epoch: int) -> bool:
