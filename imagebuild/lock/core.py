@@ -142,7 +142,7 @@ def _credentials(todo: list[Pin]) -> dict[str, Credentials]:
     registries = {p.registry for p in todo if p.registry is not None}
     if not registries:
         return {}
-    from imagebuild.docker_engine import registry_credentials  # docker-py loads only when needed
+    from imagebuild.docker_engine.credentials import registry_credentials  # docker-py loads only when needed
 
     found = {registry: registry_credentials(registry) for registry in sorted(registries)}
     return {registry: creds for registry, creds in found.items() if creds is not None}

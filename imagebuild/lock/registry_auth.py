@@ -1,7 +1,7 @@
 """Challenge-driven registry authentication, sending credentials only where docker would.
 
 The credentials themselves come from the docker config through docker-py
-(:func:`imagebuild.docker_engine.registry_credentials`: ``auths``,
+(:func:`imagebuild.docker_engine.credentials.registry_credentials`: ``auths``,
 ``credsStore``, ``credHelpers``), looked up by the registry's host as docker
 does. They are then used as docker uses them, with one line drawn tighter:
 

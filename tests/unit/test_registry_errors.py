@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.docker_engine import _credentials, _registry_error
+from imagebuild.docker_engine.credentials import credentials_for, registry_failure
 from imagebuild.errors import RegistryError
 
 REGISTRY = "127.0.0.1:5000"
@@ -27,9 +27,9 @@ def _write(path: Path, data: dict[str, object]) -> None:
 def test_refused_credentials_say_where_they_came_from_and_to_log_in(docker_config: Path) -> None:
     auth = base64.b64encode(b"bot:wrong").decode()
     _write(docker_config, {"auths": {REGISTRY: {"auth": auth}}})
-    credentials = _credentials(REGISTRY)
+    credentials = credentials_for(REGISTRY)
     assert credentials.config is not None
-    error = _registry_error("push of x", REGISTRY, "unauthorized: authentication required", credentials)
+    error = registry_failure("push of x", REGISTRY, "unauthorized: authentication required", credentials)
     assert isinstance(error, RegistryError)
     assert str(error) == (
         f"push of x: registry {REGISTRY} refused the credentials from auths in {docker_config} "
@@ -39,7 +39,7 @@ def test_refused_credentials_say_where_they_came_from_and_to_log_in(docker_confi
 
 def test_missing_credentials_say_to_log_in(docker_config: Path) -> None:
     _write(docker_config, {"auths": {"other.example.com": {"auth": "eDp5"}}})
-    error = _registry_error("push of x", REGISTRY, "no basic auth credentials", _credentials(REGISTRY))
+    error = registry_failure("push of x", REGISTRY, "no basic auth credentials", credentials_for(REGISTRY))
     assert f"registry {REGISTRY} wants credentials and docker has none for it ({docker_config})" in str(error)
     assert str(error).endswith(f"run `docker login {REGISTRY}`")
 
@@ -49,7 +49,7 @@ def test_a_credential_helper_that_fails_is_named(docker_config: Path) -> None:
     with pytest.raises(
         RegistryError, match=rf"docker's credentials for {REGISTRY} could not be read: .*docker login"
     ):
-        _credentials(REGISTRY)
+        credentials_for(REGISTRY)
 
 
 @pytest.mark.parametrize(
@@ -64,6 +64,6 @@ def test_a_credential_helper_that_fails_is_named(docker_config: Path) -> None:
     ],
 )
 def test_other_registry_failures(docker_config: Path, detail: str, expected: str) -> None:
-    error = _registry_error("pull of x", REGISTRY, detail, _credentials(REGISTRY))
+    error = registry_failure("pull of x", REGISTRY, detail, credentials_for(REGISTRY))
     assert expected in str(error)
     assert str(error).startswith(f"pull of x: registry {REGISTRY} ")

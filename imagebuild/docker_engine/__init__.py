@@ -1,11 +1,11 @@
-"""The Docker engine through docker-py: the only module that imports docker.
+"""The Docker engine through docker-py: the only package that imports docker.
 
 docker-py's errors become EngineError with the address tried and what to do.
 The engine is taken from the environment like the docker CLI does: DOCKER_HOST
 and the TLS variables, else the current docker context, else the local socket.
 Registry credentials come from docker's own config (``auths``, ``credsStore``, ``credHelpers``)
 through docker-py's auth module, so they resolve exactly as docker resolves them: for lock's
-registry queries (:func:`registry_credentials`) and for push and pull.
+registry queries and for push and pull (``credentials``).
 Load and stream messages are read by ``importer.docker_api``, shared with the nodes' stdlib engine.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import os
-import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -28,6 +27,7 @@ from docker.context import ContextAPI
 
 import docker
 from imagebuild.distribute.importer.docker_api import loaded_images, loads_zstd, stream_error
+from imagebuild.docker_engine.credentials import credentials_for, registry_failure
 from imagebuild.engine import (
     BuildEvent,
     BuildRequest,
@@ -39,9 +39,8 @@ from imagebuild.engine import (
     push_event,
 )
 from imagebuild.engine_errors import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, probe, unreachable
-from imagebuild.errors import ConfigError, EngineError, RegistryError, UnknownImageError
+from imagebuild.errors import ConfigError, EngineError, UnknownImageError
 from imagebuild.overlay2_store import stored_image
-from imagebuild.registry_errors import RegistryCredentials, registry_error
 
 PROBE_TIMEOUT_S = 10  # connecting to a live engine takes milliseconds; a filtered port never answers
 CHUNK_SIZE = 1 << 20  # save stream chunks: large enough for throughput, small enough to bound memory
@@ -203,7 +202,7 @@ class DockerEngine(Engine):
     def push(self, repository: str, tag: str) -> Iterator[PushEvent]:
         what = f"push of {repository}:{tag}"
         registry, _ = docker.auth.resolve_repository_name(repository)
-        credentials = _credentials(registry)
+        credentials = credentials_for(registry)
         try:
             with self._without_timeout():
                 stream = self._api.push(
@@ -212,24 +211,24 @@ class DockerEngine(Engine):
             for chunk in stream:
                 detail = stream_error(chunk)
                 if detail is not None:
-                    raise _registry_error(what, registry, detail, credentials)
+                    raise registry_failure(what, registry, detail, credentials)
                 yield push_event(chunk)
         except docker.errors.DockerException as e:
-            raise _registry_error(what, registry, plain_reason(e), credentials) from e
+            raise registry_failure(what, registry, plain_reason(e), credentials) from e
 
     def pull(self, reference: str) -> str:
         what = f"pull of {reference}"
         repository, _ = docker.utils.parse_repository_tag(reference)
         registry, _ = docker.auth.resolve_repository_name(repository)
-        credentials = _credentials(registry)
+        credentials = credentials_for(registry)
         try:
             for chunk in self._api.pull(reference, stream=True, decode=True, auth_config=credentials.config):
                 detail = stream_error(chunk)
                 if detail is not None:
-                    raise _registry_error(what, registry, detail, credentials)
+                    raise registry_failure(what, registry, detail, credentials)
             return str(self._api.inspect_image(reference)["Id"])
         except docker.errors.DockerException as e:
-            raise _registry_error(what, registry, plain_reason(e), credentials) from e
+            raise registry_failure(what, registry, plain_reason(e), credentials) from e
 
     def save(self, image_id: str) -> Iterator[bytes]:
         try:
@@ -338,71 +337,3 @@ def _check_address(address: str, source: str) -> None:
         detail = "a port is required" if "port is required" in str(e) else "not understood"
         msg = f"{source} = {address!r} is not a Docker engine address ({detail}); use {ADDRESS_FORMS}"
         raise ConfigError(msg) from e
-
-
-def registry_credentials(registry: str) -> tuple[str, str] | None:
-    """The (user, secret) docker would use for ``registry`` (host[:port]; ``docker.io`` for Docker Hub).
-
-    docker-py reads the docker config (DOCKER_CONFIG, else ~/.docker/config.json)
-    as the CLI does: a ``credHelpers`` entry for the registry, else the
-    ``credsStore``, else the inline ``auths`` entry. An identity token comes
-    back as ``("<token>", token)``, the credential helpers' convention. None
-    when docker has no credentials for the registry.
-    """
-    where = docker.utils.config.find_config_file() or "the docker config"
-    try:
-        with warnings.catch_warnings():
-            # docker-py warns when a helper is missing, then raises StoreError: report that once.
-            warnings.simplefilter("ignore")
-            entry = docker.auth.load_config().resolve_authconfig(registry)
-    except docker.errors.DockerException as e:
-        msg = f"{where}: cannot read the credentials for {registry} ({plain_reason(e)}); fix the docker config or run `docker login {registry}`"
-        raise ConfigError(msg) from e
-    # An auths entry that is not base64 of 'user:password', or a helper's bad JSON:
-    except (KeyError, ValueError) as e:
-        msg = f"{where}: the credentials for {registry} are malformed ({type(e).__name__}: {e}); run `docker login {registry}` again"
-        raise ConfigError(msg) from e
-    if not entry:
-        return None
-    if entry.get("IdentityToken"):
-        return docker.auth.TOKEN_USERNAME, str(entry["IdentityToken"])
-    user = entry.get("username") or entry.get("Username")
-    secret = entry.get("password") or entry.get("Password")
-    return (str(user), str(secret)) if user and secret else None
-
-
-class _Credentials:
-    """What docker's config holds for one registry, and where it came from (for messages)."""
-
-    def __init__(self, registry: str) -> None:
-        self.registry = registry
-        self.config_file = docker.utils.config.find_config_file() or "~/.docker/config.json (absent)"
-        auth = docker.auth.load_config()
-        store = auth.get_credential_store(registry)
-        self.source = (
-            f"credential helper docker-credential-{store} ({self.config_file})"
-            if store
-            else f"auths in {self.config_file}"
-        )
-        self.config: dict[str, Any] | None = auth.resolve_authconfig(registry)
-
-
-def _credentials(registry: str) -> _Credentials:
-    try:
-        with warnings.catch_warnings():  # docker-py warns of a missing helper; the error below names it
-            warnings.simplefilter("ignore", UserWarning)
-            return _Credentials(registry)
-    except docker.errors.DockerException as e:
-        msg = f"docker's credentials for {registry} could not be read: {plain_reason(e)}; fix the credential helper or run `docker login {registry}`"
-        raise RegistryError(msg) from e
-
-
-def _registry_error(what: str, registry: str, detail: str, credentials: _Credentials) -> RegistryError:
-    return registry_error(
-        what,
-        registry,
-        detail,
-        RegistryCredentials(
-            found=bool(credentials.config), source=credentials.source, config_file=credentials.config_file
-        ),
-    )
