@@ -28,6 +28,7 @@ from docker.context import ContextAPI
 import docker
 from imagebuild.distribute.importer.docker_api import loaded_images, loads_zstd, stream_error
 from imagebuild.docker_engine.credentials import credentials_for, registry_failure
+from imagebuild.docker_engine.overlay2_store import stored_image
 from imagebuild.engine import (
     BuildEvent,
     BuildRequest,
@@ -40,7 +41,6 @@ from imagebuild.engine import (
 )
 from imagebuild.engine_errors import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, probe, unreachable
 from imagebuild.errors import ConfigError, EngineError, UnknownImageError
-from imagebuild.overlay2_store import stored_image
 
 PROBE_TIMEOUT_S = 10  # connecting to a live engine takes milliseconds; a filtered port never answers
 CHUNK_SIZE = 1 << 20  # save stream chunks: large enough for throughput, small enough to bound memory

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from imagebuild.overlay2_store import stored_image
+from imagebuild.docker_engine.overlay2_store import stored_image
 from imagebuild.repro.layer_names import chain_ids
 from tests.unit.imagetars import Item, layer
 
