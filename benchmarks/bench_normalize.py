@@ -47,20 +47,13 @@ def normalize_in_this_process(record_path: Path, pins: Path, *, from_store: bool
     """
     from imagebuild.docker_engine import DockerEngine
     from imagebuild.project import find_project
-    from imagebuild.render import RenderOptions, render
+    from imagebuild.render import RenderOptions
     from imagebuild.repro.after_build import layer_plan
     from imagebuild.repro.normalize import normalize_image
 
     record = json.loads(record_path.read_text())
     inputs = find_project(REPO, pins).load("gfx942")
-    dockerfile = render(
-        inputs.definition,
-        inputs.pins,
-        inputs.arch,
-        inputs.constraints,
-        RenderOptions(),
-        lock=inputs.python_lock,
-    )
+    dockerfile = inputs.render(RenderOptions())
     engine = DockerEngine.from_env()
     built = record["image_id"]
     engine.tag(built, f"{TAG}-cache")  # as build does: the built image stays, and is removed at the end

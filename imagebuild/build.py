@@ -33,7 +33,7 @@ from imagebuild.labels import checkout_build_args, checkout_labels, image_labels
 from imagebuild.layout import build_log_path, build_record_path, default_tag
 from imagebuild.progress import TICK_S, BuildProgress
 from imagebuild.project import Inputs, Project
-from imagebuild.render import ConstraintMode, Dockerfile, RenderOptions, render
+from imagebuild.render import ConstraintMode, Dockerfile, RenderOptions
 from imagebuild.repro.after_build import normalize_build
 from imagebuild.schema import suggest
 from imagebuild.secrets import redact, secret_reason
@@ -120,14 +120,7 @@ def check_build_args(build_args: dict[str, str], inputs: Inputs) -> None:
 def prepare_build(inputs: Inputs, options: BuildOptions) -> Dockerfile:
     """Check the build's arguments and render its Dockerfile: all that can fail before the engine is asked."""
     check_build_args(options.build_args, inputs)
-    return render(
-        inputs.definition,
-        inputs.pins,
-        inputs.arch,
-        inputs.constraints,
-        RenderOptions(constraint_mode=options.constraint_mode),
-        lock=inputs.python_lock,
-    )
+    return inputs.render(RenderOptions(constraint_mode=options.constraint_mode))
 
 
 def build_image(

@@ -14,14 +14,12 @@ from imagebuild.errors import ConfigError, ExitCode, UnpinnedError
 from imagebuild.layout import DEFAULT_REPOSITORY, SECRET_SCAN_ROOTS, default_tag
 from imagebuild.log import logger
 from imagebuild.project import Inputs, Project
-from imagebuild.render import Dockerfile, RenderOptions, render
+from imagebuild.render import Dockerfile, RenderOptions
 
 
 def render_inputs(inputs: Inputs, *, allow_unpinned: bool) -> Dockerfile:
     options = RenderOptions(allow_unpinned=allow_unpinned)
-    return render(
-        inputs.definition, inputs.pins, inputs.arch, inputs.constraints, options, lock=inputs.python_lock
-    )
+    return inputs.render(options)
 
 
 def render_target(args: argparse.Namespace, project: Project) -> Path | None:

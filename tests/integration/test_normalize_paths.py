@@ -19,7 +19,7 @@ from imagebuild.docker_engine import DockerEngine
 from imagebuild.engine import BuildRequest, StoredLayer
 from imagebuild.pins import load_pins
 from imagebuild.project import find_project
-from imagebuild.render import RenderOptions, render
+from imagebuild.render import RenderOptions
 from imagebuild.repro.after_build import layer_plan
 from imagebuild.repro.normalize import FROM_SAVE, FROM_STORE, LayerPlan, normalize_image
 from imagebuild.repro.streams import open_stream
@@ -50,14 +50,7 @@ def test_the_sample_image_normalises_to_one_id_from_the_store_and_from_save(
         assert (normalization["read_from"], normalization["fallback_reason"]) == (FROM_STORE, "")
     built = str(normalization["unnormalized_id"])
     inputs = find_project(REPO, locked_pins).load("gfx942")
-    dockerfile = render(
-        inputs.definition,
-        inputs.pins,
-        inputs.arch,
-        inputs.constraints,
-        RenderOptions(),
-        lock=inputs.python_lock,
-    )
+    dockerfile = inputs.render(RenderOptions())
     plan = layer_plan(engine, built, inputs.pins.image(inputs.definition.base_pin).reference, dockerfile)
     from_store = normalize_image(engine, built, plan, tmp_path)
     from_save = normalize_image(engine, built, plan, tmp_path, from_store=False)

@@ -10,7 +10,7 @@ import pytest
 
 from imagebuild.errors import NormalizeError
 from imagebuild.project import find_project
-from imagebuild.render import Dockerfile, RenderOptions, render
+from imagebuild.render import Dockerfile, RenderOptions
 from imagebuild.repro.after_build import cache_tag, layer_plan, normalize_build, previous_normalization
 from imagebuild.testing import FakeEngine, image_info
 
@@ -81,11 +81,4 @@ def test_a_built_image_that_does_not_sit_on_its_base_is_refused() -> None:
 
 def sample_dockerfile() -> Dockerfile:
     inputs = find_project(REPO, REPO / "sampleworld" / "pins.toml").load("gfx942")
-    return render(
-        inputs.definition,
-        inputs.pins,
-        inputs.arch,
-        inputs.constraints,
-        RenderOptions(allow_unpinned=True),
-        lock=inputs.python_lock,
-    )
+    return inputs.render(RenderOptions(allow_unpinned=True))

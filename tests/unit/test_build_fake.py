@@ -34,7 +34,7 @@ from imagebuild.layout import (
 )
 from imagebuild.progress import BuildProgress
 from imagebuild.project import Inputs, Project, find_project
-from imagebuild.render import RenderOptions, render
+from imagebuild.render import RenderOptions
 from imagebuild.testing import FakeClock, FakeEngine, Recording
 from sampleworld.layout import BAD_SHA
 
@@ -52,14 +52,7 @@ def sample(pins: Path) -> tuple[Project, Inputs]:
 @pytest.mark.parametrize("name", ["success", "cached", "engine-lost"])
 def test_recordings_match_the_dockerfile_the_stages_render(name: str, build_streams: Path) -> None:
     _, inputs = sample(build_streams / "pins.toml")
-    text = render(
-        inputs.definition,
-        inputs.pins,
-        inputs.arch,
-        inputs.constraints,
-        RenderOptions(),
-        lock=inputs.python_lock,
-    ).text
+    text = inputs.render(RenderOptions()).text
     recorded = Recording.load(build_streams / f"{name}.jsonl").dockerfile_sha256
     assert hashlib.sha256(text.encode()).hexdigest() == recorded, (
         "stages/ changed since the build streams were recorded: "
@@ -94,14 +87,7 @@ def test_the_build_sends_the_rendered_context_with_the_checkout_labels_as_build_
     assert not request.no_cache
     assert request.labels == {}  # the labels are the Dockerfile's LABEL, not build options
     project, inputs = sample(build_streams / "pins.toml")
-    dockerfile = render(
-        inputs.definition,
-        inputs.pins,
-        inputs.arch,
-        inputs.constraints,
-        RenderOptions(),
-        lock=inputs.python_lock,
-    )
+    dockerfile = inputs.render(RenderOptions())
     context = build_context(dockerfile, inputs)
     with tarfile.open(fileobj=io.BytesIO(request.context)) as tar:
         sent = {

@@ -17,20 +17,13 @@ from imagebuild.context import BuildContext, build_context, read_context_dir
 from imagebuild.errors import ConfigError
 from imagebuild.layout import CHECKOUT_LABEL_ARGS, PIN_LABEL_PREFIX
 from imagebuild.project import Inputs, find_project
-from imagebuild.render import RenderOptions, render
+from imagebuild.render import RenderOptions
 from tests import REPO
 
 
 def context_of(root: Path, pins: Path | None = None) -> tuple[Inputs, BuildContext]:
     inputs = find_project(root, pins).load("gfx942")
-    dockerfile = render(
-        inputs.definition,
-        inputs.pins,
-        inputs.arch,
-        inputs.constraints,
-        RenderOptions(allow_unpinned=True),
-        lock=inputs.python_lock,
-    )
+    dockerfile = inputs.render(RenderOptions(allow_unpinned=True))
     return inputs, build_context(dockerfile, inputs)
 
 

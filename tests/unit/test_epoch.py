@@ -13,7 +13,7 @@ from imagebuild.epoch import FLOOR, format_epoch
 from imagebuild.errors import ConfigError, UnpinnedError
 from imagebuild.plan import invalidated_steps
 from imagebuild.project import find_project
-from imagebuild.render import Dockerfile, RenderOptions, render
+from imagebuild.render import Dockerfile, RenderOptions
 
 REPO = Path(__file__).resolve().parents[2]
 MORI, VLLM, ROUTER = "2026-01-01T02:00:00Z", "2026-01-01T03:00:00Z", "2026-01-01T02:30:00Z"
@@ -33,14 +33,7 @@ def lock_all(project: Path, *, mori: str = MORI, vllm: str = VLLM, router: str =
 
 def rendered(project: Path, **options: object) -> Dockerfile:
     inputs = find_project(project).load("gfx942")
-    return render(
-        inputs.definition,
-        inputs.pins,
-        inputs.arch,
-        inputs.constraints,
-        RenderOptions(**options),  # type: ignore[arg-type]
-        lock=inputs.python_lock,
-    )
+    return inputs.render(RenderOptions(**options))  # type: ignore[arg-type]
 
 
 def declarations(dockerfile: Dockerfile) -> dict[int, int]:

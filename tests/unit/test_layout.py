@@ -10,7 +10,7 @@ import pytest
 from imagebuild.errors import ConfigError
 from imagebuild.layout import CHECK_TOOL, LAUNCHER_DIR, STAGE_NAMES, VERSIONS_FILE
 from imagebuild.project import find_project
-from imagebuild.render import RenderOptions, render
+from imagebuild.render import RenderOptions
 from imagebuild.stage_model import Shell
 from imagebuild.stages import load_stages
 
@@ -47,11 +47,4 @@ def test_a_misspelt_layout_name_gets_a_suggestion(project: Path) -> None:
     step.write_text(step.read_text().replace("${VERSIONS_FILE}", "${VERSION_FILE}"))
     inputs = find_project(project).load("gfx942")
     with pytest.raises(ConfigError, match="Perhaps you meant 'VERSIONS_FILE'"):
-        render(
-            inputs.definition,
-            inputs.pins,
-            inputs.arch,
-            inputs.constraints,
-            RenderOptions(allow_unpinned=True),
-            lock=inputs.python_lock,
-        )
+        inputs.render(RenderOptions(allow_unpinned=True))

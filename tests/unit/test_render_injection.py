@@ -37,7 +37,7 @@ from imagebuild.errors import ConfigError
 from imagebuild.labels import label_block
 from imagebuild.layout import BUILD_CONSTRAINT_FILE, CONTEXT_ROOTFS
 from imagebuild.project import Inputs, find_project
-from imagebuild.render import RenderOptions, render
+from imagebuild.render import RenderOptions
 from tests import REPO
 
 # Pieces of Dockerfile and shell syntax, and characters that end or hide a line.
@@ -133,9 +133,7 @@ class World:
         """What `imagebuild render` writes to docker/gfx942/ (and `imagebuild build` sends)."""
         inputs = self.inputs()
         options = RenderOptions(allow_unpinned=True)
-        dockerfile = render(
-            inputs.definition, inputs.pins, inputs.arch, inputs.constraints, options, lock=inputs.python_lock
-        )
+        dockerfile = inputs.render(options)
         return build_context(dockerfile, inputs)
 
     def render(self) -> str:
