@@ -40,7 +40,7 @@ from imagebuild.epoch import format_epoch
 from imagebuild.log import logger
 from imagebuild.repro.archive import ArchiveError, read_saved_image
 from imagebuild.repro.layer_names import legacy_layer_dirs
-from imagebuild.repro.rewrite import LayerError, rewrite_layer
+from imagebuild.repro.rewrite import LayerError, RewriteResult, rewrite_layer
 from imagebuild.repro.streams import (
     TAR_END,
     HashingReader,
@@ -94,6 +94,17 @@ class NormalizedLayer:
     size: int
     entries: int
     clamped: int
+
+    @classmethod
+    def written(cls, result: RewriteResult, path: Path) -> NormalizedLayer:
+        """The layer the rewriter wrote to ``path``."""
+        return cls(
+            diff_id=result.diff_id,
+            path=path,
+            size=result.size,
+            entries=result.entries,
+            clamped=result.clamped,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,15 +228,7 @@ def normalize_saved(saved: BinaryIO, plan: LayerPlan, workdir: Path, *, what: st
         if not any(layer.path == other.path for other in built[index + 1 :]):
             layer.path.unlink()  # identical layers (two empty ones) share one spool file
             spooled_bytes[0] -= layer.size
-        rewritten.append(
-            NormalizedLayer(
-                diff_id=result.diff_id,
-                path=out,
-                size=result.size,
-                entries=result.entries,
-                clamped=result.clamped,
-            )
-        )
+        rewritten.append(NormalizedLayer.written(result, out))
     return _normalized(
         image.config,
         plan,
@@ -267,15 +270,7 @@ def normalize_stored(image: StoredImage, plan: LayerPlan, workdir: Path, *, what
         if source.digest != layer.diff_id:
             msg = f"{what} layer {number}: {layer.files} gives sha256 {source.digest}, the image says {layer.diff_id}"
             raise StoreReadFailure(msg)
-        rewritten.append(
-            NormalizedLayer(
-                diff_id=result.diff_id,
-                path=out,
-                size=result.size,
-                entries=result.entries,
-                clamped=result.clamped,
-            )
-        )
+        rewritten.append(NormalizedLayer.written(result, out))
     return _normalized(
         config,
         plan,
