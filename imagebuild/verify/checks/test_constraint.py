@@ -14,13 +14,18 @@ from imagebuild.verify.expectations import parse_versions
 EXP = expectations()
 
 
+def _one_line(text: str) -> str:
+    """A constraint file's lines as one line of the report."""
+    return text.strip().replace("\n", " | ")
+
+
 def test_constraint_file(facts: dict[str, Any]) -> None:
     found = facts["constraints"]
     expect(
         found == EXP.constraints,
         f"{EXP.constraints_file} must equal constraints/*.txt",
-        expected=EXP.constraints.strip().replace("\n", " | "),
-        found="no such file" if found is None else found.strip().replace("\n", " | "),
+        expected=_one_line(EXP.constraints),
+        found="no such file" if found is None else _one_line(found),
     )
 
 
@@ -29,8 +34,8 @@ def test_build_constraint_file(facts: dict[str, Any]) -> None:
     expect(
         found == EXP.build_constraints,
         f"{EXP.build_constraints_file} must be constraints/*.txt plus the build dependencies locked in pylock.toml",
-        expected=EXP.build_constraints.strip().replace("\n", " | "),
-        found="no such file" if found is None else found.strip().replace("\n", " | "),
+        expected=_one_line(EXP.build_constraints),
+        found="no such file" if found is None else _one_line(found),
     )
 
 
