@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from imagebuild.labels import checkout_build_args, checkout_labels  # noqa: E402
+from imagebuild.build.checkout_labels import checkout_build_args, checkout_labels  # noqa: E402
 from imagebuild.project import find_project  # noqa: E402
 from sampleworld.world import up  # noqa: E402
 

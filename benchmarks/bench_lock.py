@@ -40,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagebuild.arch import ArchProfile  # noqa: E402
+from imagebuild.inputs.arch import ArchProfile  # noqa: E402
 from imagebuild.lock import LockOptions, lock  # noqa: E402
 
 CHUNK = bytes(range(256)) * 4096  # 1 MiB

@@ -45,15 +45,15 @@ def normalize_in_this_process(record_path: Path, pins: Path, *, from_store: bool
     moving the epochs by ``shift`` seconds the load would measure nothing.
     The work is the same either way.
     """
-    from imagebuild.docker_engine import DockerEngine
+    from imagebuild.engine.docker import DockerEngine
+    from imagebuild.normalize.after_build import layer_plan
+    from imagebuild.normalize.core import normalize_image
     from imagebuild.project import find_project
-    from imagebuild.render import RenderOptions
-    from imagebuild.repro.after_build import layer_plan
-    from imagebuild.repro.normalize import normalize_image
+    from imagebuild.render import RenderOptions, render_inputs
 
     record = json.loads(record_path.read_text())
     inputs = find_project(REPO, pins).load("gfx942")
-    dockerfile = inputs.render(RenderOptions())
+    dockerfile = render_inputs(inputs, RenderOptions())
     engine = DockerEngine.from_env()
     built = record["image_id"]
     engine.tag(built, f"{TAG}-cache")  # as build does: the built image stays, and is removed at the end

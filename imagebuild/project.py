@@ -8,16 +8,15 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from imagebuild.arch import ArchProfile, load_arch
 from imagebuild.errors import ConfigError
-from imagebuild.layout import context_dir
+from imagebuild.inputs.arch import ArchProfile, load_arch
+from imagebuild.inputs.layout import context_dir
+from imagebuild.inputs.python_lock import PythonLock, lock_path_for, read_python_lock
+from imagebuild.inputs.schema import read_text_file
+from imagebuild.inputs.stage_model import ImageDefinition
+from imagebuild.inputs.stages import load_stages
+from imagebuild.inputs.values import control_problem, shown
 from imagebuild.pins import PinSet, load_pins
-from imagebuild.python_lock import PythonLock, lock_path_for, read_python_lock
-from imagebuild.render import Dockerfile, RenderOptions, render
-from imagebuild.schema import read_text_file
-from imagebuild.stage_model import ImageDefinition
-from imagebuild.stages import load_stages
-from imagebuild.values import control_problem, shown
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,10 +71,6 @@ class Inputs:
     arch: ArchProfile
     constraints: str  # the text of /etc/pip-constraints.txt
     python_lock: PythonLock | None = None  # pylock.toml beside the pins file (None: not locked yet)
-
-    def render(self, options: RenderOptions | None = None) -> Dockerfile:
-        """The Dockerfile these inputs give (pure: the same inputs, the same text)."""
-        return render(self.definition, self.pins, self.arch, self.constraints, options, lock=self.python_lock)
 
 
 def find_project(start: Path, pins: Path | None = None, *, search_parents: bool = True) -> Project:

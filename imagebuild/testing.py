@@ -33,7 +33,7 @@ from typing import Any
 
 import zstandard
 
-from imagebuild.engine import (
+from imagebuild.engine.interface import (
     BuildEvent,
     BuildRequest,
     Engine,
@@ -43,7 +43,7 @@ from imagebuild.engine import (
     classic_build_events,
 )
 from imagebuild.errors import EngineError, RegistryError, UnknownImageError
-from imagebuild.layout import APP_DIR
+from imagebuild.inputs.layout import APP_DIR
 from imagebuild.util.clock import Clock, Timer
 
 # Tools ---------------------------------------------------------------------------------------------

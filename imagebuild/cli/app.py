@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from imagebuild import __version__
-from imagebuild.cli import build, diff, image, lock
+from imagebuild.cli import build, diff, distribute, image, lock, slurm
 from imagebuild.cli.verbs import (
     PROGRESS_HELP,
     PROGRESS_MODES,
@@ -31,12 +31,10 @@ from imagebuild.cli.verbs import (
     exit_code_table,
     merge_global_flags,
 )
-from imagebuild.distribute import commands as distribute
 from imagebuild.errors import ExitCode, ImageBuildError
+from imagebuild.inputs.values import escape_controls
 from imagebuild.log import logger, setup_logging
 from imagebuild.secrets import redact
-from imagebuild.slurm import command as slurm
-from imagebuild.values import escape_controls
 
 # Every verb, in the order `imagebuild --help` lists them; a new verb adds its module's register here.
 REGISTRARS: tuple[Callable[[Verbs], None], ...] = (

@@ -13,8 +13,8 @@ import os
 import re
 from pathlib import Path
 
-from imagebuild.references import image_problem, tag_reference_problem
-from imagebuild.values import control_problem
+from imagebuild.inputs.references import image_problem, tag_reference_problem
+from imagebuild.inputs.values import control_problem
 
 # docker's network modes for a build: bridge, host, none, default, a user-defined network's
 # name, or container:<name|id>.

@@ -9,14 +9,14 @@ import sys
 from imagebuild.cli import arguments
 from imagebuild.cli.verbs import Verb, Verbs, project_of
 from imagebuild.errors import ExitCode
-from imagebuild.layout import BUILD_DIR, DEFAULT_REPOSITORY
+from imagebuild.inputs.layout import BUILD_DIR, DEFAULT_REPOSITORY
 from imagebuild.log import format_duration, logger
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from imagebuild.build import BuildOptions, build_image, prepare_build
-    from imagebuild.docker_engine import DockerEngine
-    from imagebuild.progress import BuildProgress, ProgressMode, make_progress
+    from imagebuild.build.core import BuildOptions, build_image, prepare_build
+    from imagebuild.build.progress import BuildProgress, ProgressMode, make_progress
+    from imagebuild.engine.docker import DockerEngine
 
     project = project_of(args)
     inputs = project.load(args.arch)

@@ -22,7 +22,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
             check_archive(operand)
     engine = None
     if not all(Path(operand).is_file() for operand in operands):
-        from imagebuild.docker_engine import DockerEngine
+        from imagebuild.engine.docker import DockerEngine
 
         engine = DockerEngine.from_env()
     try:

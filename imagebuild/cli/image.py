@@ -11,15 +11,15 @@ from pathlib import Path
 from imagebuild.cli import arguments
 from imagebuild.cli.verbs import Verb, Verbs, project_of
 from imagebuild.errors import ConfigError, ExitCode, UnpinnedError
-from imagebuild.layout import DEFAULT_REPOSITORY, SECRET_SCAN_ROOTS, default_tag
+from imagebuild.inputs.layout import DEFAULT_REPOSITORY, SECRET_SCAN_ROOTS, default_tag
 from imagebuild.log import logger
 from imagebuild.project import Inputs, Project
-from imagebuild.render import Dockerfile, RenderOptions
+from imagebuild.render import Dockerfile, RenderOptions, render_inputs
 
 
-def render_inputs(inputs: Inputs, *, allow_unpinned: bool) -> Dockerfile:
+def render_checkout(inputs: Inputs, *, allow_unpinned: bool) -> Dockerfile:
     options = RenderOptions(allow_unpinned=allow_unpinned)
-    return inputs.render(options)
+    return render_inputs(inputs, options)
 
 
 def render_target(args: argparse.Namespace, project: Project) -> Path | None:
@@ -38,7 +38,7 @@ def render_target(args: argparse.Namespace, project: Project) -> Path | None:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from imagebuild.context import build_context, context_differences, write_context_dir
+    from imagebuild.render.context import build_context, context_differences, write_context_dir
 
     project = project_of(args)
     target = render_target(args, project)
@@ -49,7 +49,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     # The committed context is a review artifact: it shows unpinned sources loudly rather than
     # refusing them, so the staleness check renders the same way.
     try:
-        dockerfile = render_inputs(inputs, allow_unpinned=args.allow_unpinned or args.check)
+        dockerfile = render_checkout(inputs, allow_unpinned=args.allow_unpinned or args.check)
     except UnpinnedError as e:
         # The first command a new user tries, on pins whose sources are out of reach here.
         msg = f"{e}, or see the Dockerfile with them marked unpinned: imagebuild render --allow-unpinned"
@@ -91,10 +91,10 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from imagebuild.plan import CONSTRAINT_MECHANISM, format_plan, invalidated_steps
+    from imagebuild.render.plan import CONSTRAINT_MECHANISM, format_plan, invalidated_steps
 
     inputs = project_of(args).load(args.arch)
-    dockerfile = render_inputs(inputs, allow_unpinned=True)
+    dockerfile = render_checkout(inputs, allow_unpinned=True)
     steps = invalidated_steps(dockerfile, args.changed) if args.changed else list(dockerfile.steps)
     if args.json:
         rows = [
@@ -116,7 +116,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from imagebuild.docker_engine import DockerEngine
+    from imagebuild.engine.docker import DockerEngine
     from imagebuild.verify import VerifyOptions, prepare_verify, verify
 
     inputs = project_of(args).load(args.arch)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from imagebuild.errors import ExitCode
-from imagebuild.layout import DEFAULT_ARCH
+from imagebuild.inputs.layout import DEFAULT_ARCH
 from imagebuild.project import Project, find_project
 
 # Every verb can be given bad input, be interrupted and find its reader gone.

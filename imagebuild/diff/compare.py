@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from imagebuild.diff.tree import FIELDS, Entry, LayerIndex, flatten
-from imagebuild.repro.archive import SavedImage
+from imagebuild.normalize.archive import SavedImage
 
 CONFIG_FIELDS = (("Entrypoint", "entrypoint"), ("Cmd", "cmd"), ("WorkingDir", "workdir"), ("User", "user"))
 

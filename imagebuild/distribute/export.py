@@ -28,10 +28,10 @@ from typing import BinaryIO
 
 from imagebuild import __version__
 from imagebuild.distribute.compression import Compression, compressing
-from imagebuild.distribute.importer.manifest import Manifest, parse_manifest
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
-from imagebuild.engine import Engine, ImageInfo
+from imagebuild.engine.interface import Engine, ImageInfo
 from imagebuild.errors import ConfigError
+from imagebuild.importer.manifest import Manifest, parse_manifest
 from imagebuild.secrets import secret_value_reason
 from imagebuild.util.files import atomic_file
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from imagebuild.distribute.importer.failures import (
+from imagebuild.engine.interface import Engine
+from imagebuild.errors import ConfigError, EngineError, ImageBuildError, IntegrityError
+from imagebuild.importer.failures import (
     EXIT_BAD_INPUT,
     EXIT_INTEGRITY,
     EXIT_NO_ENGINE,
     ImportFailure,
 )
-from imagebuild.distribute.importer.manifest import Manifest, read_manifest
-from imagebuild.distribute.importer.verified_load import ImportResult, import_archive
-from imagebuild.engine import Engine
-from imagebuild.errors import ConfigError, EngineError, ImageBuildError, IntegrityError
+from imagebuild.importer.manifest import Manifest, read_manifest
+from imagebuild.importer.verified_load import ImportResult, import_archive
 
 ERRORS: dict[int, type[ImageBuildError]] = {
     EXIT_BAD_INPUT: ConfigError,

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuild.engine import Engine, ImageInfo, PushEvent
+from imagebuild.engine.interface import Engine, ImageInfo, PushEvent
 from imagebuild.errors import ConfigError, RegistryError
-from imagebuild.references import COMPONENT, TAG_RE
+from imagebuild.inputs.references import COMPONENT, TAG_RE
 from imagebuild.util.files import write_atomically
 
 # A repository to push to starts with a host docker takes for a registry (a dot or a port, or

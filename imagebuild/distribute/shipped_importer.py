@@ -15,7 +15,7 @@ import io
 import zipfile
 from pathlib import Path
 
-from imagebuild.distribute import importer
+from imagebuild import importer
 
 IMPORTER_NAME = "imagebuild-import.pyz"
 PACKAGE = "importer"  # the package's top-level name inside the zipapp

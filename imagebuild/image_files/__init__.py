@@ -1,1 +1,1 @@
-"""Files imagebuild puts into the image at step 3 (see imagebuild.context)."""
+"""Files imagebuild puts into the image at step 3 (see imagebuild.render.context)."""

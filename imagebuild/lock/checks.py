@@ -2,7 +2,7 @@
 
 Every field the lock sends somewhere (an image name and tag, a URL, a
 version, the target python) is checked by its kind when pins.toml is read
-(imagebuild.values, through the pin classes); what is left here is the
+(imagebuild.inputs.values, through the pin classes); what is left here is the
 lock's own: its options and the pin names to upgrade. A mistake is the
 user's to fix (exit 2, naming the flag or pin), reported before any request.
 """

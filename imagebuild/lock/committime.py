@@ -1,4 +1,4 @@
-"""The committer time of a pinned commit: what SOURCE_DATE_EPOCH is made of (imagebuild.epoch).
+"""The committer time of a pinned commit: what SOURCE_DATE_EPOCH is made of (imagebuild.pins.epoch).
 
 ``git ls-remote`` names commits but not their times, so the commit object
 itself is fetched: depth 1 and ``--filter=tree:0`` bring just that object
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import tempfile
 
-from imagebuild.epoch import format_epoch
 from imagebuild.lock.git import GitError, GitOptions, run_git
+from imagebuild.pins.epoch import format_epoch
 
 
 def commit_time(url: str, commit: str, options: GitOptions) -> str:

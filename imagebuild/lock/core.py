@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuild.arch import ArchProfile
 from imagebuild.errors import ConfigError, LockError
+from imagebuild.inputs.arch import ArchProfile
 from imagebuild.lock.checks import check_numbers, check_pins, target_python
 from imagebuild.lock.git import GitOptions, GitProcesses
 from imagebuild.lock.http import Http
@@ -36,8 +36,8 @@ from imagebuild.lock.report import LockResult, Mode, short_identity
 from imagebuild.lock.sources import Resolved, SourceContext, SourceError, resolve_pin, source_url
 from imagebuild.lock.turns import writer_turn
 from imagebuild.pins import Pin, PinSet, load_pins, render_updates
-from imagebuild.retry import Cancelled, Deadline, RetryPolicy
 from imagebuild.util.files import write_atomically
+from imagebuild.util.retry import Cancelled, Deadline, RetryPolicy
 
 Progress = Callable[[str], None]
 
@@ -142,7 +142,7 @@ def _credentials(todo: list[Pin]) -> dict[str, Credentials]:
     registries = {p.registry for p in todo if p.registry is not None}
     if not registries:
         return {}
-    from imagebuild.docker_engine.credentials import registry_credentials  # docker-py loads only when needed
+    from imagebuild.engine.credentials import registry_credentials  # docker-py loads only when needed
 
     found = {registry: registry_credentials(registry) for registry in sorted(registries)}
     return {registry: creds for registry, creds in found.items() if creds is not None}

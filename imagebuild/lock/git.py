@@ -19,7 +19,15 @@ from dataclasses import dataclass, field
 
 from imagebuild.errors import CommandError
 from imagebuild.lock.http import DEADLINE_HINT
-from imagebuild.retry import NO_DEADLINE, Cancelled, Deadline, RetryHook, RetryPolicy, Transient, retry_call
+from imagebuild.util.retry import (
+    NO_DEADLINE,
+    Cancelled,
+    Deadline,
+    RetryHook,
+    RetryPolicy,
+    Transient,
+    retry_call,
+)
 from imagebuild.util.run import Failure, ProcessGroup, run_command
 
 

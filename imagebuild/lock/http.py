@@ -4,7 +4,7 @@ Every request of the lock (registries, package indexes, file downloads) goes
 through :class:`Http`: one ``requests.Session`` per worker thread (sessions
 are not documented as thread-safe), a connect/read timeout on every call
 (``--timeout``, never past the overall ``--deadline``), retries with backoff
-through :func:`imagebuild.retry.retry_call` on transient failures
+through :func:`imagebuild.util.retry.retry_call` on transient failures
 (connection reset, 5xx, 429, a body cut short), honouring Retry-After up to
 a cap, and a :class:`FetchError` that names the URL, the cause (DNS, TLS,
 404, 401/403, timeout, ...) and what to check next.
@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import requests
 from requests.auth import AuthBase
 
-from imagebuild.retry import (
+from imagebuild.util.retry import (
     NO_DEADLINE,
     Cancelled,
     Deadline,

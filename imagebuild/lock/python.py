@@ -25,13 +25,13 @@ from typing import Any, Literal
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from imagebuild.arch import ArchProfile
 from imagebuild.errors import ConfigError, LockError
+from imagebuild.inputs.arch import ArchProfile
+from imagebuild.inputs.python_lock import LockedPackage, PythonLock, read_python_lock, render_python_lock
+from imagebuild.inputs.stage_model import ImageDefinition
 from imagebuild.lock.report import Mode
 from imagebuild.lock.uv import Resolver, ResolveRequest
 from imagebuild.pins import PinSet, PypiPin
-from imagebuild.python_lock import LockedPackage, PythonLock, read_python_lock, render_python_lock
-from imagebuild.stage_model import ImageDefinition
 from imagebuild.util.files import write_atomically
 
 PYPI = "https://pypi.org/simple/"
@@ -184,7 +184,7 @@ def check_upgrade_names(
     known = set(previous.names() if previous else ()) | set(declared)
     for name in names:
         if canonicalize_name(name) not in known:
-            from imagebuild.schema import suggest
+            from imagebuild.inputs.schema import suggest
 
             msg = f"--upgrade-pin {name}: neither a pin nor a locked python package.{suggest(name, known)}"
             raise ConfigError(msg)

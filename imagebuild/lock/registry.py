@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from imagebuild.inputs.references import ImageName, is_loopback, parse_image_name
 from imagebuild.lock.http import FetchError, Http
 from imagebuild.lock.registry_auth import Credentials, RegistrySession
 from imagebuild.pins import DIGEST_RE
-from imagebuild.references import ImageName, is_loopback, parse_image_name
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"

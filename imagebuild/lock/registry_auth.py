@@ -1,7 +1,7 @@
 """Challenge-driven registry authentication, sending credentials only where docker would.
 
 The credentials themselves come from the docker config through docker-py
-(:func:`imagebuild.docker_engine.credentials.registry_credentials`: ``auths``,
+(:func:`imagebuild.engine.credentials.registry_credentials`: ``auths``,
 ``credsStore``, ``credHelpers``), looked up by the registry's host as docker
 does. They are then used as docker uses them, with one line drawn tighter:
 
@@ -28,8 +28,8 @@ from urllib.parse import urlsplit
 import requests
 from requests.structures import CaseInsensitiveDict
 
+from imagebuild.inputs.references import is_loopback
 from imagebuild.lock.http import FetchError, Http
-from imagebuild.references import is_loopback
 
 Headers = CaseInsensitiveDict[str]
 Credentials = tuple[str, str]

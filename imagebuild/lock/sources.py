@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from imagebuild.arch import ArchProfile
+from imagebuild.inputs.arch import ArchProfile
 from imagebuild.lock.committime import commit_time
 from imagebuild.lock.files import hash_url
 from imagebuild.lock.git import GitError, GitOptions, resolve_ref

@@ -29,8 +29,8 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from imagebuild.errors import LockError
+from imagebuild.inputs.python_lock import LockedPackage, PythonLock, render_python_lock
 from imagebuild.lock.pypi import target_tags
-from imagebuild.python_lock import LockedPackage, PythonLock, render_python_lock
 
 # The oldest glibc the image's wheels may need. The real base is Ubuntu 22.04 (glibc 2.35) and the
 # sample base Debian 12 (2.36); the AITER release wheel itself is manylinux_2_28.

@@ -6,12 +6,12 @@ dataclasses of ``kinds`` and ``files`` (one class per kind of pin) and the ``Pin
 order and formatting survive; the caller writes the text atomically.
 """
 
+from imagebuild.inputs.values import COMMIT_RE, COMMITTED_RE, DIGEST_RE, SHA256_RE
 from imagebuild.pins.base import PYPI_SIMPLE, Drift, Pin, PinKind, Refresh
 from imagebuild.pins.description import PackageUrl, PinDescription
 from imagebuild.pins.files import PypiPin, WheelPin
 from imagebuild.pins.kinds import PIN_TYPES, GitPin, ImagePin, ToolchainPin
 from imagebuild.pins.pinset import IdentityUpdate, PinSet, load_pins, parse_pins, render_updates
-from imagebuild.values import COMMIT_RE, COMMITTED_RE, DIGEST_RE, SHA256_RE
 
 __all__ = [
     "COMMITTED_RE",

@@ -14,8 +14,8 @@ from typing import ClassVar, Literal, Self
 from packaging.utils import canonicalize_name
 
 from imagebuild.errors import UnpinnedError
+from imagebuild.inputs.schema import Table
 from imagebuild.pins.description import PinDescription
-from imagebuild.schema import Table
 
 PYPI_SIMPLE = "https://pypi.org/simple/"
 

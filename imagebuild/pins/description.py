@@ -1,7 +1,7 @@
 """What the SBOM and the provenance say about a locked pin, in neither's format.
 
-Each kind of pin describes itself (``Pin.describe`` in kinds.py and files.py); imagebuild.sbom
-turns the description into a CycloneDX component and imagebuild.provenance into
+Each kind of pin describes itself (``Pin.describe`` in kinds.py and files.py); imagebuild.build.sbom
+turns the description into a CycloneDX component and imagebuild.build.provenance into
 a SLSA resolved dependency. So a new kind of pin is described where it is
 defined, and neither document needs to know the kinds.
 """

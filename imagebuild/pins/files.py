@@ -14,6 +14,15 @@ from typing import ClassVar, Self
 from packaging.utils import canonicalize_name
 
 from imagebuild.errors import ConfigError
+from imagebuild.inputs.schema import Table
+from imagebuild.inputs.values import (
+    FILE_NAME,
+    HTTPS_URL,
+    PROJECT_NAME,
+    SHA256,
+    VERSION,
+    shown,
+)
 from imagebuild.pins.base import (
     PYPI_SIMPLE,
     Drift,
@@ -23,15 +32,6 @@ from imagebuild.pins.base import (
     simple_project_url,
 )
 from imagebuild.pins.description import PackageUrl, PinDescription
-from imagebuild.schema import Table
-from imagebuild.values import (
-    FILE_NAME,
-    HTTPS_URL,
-    PROJECT_NAME,
-    SHA256,
-    VERSION,
-    shown,
-)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,17 +20,9 @@ from pathlib import Path
 from typing import ClassVar, Self
 
 from imagebuild.errors import ConfigError
-from imagebuild.pins.base import (
-    Drift,
-    Pin,
-    PinKind,
-    Refresh,
-)
-from imagebuild.pins.description import PackageUrl, PinDescription, git_package_url
-from imagebuild.pins.files import PypiPin, WheelPin
-from imagebuild.references import parse_image_name
-from imagebuild.schema import Table, suggest
-from imagebuild.values import (
+from imagebuild.inputs.references import parse_image_name
+from imagebuild.inputs.schema import Table, suggest
+from imagebuild.inputs.values import (
     ABSOLUTE_PATH,
     COMMIT,
     COMMITTED,
@@ -44,6 +36,14 @@ from imagebuild.values import (
     TOOLCHAIN_VERSION,
     shown,
 )
+from imagebuild.pins.base import (
+    Drift,
+    Pin,
+    PinKind,
+    Refresh,
+)
+from imagebuild.pins.description import PackageUrl, PinDescription, git_package_url
+from imagebuild.pins.files import PypiPin, WheelPin
 
 
 @dataclass(frozen=True, kw_only=True)

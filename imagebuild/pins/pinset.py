@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ConfigError
+from imagebuild.inputs.schema import Table, read_toml, suggest
+from imagebuild.inputs.values import PIN_NAME_RE, escape_controls, shown
 from imagebuild.pins.base import Pin
 from imagebuild.pins.kinds import ImagePin, parse_pin
-from imagebuild.schema import Table, read_toml, suggest
-from imagebuild.values import PIN_NAME_RE, escape_controls, shown
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ The package, along its seams:
 * ``assemble`` the loop over the steps that puts the lines together.
 """
 
-from imagebuild.layout import BUILD_CONSTRAINT_FILE, CONSTRAINT_FILE
-from imagebuild.render.assemble import render
+from imagebuild.inputs.layout import BUILD_CONSTRAINT_FILE, CONSTRAINT_FILE
+from imagebuild.render.assemble import render, render_inputs
 from imagebuild.render.model import (
     ConstraintMode,
     Dockerfile,
@@ -51,4 +51,5 @@ __all__ = [
     "check_arg_name",
     "check_classic_builder",
     "render",
+    "render_inputs",
 ]

@@ -6,13 +6,16 @@ import json
 import textwrap
 from dataclasses import dataclass, field, replace
 
-from imagebuild.arch import ArchProfile
-from imagebuild.epoch import ARG_NAME as EPOCH_ARG
-from imagebuild.epoch import epoch_of
 from imagebuild.errors import ConfigError
-from imagebuild.layout import BUILD_CONSTRAINT_FILE, CONSTRAINT_FILE, CONTEXT_ROOTFS
+from imagebuild.inputs.arch import ArchProfile
+from imagebuild.inputs.layout import BUILD_CONSTRAINT_FILE, CONSTRAINT_FILE, CONTEXT_ROOTFS
+from imagebuild.inputs.python_lock import LOCK_FILE_NAME, PythonLock
+from imagebuild.inputs.stage_model import BUILD_GROUP, ImageDefinition, Instruction, Step
+from imagebuild.inputs.values import dockerfile_literal, quoted_template
 from imagebuild.pins import GitPin, PinSet
-from imagebuild.python_lock import LOCK_FILE_NAME, PythonLock
+from imagebuild.pins.epoch import ARG_NAME as EPOCH_ARG
+from imagebuild.pins.epoch import epoch_of
+from imagebuild.project import Inputs
 from imagebuild.render.commands import command_lines
 from imagebuild.render.model import (
     ConstraintMode,
@@ -24,10 +27,13 @@ from imagebuild.render.model import (
 )
 from imagebuild.render.policy import check_classic_builder, check_line_structure, check_pinned
 from imagebuild.render.scope import ArgScope, build_scope, check_arg_name, needed_args, refs
-from imagebuild.stage_model import BUILD_GROUP, ImageDefinition, Instruction, Step
-from imagebuild.values import dockerfile_literal, quoted_template
 
 COMMENT_WIDTH = 96
+
+
+def render_inputs(inputs: Inputs, options: RenderOptions | None = None) -> Dockerfile:
+    """The Dockerfile a checkout's loaded inputs give (pure: the same inputs, the same text)."""
+    return render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, options, lock=inputs.python_lock)
 
 
 def render(

@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import TypeVar, assert_never
 
 from imagebuild.errors import ConfigError
+from imagebuild.inputs.python_lock import PythonLock
+from imagebuild.inputs.stage_model import Command, FetchFile, GitCheckout, Pip, PypiDownload, Shell, Step
+from imagebuild.inputs.values import shell_quoted_text, shell_word
 from imagebuild.pins import GitPin, Pin, PinSet, PypiPin, WheelPin
-from imagebuild.python_lock import PythonLock
 from imagebuild.render.model import ConstraintMode
 from imagebuild.render.pip import hash_locked_download, pip_lines
-from imagebuild.stage_model import Command, FetchFile, GitCheckout, Pip, PypiDownload, Shell, Step
-from imagebuild.values import shell_quoted_text, shell_word
 
 SourcePin = TypeVar("SourcePin", bound=Pin)
 

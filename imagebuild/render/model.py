@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from imagebuild.stage_model import Instruction
+from imagebuild.inputs.stage_model import Instruction
 
 
 class ConstraintMode(StrEnum):
@@ -47,7 +47,7 @@ class RenderedStep:
     why: str
     pins: tuple[str, ...]
     source: str
-    source_date_epoch: int  # the step's SOURCE_DATE_EPOCH (imagebuild.epoch); its layer's mtime clamp
+    source_date_epoch: int  # the step's SOURCE_DATE_EPOCH (imagebuild.pins.epoch); its layer's mtime clamp
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,12 +27,12 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from imagebuild.errors import ConfigError
-from imagebuild.layout import BUILD_CONSTRAINT_FILE, CHECK_TOOL, VERSIONS_FILE
+from imagebuild.inputs.layout import BUILD_CONSTRAINT_FILE, CHECK_TOOL, VERSIONS_FILE
+from imagebuild.inputs.python_lock import LOCK_FILE_NAME, LockedPackage, PythonLock
+from imagebuild.inputs.stage_model import BUILD_GROUP, GUARD_GROUP, FetchFile, Pip, Step
+from imagebuild.inputs.values import quoted_template, shell_quoted_text, shell_word
 from imagebuild.pins import PinSet, PypiPin, WheelPin
-from imagebuild.python_lock import LOCK_FILE_NAME, LockedPackage, PythonLock
 from imagebuild.render.model import ConstraintMode
-from imagebuild.stage_model import BUILD_GROUP, GUARD_GROUP, FetchFile, Pip, Step
-from imagebuild.values import quoted_template, shell_quoted_text, shell_word
 
 SETUPTOOLS_GUARD = f"{CHECK_TOOL} setuptools-guard"
 # Wheels only, each checked against its sha256, nothing resolved.
@@ -195,7 +195,7 @@ def _check_locked(package: LockedPackage, pins: PinSet, where: str) -> None:
     """A locked package is a release version, and a PyPI pin's project is the very file the pin names.
 
     Its name, version and sha256 were checked by kind when pylock.toml was read
-    (imagebuild.python_lock); the lines are rendered as quoted shell words.
+    (imagebuild.inputs.python_lock); the lines are rendered as quoted shell words.
     """
     try:
         Version(package.version)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 from imagebuild.errors import ConfigError, UnpinnedError
+from imagebuild.inputs.values import control_problem
 from imagebuild.pins import Pin, PinSet
 from imagebuild.render.model import Dockerfile, LineKind, RenderOptions
-from imagebuild.values import control_problem
 
 # Syntax that needs BuildKit's frontend; docker-py drives the classic builder.
 CLASSIC_BUILDER_FORBIDDEN = {

@@ -12,14 +12,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from imagebuild.arch import ArchProfile
 from imagebuild.errors import ConfigError
-from imagebuild.layout import STAGE_NAMES
+from imagebuild.inputs.arch import ArchProfile
+from imagebuild.inputs.layout import STAGE_NAMES
+from imagebuild.inputs.schema import suggest
+from imagebuild.inputs.stage_model import ImageDefinition, Step
 from imagebuild.pins import PinSet
 from imagebuild.render.model import RenderOptions
-from imagebuild.schema import suggest
 from imagebuild.secrets import secret_reason
-from imagebuild.stage_model import ImageDefinition, Step
 
 REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::[-+][^}]*)?\}")
 
@@ -45,7 +45,7 @@ def check_arg_name(name: str, where: str, value: str = "") -> None:
         )
         raise ConfigError(msg)
     if name in STAGE_NAMES:
-        msg = f"{where}: ARG '{name}' is an image-layout name (imagebuild.layout.STAGE_NAMES); rename it"
+        msg = f"{where}: ARG '{name}' is an image-layout name (imagebuild.inputs.layout.STAGE_NAMES); rename it"
         raise ConfigError(msg)
 
 

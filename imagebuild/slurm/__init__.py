@@ -2,5 +2,6 @@
 
 job      the job's values, each checked by its kind          recipe   the recipe's topology, via the launcher
 archive  the manifest of a registry-less job's archive       script   the sbatch script (pure rendering)
-command  the subcommand's arguments and handler
+
+The command line is ``imagebuild.cli.slurm``. May import: distribute, launcher, pins, inputs and below.
 """

@@ -21,8 +21,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable
 
+from imagebuild.inputs.layout import LAUNCHER
 from imagebuild.launcher.sentinel import SENTINEL_NAME
-from imagebuild.layout import LAUNCHER
 from imagebuild.slurm.job import ArchivedImage, Job, PulledImage
 from imagebuild.slurm.recipe import Topology
 

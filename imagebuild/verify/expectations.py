@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 
 from imagebuild.errors import ConfigError
 from imagebuild.image_files.imagebuild_check import GUARD_KEY
-from imagebuild.layout import (
+from imagebuild.inputs.layout import (
     APP_DIR,
     APT_PACKAGES_FILE,
     ARCH_LABEL,
@@ -39,9 +39,9 @@ from imagebuild.layout import (
     SECRET_SCAN_ROOTS,
     VERSIONS_FILE,
 )
+from imagebuild.inputs.stage_model import GUARD_GROUP, ImageDefinition, Shell
 from imagebuild.project import Inputs
 from imagebuild.render import build_constraint_text
-from imagebuild.stage_model import GUARD_GROUP, ImageDefinition, Shell
 
 # The build-time constraint proof (imagebuild-check constraint-proof) writes this key.
 SETUPTOOLS_KEY = "BUILD_SETUPTOOLS"

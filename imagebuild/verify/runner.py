@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from imagebuild.engine import Engine, ImageInfo
+from imagebuild.engine.interface import Engine, ImageInfo
 from imagebuild.errors import CommandError, VerifyError
-from imagebuild.layout import SECRET_SCAN_ROOTS
+from imagebuild.inputs.layout import SECRET_SCAN_ROOTS
+from imagebuild.inputs.values import ABSOLUTE_PATH
 from imagebuild.project import Inputs
 from imagebuild.util.run import run_command
-from imagebuild.values import ABSOLUTE_PATH
 from imagebuild.verify import checks
 from imagebuild.verify.checks.support import CONTEXT_ENV, RESULTS_ENV
 from imagebuild.verify.expectations import Expectations, build_expectations

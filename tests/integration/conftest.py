@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.cli import main
-from imagebuild.docker_engine import DockerEngine
+from imagebuild.engine.docker import DockerEngine
 from imagebuild.errors import EngineError
 from sampleworld.layout import DEFAULT_STATE_DIR
 from sampleworld.world import World, up

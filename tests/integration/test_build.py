@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
+from imagebuild.build.sbom import validate_sbom
 from imagebuild.cli import main
-from imagebuild.docker_engine import DockerEngine
+from imagebuild.engine.docker import DockerEngine
 from imagebuild.errors import EngineError
+from imagebuild.inputs.python_lock import lock_path_for, require_python_lock
+from imagebuild.inputs.stage_model import BUILD_GROUP
 from imagebuild.pins import load_pins
-from imagebuild.python_lock import lock_path_for, require_python_lock
-from imagebuild.sbom import validate_sbom
-from imagebuild.stage_model import BUILD_GROUP
 from sampleworld.layout import BAD_SHA
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.build import BuildOptions, build_image
+from imagebuild.build.core import BuildOptions, build_image
+from imagebuild.build.progress import BuildProgress
 from imagebuild.cli import main
-from imagebuild.docker_engine import DockerEngine
+from imagebuild.engine.docker import DockerEngine
 from imagebuild.errors import BuildError
-from imagebuild.progress import BuildProgress
+from imagebuild.inputs.python_lock import require_python_lock
 from imagebuild.project import find_project
-from imagebuild.python_lock import require_python_lock
 from imagebuild.render import ConstraintMode
 from sampleworld.world import World
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.cli import main
-from imagebuild.docker_engine import DockerEngine
+from imagebuild.engine.docker import DockerEngine
 from sampleworld.engines import NodeEngine
 from sampleworld.world import World
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from imagebuild.cli import main
-from imagebuild.docker_engine import DockerEngine
+from imagebuild.engine.docker import DockerEngine
 from imagebuild.errors import EngineError
-from imagebuild.python_lock import require_python_lock
+from imagebuild.inputs.python_lock import require_python_lock
 from sampleworld.world import World
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]

@@ -1,6 +1,6 @@
 """Normalisation reads the build's layers from the engine's layer store, and gets what `docker save` gives.
 
-The fast path (imagebuild.repro.tar_split) rebuilds each layer tar from the
+The fast path (imagebuild.normalize.tar_split) rebuilds each layer tar from the
 overlay2 diff directory and the engine's tar-split record; these tests run
 both paths on the same built images and compare the normalised image IDs,
 which name every layer's bytes.
@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.docker_engine import DockerEngine
-from imagebuild.engine import BuildRequest, StoredLayer
+from imagebuild.engine.docker import DockerEngine
+from imagebuild.engine.interface import BuildRequest, StoredLayer
+from imagebuild.normalize.after_build import layer_plan
+from imagebuild.normalize.core import FROM_SAVE, FROM_STORE, LayerPlan, normalize_image
+from imagebuild.normalize.streams import open_stream
+from imagebuild.normalize.tar_split import layer_chunks
 from imagebuild.pins import load_pins
 from imagebuild.project import find_project
-from imagebuild.render import RenderOptions
-from imagebuild.repro.after_build import layer_plan
-from imagebuild.repro.normalize import FROM_SAVE, FROM_STORE, LayerPlan, normalize_image
-from imagebuild.repro.streams import open_stream
-from imagebuild.repro.tar_split import layer_chunks
+from imagebuild.render import RenderOptions, render_inputs
 
 pytestmark = pytest.mark.docker
 
@@ -50,7 +50,7 @@ def test_the_sample_image_normalises_to_one_id_from_the_store_and_from_save(
         assert (normalization["read_from"], normalization["fallback_reason"]) == (FROM_STORE, "")
     built = str(normalization["unnormalized_id"])
     inputs = find_project(REPO, locked_pins).load("gfx942")
-    dockerfile = inputs.render(RenderOptions())
+    dockerfile = render_inputs(inputs, RenderOptions())
     plan = layer_plan(engine, built, inputs.pins.image(inputs.definition.base_pin).reference, dockerfile)
     from_store = normalize_image(engine, built, plan, tmp_path)
     from_save = normalize_image(engine, built, plan, tmp_path, from_store=False)

@@ -5,7 +5,7 @@ that directory with the classic builder and, where this machine can, with BuildK
 image has the same /app/versions.txt, the same labels (given the build args imagebuild
 passes) and the same file tree: every path with its type, mode and size, and the content
 of every file but the container's own hosts files. Not the mtimes: only `imagebuild build`
-normalises those (imagebuild.repro); the content needs no normalising, since the Dockerfile
+normalises those (imagebuild.normalize); the content needs no normalising, since the Dockerfile
 declares SOURCE_DATE_EPOCH and the steps leave no logs or caches behind.
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from imagebuild.cli import main
-from imagebuild.docker_engine import DockerEngine
-from imagebuild.layout import CHECKOUT_LABEL_ARGS, VERSIONS_FILE
+from imagebuild.engine.docker import DockerEngine
+from imagebuild.inputs.layout import CHECKOUT_LABEL_ARGS, VERSIONS_FILE
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 

@@ -19,7 +19,7 @@ import pytest
 
 import docker
 from imagebuild.cli import main
-from imagebuild.docker_engine import DockerEngine
+from imagebuild.engine.docker import DockerEngine
 from imagebuild.pins import GitPin, load_pins
 from sampleworld.world import World
 

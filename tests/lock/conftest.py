@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 import requests
 
-from imagebuild.arch import ArchProfile
+from imagebuild.inputs.arch import ArchProfile
 from imagebuild.testing import free_port
 from tests.lock.repositories import GitDaemon, Registry, TokenProxy
 from tests.lock.servers import (

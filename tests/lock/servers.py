@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from imagebuild.arch import ArchProfile
+from imagebuild.inputs.arch import ArchProfile
 from imagebuild.lock import LockOptions
 
 

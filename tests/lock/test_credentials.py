@@ -15,7 +15,7 @@ from urllib.parse import parse_qs
 import pytest
 import requests
 
-from imagebuild.docker_engine.credentials import registry_credentials
+from imagebuild.engine.credentials import registry_credentials
 from imagebuild.errors import ConfigError
 from imagebuild.lock import lock
 from imagebuild.lock.http import FetchError, Http

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.arch import ArchProfile
 from imagebuild.errors import ConfigError, LockError
+from imagebuild.inputs.arch import ArchProfile
 from imagebuild.lock import LockResult, lock
 from imagebuild.lock.files import hash_url
 from imagebuild.lock.git import GitError, GitOptions, GitProcesses, resolve_ref
 from imagebuild.lock.http import Http
 from imagebuild.lock.pypi import DistFile, choose_wheel, target_tags
 from imagebuild.lock.turns import writer_turn
-from imagebuild.retry import Cancelled
 from imagebuild.util.files import write_atomically
+from imagebuild.util.retry import Cancelled
 from tests.lock.repositories import Registry
 from tests.lock.servers import (
     FileServer,

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.arch import ArchProfile
-from imagebuild.epoch import format_epoch
 from imagebuild.errors import ConfigError, LockError
+from imagebuild.inputs.arch import ArchProfile
 from imagebuild.lock import LockResult, lock
+from imagebuild.pins.epoch import format_epoch
 from tests.lock.repositories import GitDaemon, GitRepo, Registry, TokenProxy
 from tests.lock.servers import FileServer, IndexFile, options, serve_index, zip_bytes
 

@@ -9,7 +9,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from imagebuild.retry import (
+from imagebuild.util.retry import (
     Cancelled,
     Deadline,
     RetryPolicy,

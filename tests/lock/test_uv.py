@@ -83,7 +83,7 @@ def test_resolves_groups_under_constraints_for_the_target(index: IndexServer) ->
 
 
 def test_previous_lock_is_kept_unless_upgraded(index: IndexServer) -> None:
-    from imagebuild.python_lock import PythonLock
+    from imagebuild.inputs.python_lock import PythonLock
 
     first = UvResolver().resolve(request(index))
     older = tuple(

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from imagebuild.build.sbom import InstalledDistribution, SbomInputs
+from imagebuild.inputs.python_lock import PythonLock, read_python_lock
 from imagebuild.pins import PinSet, parse_pins
-from imagebuild.python_lock import PythonLock, read_python_lock
-from imagebuild.sbom import InstalledDistribution, SbomInputs
 from tests import REPO
 
 IMAGE_ID = "sha256:" + "9" * 64

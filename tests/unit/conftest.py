@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from imagebuild.attestations import INVENTORY_SCRIPT
-from imagebuild.build import BuildOptions, BuildRecord, build_image
-from imagebuild.progress import BuildProgress
+from imagebuild.build.attestations import INVENTORY_SCRIPT
+from imagebuild.build.core import BuildOptions, BuildRecord, build_image
+from imagebuild.build.progress import BuildProgress
 from imagebuild.project import find_project
 from imagebuild.testing import FakeClock, FakeEngine, Recording
 from sampleworld.layout import BAD_SHA

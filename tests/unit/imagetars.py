@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from imagebuild.engine import StoredImage, StoredLayer
+from imagebuild.engine.interface import StoredImage, StoredLayer
 
 EPOCH = 1767232800  # 2026-01-01T02:00:00Z
 BEFORE, AFTER = EPOCH - 86400 * 400, EPOCH + 86400 * 300

@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from imagebuild.project import find_project
-from imagebuild.render import Dockerfile, RenderOptions
+from imagebuild.render import Dockerfile, RenderOptions, render_inputs
 from tests import REPO
 
 
 def rendered(root: Path = REPO, **options: object) -> Dockerfile:
     inputs = find_project(root).load("gfx942")
     opts = RenderOptions(**{"allow_unpinned": True, **options})  # type: ignore[arg-type]
-    return inputs.render(opts)
+    return render_inputs(inputs, opts)
 
 
 def final_stage(text: str) -> list[str]:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from imagebuild.errors import NormalizeError
+from imagebuild.normalize.after_build import cache_tag, layer_plan, normalize_build, previous_normalization
 from imagebuild.project import find_project
-from imagebuild.render import Dockerfile, RenderOptions
-from imagebuild.repro.after_build import cache_tag, layer_plan, normalize_build, previous_normalization
+from imagebuild.render import Dockerfile, RenderOptions, render_inputs
 from imagebuild.testing import FakeEngine, image_info
 
 
@@ -81,4 +81,4 @@ def test_a_built_image_that_does_not_sit_on_its_base_is_refused() -> None:
 
 def sample_dockerfile() -> Dockerfile:
     inputs = find_project(REPO, REPO / "sampleworld" / "pins.toml").load("gfx942")
-    return inputs.render(RenderOptions(allow_unpinned=True))
+    return render_inputs(inputs, RenderOptions(allow_unpinned=True))

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.attestations import (
+from imagebuild.build.attestations import (
     INVENTORY_SCRIPT,
     AttestationPaths,
     input_files,
-    inputs_digest,
     read_inventory,
-    sbom_file_name,
 )
-from imagebuild.engine import BuildEvent, BuildRequest, Engine, ImageInfo, PushEvent
+from imagebuild.build.sbom import InstalledDistribution
+from imagebuild.engine.interface import BuildEvent, BuildRequest, Engine, ImageInfo, PushEvent
 from imagebuild.errors import AttestationError
+from imagebuild.inputs.layout import sbom_file_name
 from imagebuild.project import find_project
-from imagebuild.sbom import InstalledDistribution
+from imagebuild.render.context import inputs_digest
 
 
 class RunOnlyEngine(Engine):

@@ -20,21 +20,23 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.attestations import INPUTS_LABEL, SBOM_LABEL
-from imagebuild.build import BuildOptions, BuildRecord, build_image
-from imagebuild.context import build_context
+from imagebuild.build.checkout_labels import checkout_build_args, checkout_labels, image_labels, public_url
+from imagebuild.build.core import BuildOptions, BuildRecord, build_image
+from imagebuild.build.progress import BuildProgress
 from imagebuild.errors import BuildError, ConfigError, EngineError
-from imagebuild.labels import checkout_build_args, checkout_labels, image_labels, label_block, public_url
-from imagebuild.layout import (
+from imagebuild.inputs.layout import (
     ARCH_LABEL,
     CHECKOUT_LABEL_ARGS,
+    INPUTS_LABEL,
     OCI_LABEL_PREFIX,
     OCI_LABELS,
     PIN_LABEL_PREFIX,
+    SBOM_LABEL,
 )
-from imagebuild.progress import BuildProgress
 from imagebuild.project import Inputs, Project, find_project
-from imagebuild.render import RenderOptions
+from imagebuild.render import RenderOptions, render_inputs
+from imagebuild.render.context import build_context
+from imagebuild.render.labels import label_block
 from imagebuild.testing import FakeClock, FakeEngine, Recording
 from sampleworld.layout import BAD_SHA
 
@@ -52,7 +54,7 @@ def sample(pins: Path) -> tuple[Project, Inputs]:
 @pytest.mark.parametrize("name", ["success", "cached", "engine-lost"])
 def test_recordings_match_the_dockerfile_the_stages_render(name: str, build_streams: Path) -> None:
     _, inputs = sample(build_streams / "pins.toml")
-    text = inputs.render(RenderOptions()).text
+    text = render_inputs(inputs, RenderOptions()).text
     recorded = Recording.load(build_streams / f"{name}.jsonl").dockerfile_sha256
     assert hashlib.sha256(text.encode()).hexdigest() == recorded, (
         "stages/ changed since the build streams were recorded: "
@@ -87,7 +89,7 @@ def test_the_build_sends_the_rendered_context_with_the_checkout_labels_as_build_
     assert not request.no_cache
     assert request.labels == {}  # the labels are the Dockerfile's LABEL, not build options
     project, inputs = sample(build_streams / "pins.toml")
-    dockerfile = inputs.render(RenderOptions())
+    dockerfile = render_inputs(inputs, RenderOptions())
     context = build_context(dockerfile, inputs)
     with tarfile.open(fileobj=io.BytesIO(request.context)) as tar:
         sent = {
@@ -179,7 +181,7 @@ def test_labels_outside_a_git_checkout_fall_back(project: Path, build_streams: P
 CONTEXT_DIGEST = """
 import hashlib, sys
 from pathlib import Path
-from imagebuild.context import build_context
+from imagebuild.render.context import build_context
 from imagebuild.project import find_project
 from imagebuild.render import RenderOptions, render
 project = find_project(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.build import BuildRecord
+from imagebuild.build.core import BuildRecord
 from imagebuild.errors import RegistryError
 from imagebuild.project import find_project
 from imagebuild.testing import FakeEngine

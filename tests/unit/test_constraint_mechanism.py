@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 import shlex
 
+from imagebuild.inputs.python_lock import require_python_lock
 from imagebuild.project import find_project
-from imagebuild.python_lock import require_python_lock
 from imagebuild.render import (
     BUILD_CONSTRAINT_FILE,
     CONSTRAINT_FILE,
@@ -19,7 +19,7 @@ from tests.unit.render_support import rendered
 
 PIP_RE = re.compile(r"python3 -m pip (\w+)")
 # A requirement line fed to `pip install --require-hashes -r /dev/stdin`, one double-quoted shell
-# word (imagebuild.values.shell_word): a locked package, or a pinned wheel file with the ARG holding
+# word (imagebuild.inputs.values.shell_word): a locked package, or a pinned wheel file with the ARG holding
 # its sha256.
 LOCKED_LINE_RE = re.compile(
     r'^"(?P<name>[a-z0-9-]+)==(?P<version>[^"\\$` ]+) --hash=sha256:(?P<sha>[0-9a-f]{64})"$'

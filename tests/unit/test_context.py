@@ -10,20 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.attestations import INPUTS_LABEL
-from imagebuild.build import check_build_args
+from imagebuild.build.core import check_build_args
 from imagebuild.cli import main
-from imagebuild.context import BuildContext, build_context, read_context_dir
 from imagebuild.errors import ConfigError
-from imagebuild.layout import CHECKOUT_LABEL_ARGS, PIN_LABEL_PREFIX
+from imagebuild.inputs.layout import CHECKOUT_LABEL_ARGS, INPUTS_LABEL, PIN_LABEL_PREFIX
 from imagebuild.project import Inputs, find_project
-from imagebuild.render import RenderOptions
+from imagebuild.render import RenderOptions, render_inputs
+from imagebuild.render.context import BuildContext, build_context, read_context_dir
 from tests import REPO
 
 
 def context_of(root: Path, pins: Path | None = None) -> tuple[Inputs, BuildContext]:
     inputs = find_project(root, pins).load("gfx942")
-    dockerfile = inputs.render(RenderOptions(allow_unpinned=True))
+    dockerfile = render_inputs(inputs, RenderOptions(allow_unpinned=True))
     return inputs, build_context(dockerfile, inputs)
 
 

@@ -17,8 +17,8 @@ import pytest
 
 import imagebuild
 from imagebuild.cli import main
-from imagebuild.docker_engine import DockerEngine
-from imagebuild.engine_errors import plain_reason
+from imagebuild.engine.docker import DockerEngine
+from imagebuild.engine.unreachable import plain_reason
 from imagebuild.errors import ConfigError, EngineError
 from imagebuild.testing import free_port
 from tests import REPO

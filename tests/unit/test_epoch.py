@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.build import check_build_args
-from imagebuild.epoch import FLOOR, format_epoch
+from imagebuild.build.core import check_build_args
 from imagebuild.errors import ConfigError, UnpinnedError
-from imagebuild.plan import invalidated_steps
+from imagebuild.pins.epoch import FLOOR, format_epoch
 from imagebuild.project import find_project
-from imagebuild.render import Dockerfile, RenderOptions
+from imagebuild.render import Dockerfile, RenderOptions, render_inputs
+from imagebuild.render.plan import invalidated_steps
 
 REPO = Path(__file__).resolve().parents[2]
 MORI, VLLM, ROUTER = "2026-01-01T02:00:00Z", "2026-01-01T03:00:00Z", "2026-01-01T02:30:00Z"
@@ -33,7 +33,7 @@ def lock_all(project: Path, *, mori: str = MORI, vllm: str = VLLM, router: str =
 
 def rendered(project: Path, **options: object) -> Dockerfile:
     inputs = find_project(project).load("gfx942")
-    return inputs.render(RenderOptions(**options))  # type: ignore[arg-type]
+    return render_inputs(inputs, RenderOptions(**options))  # type: ignore[arg-type]
 
 
 def declarations(dockerfile: Dockerfile) -> dict[int, int]:

@@ -12,12 +12,12 @@ import pytest
 from imagebuild import errors
 from imagebuild.distribute.compression import Compression
 from imagebuild.distribute.export import ExportOptions, export_image
-from imagebuild.distribute.importer import cli, failures
-from imagebuild.distribute.importer.manifest import FORMAT, FORMAT_VERSION
-from imagebuild.distribute.importer.socket_engine import SocketEngine
 from imagebuild.distribute.local_import import check_manifest, import_manifest
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
 from imagebuild.errors import ConfigError, EngineError, IntegrityError
+from imagebuild.importer import cli, failures
+from imagebuild.importer.manifest import FORMAT, FORMAT_VERSION
+from imagebuild.importer.socket_engine import SocketEngine
 from imagebuild.testing import FakeEngine
 
 TAG = "imagebuild/kimi-k3:gfx942"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import layout
 from imagebuild.image_files import imagebuild_check as check
+from imagebuild.inputs import layout
 
 RECORDED = ("aiter/__init__.py", "aiter/ops/__init__.py", "aiter/ops/triton/conv/__init__.py")
 
@@ -72,6 +72,6 @@ def test_the_guard_installs_only_exact_hash_locked_lines() -> None:
 
 
 def test_the_tool_reads_the_files_the_context_installs() -> None:
-    """The tool runs in the image without imagebuild: its paths are copies of imagebuild.layout's."""
+    """The tool runs in the image without imagebuild: its paths are copies of imagebuild.inputs.layout's."""
     assert str(check.CONSTRAINT_FILE) == layout.CONSTRAINT_FILE
     assert str(check.BUILD_CONSTRAINT_FILE) == layout.BUILD_CONSTRAINT_FILE

@@ -6,8 +6,9 @@ import io
 import tarfile
 from pathlib import Path
 
-from imagebuild.repro.layer_names import chain_ids, legacy_layer_dirs
-from imagebuild.repro.normalize import LayerPlan, normalize_saved
+from imagebuild.engine.chain_ids import chain_ids
+from imagebuild.normalize.core import LayerPlan, normalize_saved
+from imagebuild.normalize.layer_names import legacy_layer_dirs
 from tests.unit.imagetars import EPOCH, Item, config, digest, layer, saved
 
 # The three lowest layers of a sample-world image and the directories Docker 20.10's save gave them.

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from imagebuild.errors import ConfigError
-from imagebuild.layout import CHECK_TOOL, LAUNCHER_DIR, STAGE_NAMES, VERSIONS_FILE
+from imagebuild.inputs.layout import CHECK_TOOL, LAUNCHER_DIR, STAGE_NAMES, VERSIONS_FILE
+from imagebuild.inputs.stage_model import Shell
+from imagebuild.inputs.stages import load_stages
 from imagebuild.project import find_project
-from imagebuild.render import RenderOptions
-from imagebuild.stage_model import Shell
-from imagebuild.stages import load_stages
+from imagebuild.render import RenderOptions, render_inputs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,4 +47,4 @@ def test_a_misspelt_layout_name_gets_a_suggestion(project: Path) -> None:
     step.write_text(step.read_text().replace("${VERSIONS_FILE}", "${VERSION_FILE}"))
     inputs = find_project(project).load("gfx942")
     with pytest.raises(ConfigError, match="Perhaps you meant 'VERSIONS_FILE'"):
-        inputs.render(RenderOptions(allow_unpinned=True))
+        render_inputs(inputs, RenderOptions(allow_unpinned=True))

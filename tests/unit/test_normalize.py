@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from imagebuild.repro.archive import ArchiveError, read_saved_image
-from imagebuild.repro.normalize import (
+from imagebuild.normalize.archive import ArchiveError, read_saved_image
+from imagebuild.normalize.core import (
     LayerPlan,
     NormalizeFailure,
     load_chunks,
     normalize_saved,
     normalized_config,
 )
-from imagebuild.repro.streams import spool
+from imagebuild.normalize.streams import spool
 from tests.unit.imagetars import AFTER, BEFORE, EPOCH, Item, config, digest, entries, layer, saved
 
 BASE = [

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from imagebuild.docker_engine.overlay2_store import stored_image
-from imagebuild.repro.layer_names import chain_ids
+from imagebuild.engine.chain_ids import chain_ids
+from imagebuild.engine.overlay2_store import stored_image
 from tests.unit.imagetars import Item, layer
 
 LAYERS = [layer([Item("a", data=b"a")]), layer([Item("b", data=b"b")]), layer([Item("c", data=b"c")])]

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.build import BuildRecord
-from imagebuild.build_stream import StepTiming
+from imagebuild.build.core import BuildRecord
+from imagebuild.build.progress import BuildProgress, ProgressMode, make_progress
+from imagebuild.build.stream import StepTiming
 from imagebuild.errors import BuildError
-from imagebuild.progress import BuildProgress, ProgressMode, make_progress
 from imagebuild.testing import FakeClock, FakeEngine, Recording
 
 Replay = Callable[..., tuple[FakeEngine, BuildRecord]]  # the replay fixture (tests/unit/conftest.py)

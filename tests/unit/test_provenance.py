@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from imagebuild.provenance import FileDigest, ProvenanceInputs, make_provenance, provenance_text
+from imagebuild.build.provenance import FileDigest, ProvenanceInputs, make_provenance, provenance_text
 from tests.unit.attest_support import FINISHED, IMAGE_ID, STARTED, lock, pins
 
 GOLDEN = Path(__file__).parent / "golden" / "provenance.intoto.json"

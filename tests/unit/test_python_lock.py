@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 
 from imagebuild.errors import ConfigError, LockError
-from imagebuild.lock.python import PythonLockOptions, declared_groups, lock_python
-from imagebuild.lock.uv import Resolution, Resolver, ResolveRequest, explain
-from imagebuild.project import find_project
-from imagebuild.python_lock import (
+from imagebuild.inputs.python_lock import (
     LockedPackage,
     PythonLock,
     parse_python_lock,
     read_python_lock,
     render_python_lock,
 )
-from imagebuild.stages import load_stages
+from imagebuild.inputs.stages import load_stages
+from imagebuild.lock.python import PythonLockOptions, declared_groups, lock_python
+from imagebuild.lock.uv import Resolution, Resolver, ResolveRequest, explain
+from imagebuild.project import find_project
 from tests import REPO
 
 SHA_A, SHA_B, SHA_C = "a" * 64, "b" * 64, "c" * 64

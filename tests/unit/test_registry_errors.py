@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.docker_engine.credentials import credentials_for, registry_failure
+from imagebuild.engine.credentials import credentials_for, registry_failure
 from imagebuild.errors import RegistryError
 
 REGISTRY = "127.0.0.1:5000"

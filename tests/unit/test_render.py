@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.context import build_context, context_differences
 from imagebuild.errors import UnpinnedError
 from imagebuild.pins import load_pins
 from imagebuild.project import find_project
+from imagebuild.render.context import build_context, context_differences
 from tests import REPO
 from tests.unit.render_support import final_stage, rendered
 

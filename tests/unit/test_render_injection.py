@@ -31,13 +31,13 @@ from dockerfile_parse import DockerfileParser
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagebuild.build import check_build_args
-from imagebuild.context import BuildContext, build_context
+from imagebuild.build.core import check_build_args
 from imagebuild.errors import ConfigError
-from imagebuild.labels import label_block
-from imagebuild.layout import BUILD_CONSTRAINT_FILE, CONTEXT_ROOTFS
+from imagebuild.inputs.layout import BUILD_CONSTRAINT_FILE, CONTEXT_ROOTFS
 from imagebuild.project import Inputs, find_project
-from imagebuild.render import RenderOptions
+from imagebuild.render import RenderOptions, render_inputs
+from imagebuild.render.context import BuildContext, build_context
+from imagebuild.render.labels import label_block
 from tests import REPO
 
 # Pieces of Dockerfile and shell syntax, and characters that end or hide a line.
@@ -133,7 +133,7 @@ class World:
         """What `imagebuild render` writes to docker/gfx942/ (and `imagebuild build` sends)."""
         inputs = self.inputs()
         options = RenderOptions(allow_unpinned=True)
-        dockerfile = inputs.render(options)
+        dockerfile = render_inputs(inputs, options)
         return build_context(dockerfile, inputs)
 
     def render(self) -> str:

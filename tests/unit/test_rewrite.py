@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from imagebuild.repro.rewrite import LayerError, rewrite_layer
+from imagebuild.normalize.rewrite import LayerError, rewrite_layer
 from tests.unit.imagetars import AFTER, BEFORE, EPOCH, Item, digest, entries, go_style, layer
 
 LONG = "usr/lib/python3/dist-packages/" + "a-very-long-directory-name/" * 8 + "module_with_a_long_name.py"

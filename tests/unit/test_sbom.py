@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from imagebuild.build.sbom import make_sbom, validate_sbom
 from imagebuild.errors import AttestationError
-from imagebuild.sbom import make_sbom, validate_sbom
 from tests.unit.attest_support import IMAGE_ID, INPUTS, lock, pin_data, pins, sbom_inputs
 
 GOLDEN = Path(__file__).parent / "golden" / "sbom.cdx.json"
@@ -39,7 +39,7 @@ def test_sbom_matches_the_golden_file() -> None:
     """Byte for byte: the golden file was made before each kind of pin described itself (Pin.describe).
 
     Regenerate it after an intended change with
-    PYTHONPATH=. python -c "from tests.unit.attest_support import sbom_inputs; from imagebuild.sbom import make_sbom; print(make_sbom(sbom_inputs()), end='')" > tests/unit/golden/sbom.cdx.json
+    PYTHONPATH=. python -c "from tests.unit.attest_support import sbom_inputs; from imagebuild.build.sbom import make_sbom; print(make_sbom(sbom_inputs()), end='')" > tests/unit/golden/sbom.cdx.json
     """
     assert make_sbom(sbom_inputs()) == GOLDEN.read_text(encoding="utf-8")
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.distribute import importer
+from imagebuild import importer
 from imagebuild.distribute.export import ExportOptions, export_image
-from imagebuild.distribute.importer.docker_api import loaded_images, loads_zstd, stream_error
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, ZIP_TIME, importer_zipapp
+from imagebuild.importer.docker_api import loaded_images, loads_zstd, stream_error
 from imagebuild.testing import FakeEngine
 
 TAG = "imagebuild/kimi-k3:gfx942"

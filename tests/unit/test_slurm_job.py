@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.cli import main
-from imagebuild.distribute.importer.manifest import Manifest
+from imagebuild.importer.manifest import Manifest
 
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"127.0.0.1:5000/imagebuild/kimi-k3@{DIGEST}"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.engine import StoredImage
-from imagebuild.repro.normalize import (
+from imagebuild.engine.interface import StoredImage
+from imagebuild.normalize.core import (
     FROM_SAVE,
     FROM_STORE,
     LayerPlan,
@@ -20,7 +20,7 @@ from imagebuild.repro.normalize import (
     normalize_saved,
     normalize_stored,
 )
-from imagebuild.repro.tar_split import TarSplitError, layer_chunks
+from imagebuild.normalize.tar_split import TarSplitError, layer_chunks
 from imagebuild.testing import FakeEngine, image_info
 from tests.unit.imagetars import (
     BEFORE,

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from imagebuild.errors import ConfigError
-from imagebuild.values import (
+from imagebuild.inputs.values import (
     ABSOLUTE_PATH,
     ABSOLUTE_PATH_TEMPLATE,
     COMMIT,

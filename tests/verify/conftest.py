@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from imagebuild.engine import Engine
+from imagebuild.engine.interface import Engine
 from imagebuild.project import find_project
 from imagebuild.verify.expectations import build_expectations
 from sampleworld.layout import BASE_REPOSITORY
@@ -59,7 +59,7 @@ def docker_client() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def engine(docker_client: Any) -> Engine:
-    from imagebuild.docker_engine import DockerEngine
+    from imagebuild.engine.docker import DockerEngine
 
     return DockerEngine.from_env()
 

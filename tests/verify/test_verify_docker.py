@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.engine import Engine
+from imagebuild.engine.interface import Engine
 from imagebuild.project import find_project
 from imagebuild.verify import VerifyOptions, VerifyResult, verify
 from tests.verify.verify_support import REPO, GoodImage

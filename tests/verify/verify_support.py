@@ -119,7 +119,7 @@ def good_files(exp: Expectations) -> dict[str, tuple[bytes, int]]:
         root = exp.tuned_config_roots[i % len(exp.tuned_config_roots)]
         files[f"{sp}/{root}/configs/{name}"] = (b"token,expert,kernel\n", 0o644)
     launcher = exp.launcher.lstrip("/").rsplit("/", 1)[0]
-    # The whole package, as the build context ships it (imagebuild/context.py): serve.py imports it.
+    # The whole package, as the build context ships it (imagebuild/render/context.py): serve.py imports it.
     for p in sorted(LAUNCHER_DIR.rglob("*")):
         if p.suffix in (".py", ".toml") and "__pycache__" not in p.parts:
             files[f"{launcher}/{p.relative_to(LAUNCHER_DIR).as_posix()}"] = (p.read_bytes(), 0o644)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from imagebuild.layout import PIN_LABEL_PREFIX
+from imagebuild.inputs.layout import PIN_LABEL_PREFIX
 from imagebuild.verify.checks.support import expect, expectations, image_config
 from imagebuild.verify.expectations import is_banned_env
 

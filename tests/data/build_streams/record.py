@@ -14,7 +14,7 @@ scenario, each line a message of ``POST /build`` with its time.
 * ``engine-lost``: the connection to the engine cut mid-build (through a
   socket proxy here, as a daemon restart or a dropped tunnel would);
 * ``inventory.txt``: what the built image's python prints for the SBOM's pip
-  inventory (imagebuild.attestations), which the replayed builds answer with.
+  inventory (imagebuild.build.attestations), which the replayed builds answer with.
 
 Re-record after changing stages/ (tests/unit/test_build_fake.py says so).
 """
@@ -39,11 +39,11 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 sys.path.insert(0, str(REPO))
 
-from imagebuild.attestations import INVENTORY_SCRIPT  # noqa: E402
-from imagebuild.build import BuildOptions, build_image  # noqa: E402
+from imagebuild.build.attestations import INVENTORY_SCRIPT  # noqa: E402
+from imagebuild.build.core import BuildOptions, build_image  # noqa: E402
 from imagebuild.cli import main as imagebuild_main  # noqa: E402
-from imagebuild.docker_engine import DockerEngine  # noqa: E402
-from imagebuild.engine import BuildEvent, BuildRequest  # noqa: E402
+from imagebuild.engine.docker import DockerEngine  # noqa: E402
+from imagebuild.engine.interface import BuildEvent, BuildRequest  # noqa: E402
 from imagebuild.errors import BuildError, EngineError  # noqa: E402
 from imagebuild.project import find_project  # noqa: E402
 from imagebuild.render import RenderOptions, render  # noqa: E402

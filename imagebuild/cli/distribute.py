@@ -1,0 +1,194 @@
+"""The command-line side of publish, export and import: arguments in, results on stdout.
+
+Registered with ``imagebuild.cli`` like every verb (``register``); each checks its arguments before it
+touches the engine, and reports through ``imagebuild.cli.main`` (one line, the error's exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+
+from imagebuild.cli import arguments
+from imagebuild.cli.verbs import Verb, Verbs, project_of
+from imagebuild.errors import ExitCode, ImageBuildError
+from imagebuild.inputs.layout import build_record_path, default_tag
+from imagebuild.log import format_duration, logger
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _default_image(args: argparse.Namespace) -> str:
+    return str(args.image or default_tag(args.arch))
+
+
+def _default_record(args: argparse.Namespace) -> Path | None:
+    """The build record publish notes the reference in: --record, else the checkout's, if in one."""
+    if args.record:
+        return Path(args.record)
+    try:
+        return build_record_path(project_of(args).root, args.arch)
+    except ImageBuildError:
+        return None
+
+
+def _print_json(data: object) -> None:
+    json.dump(data, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from imagebuild.distribute.publish import PublishOptions, check_repository, check_tag, publish_image
+    from imagebuild.engine.docker import DockerEngine
+
+    check_repository(args.repository)
+    if args.tag:
+        check_tag(args.tag)
+    options = PublishOptions(
+        image=_default_image(args),
+        repository=args.repository,
+        tag=args.tag,
+        record_path=_default_record(args),
+    )
+    engine = DockerEngine.from_env()
+    try:
+        result = publish_image(options, engine, report=logger.info)
+    finally:
+        engine.close()
+    if args.json:
+        _print_json(
+            {
+                "reference": result.reference,
+                "digest": result.digest,
+                "image_id": result.image_id,
+                "repository": result.repository,
+                "tag": result.tag,
+                "record": str(result.recorded_in) if result.recorded_in else None,
+            }
+        )
+    else:
+        sys.stdout.write(result.reference + "\n")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from imagebuild.distribute.compression import Compression
+    from imagebuild.distribute.export import ExportOptions, check_output_dir, export_image
+    from imagebuild.engine.docker import DockerEngine
+
+    options = ExportOptions(
+        image=_default_image(args),
+        output=check_output_dir(args.output),
+        compression=Compression(args.compress),
+    )
+    # A batch job's time limit or scancel sends SIGTERM: remove the temporary archive as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
+    engine = DockerEngine.from_env()
+    try:
+        result = export_image(options, engine, report=logger.info)
+    finally:
+        engine.close()
+    if args.json:
+        _print_json({"manifest": str(result.manifest_path), **result.manifest.to_json()})
+    else:
+        sys.stdout.write(f"{result.manifest_path}\n")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from imagebuild.distribute.local_import import check_manifest, import_manifest
+    from imagebuild.engine.docker import DockerEngine
+
+    check_manifest(args.manifest)
+    engine = DockerEngine.from_env()
+    try:
+        result = import_manifest(args.manifest, engine, report=logger.info)
+    finally:
+        engine.close()
+    how = (
+        "already present"
+        if result.already_present
+        else f"verified and loaded in {format_duration(result.seconds)}"
+    )
+    logger.info("%s %s; tagged %s", result.image_id, how, ", ".join(result.tags) or "nothing")
+    if args.json:
+        _print_json(
+            {
+                "image_id": result.image_id,
+                "tags": list(result.tags),
+                "already_present": result.already_present,
+                "seconds": round(result.seconds, 3),
+            }
+        )
+    else:
+        sys.stdout.write(result.image_id + "\n")
+    return 0
+
+
+def register(verbs: Verbs) -> None:
+    p = verbs.add(
+        Verb(
+            name="publish",
+            summary="push the image; print the reference nodes pull by digest",
+            run=cmd_publish,
+            examples=(
+                "imagebuild publish --repository registry.example.com/ml/kimi-k3",
+                "imagebuild publish kimi-k3:gfx942 --repository 127.0.0.1:5000/kimi-k3 --tag v1 --json",
+            ),
+            exit_codes=(ExitCode.NO_ENGINE, ExitCode.REGISTRY),
+            json="reference, digest, image ID, repository and tag",
+        )
+    )
+    p.add_argument(
+        "image", nargs="?", type=arguments.image, help="image to push (default imagebuild/kimi-k3:ARCH)"
+    )
+    p.add_argument(
+        "--repository", required=True, metavar="HOST[:PORT]/REPO", help="where to push, registry first"
+    )
+    p.add_argument("--tag", help="tag to push under (default ARCH-<image id, 12 hex>)")
+    p.add_argument(
+        "--record", type=Path, help="build record to note the reference in (default build/ARCH.build.json)"
+    )
+
+    p = verbs.add(
+        Verb(
+            name="export",
+            summary="write the image as a verified archive, a manifest and the importer",
+            run=cmd_export,
+            examples=(
+                "imagebuild export --output /shared/images",
+                "imagebuild export kimi-k3:gfx942 --output /shared/images --compress gzip",
+            ),
+            exit_codes=(ExitCode.NO_ENGINE,),
+            json="the manifest",
+        )
+    )
+    p.add_argument(
+        "image", nargs="?", type=arguments.image, help="image to export (default imagebuild/kimi-k3:ARCH)"
+    )
+    p.add_argument(
+        "--output", type=Path, required=True, metavar="DIR", help="directory (e.g. shared storage)"
+    )
+    p.add_argument(
+        "--compress",
+        choices=("zstd", "gzip", "none"),
+        default="zstd",
+        help="archive compression (default zstd)",
+    )
+
+    p = verbs.add(
+        Verb(
+            name="import",
+            summary="verify an exported archive against its manifest, load and tag it",
+            run=cmd_import,
+            examples=("imagebuild import /shared/images/kimi-k3-06203f705c54.tar.zst.json",),
+            exit_codes=(ExitCode.NO_ENGINE, ExitCode.INTEGRITY),
+            json="the image ID, its tags and whether it was already present",
+        )
+    )
+    p.add_argument("manifest", type=Path, help="the .json manifest export wrote next to the archive")

@@ -1,0 +1,13 @@
+"""The container engine: a small interface, and docker-py behind it.
+
+interface        Engine and its typed requests and events: what the rest of imagebuild talks to
+docker           DockerEngine, the one adapter: the only module (with credentials) that imports docker
+credentials      registry credentials as docker resolves them (auths, credsStore, credHelpers)
+overlay2_store   where a local overlay2 engine keeps an image's layers (the normaliser's fast path)
+chain_ids        the OCI chain IDs that name a stack of layers
+unreachable      why the engine could not be reached, in the words of the person who must fix it
+registry_errors  a registry's failure, as the engine reported it
+
+May import: errors, util, and importer's docker_api (the one reader of docker's stream messages,
+shared with the nodes' standard-library engine). Never a feature package.
+"""

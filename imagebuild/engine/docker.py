@@ -1,0 +1,339 @@
+"""The Docker engine through docker-py: with ``credentials``, the only module that imports docker.
+
+docker-py's errors become EngineError with the address tried and what to do.
+The engine is taken from the environment like the docker CLI does: DOCKER_HOST
+and the TLS variables, else the current docker context, else the local socket.
+Registry credentials come from docker's own config (``auths``, ``credsStore``, ``credHelpers``)
+through docker-py's auth module, so they resolve exactly as docker resolves them: for lock's
+registry queries and for push and pull (``credentials``).
+Load and stream messages are read by ``importer.docker_api``, shared with the nodes' stdlib engine.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import docker.auth
+import docker.errors
+import docker.utils
+import docker.utils.config
+import requests
+import urllib3
+from docker.context import ContextAPI
+
+import docker
+from imagebuild.engine.credentials import credentials_for, registry_failure
+from imagebuild.engine.interface import (
+    BuildEvent,
+    BuildRequest,
+    Engine,
+    ImageInfo,
+    PushEvent,
+    StoredImage,
+    classic_build_events,
+    push_event,
+)
+from imagebuild.engine.overlay2_store import stored_image
+from imagebuild.engine.unreachable import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, probe, unreachable
+from imagebuild.errors import ConfigError, EngineError, UnknownImageError
+from imagebuild.importer.docker_api import loaded_images, loads_zstd, stream_error
+
+PROBE_TIMEOUT_S = 10  # connecting to a live engine takes milliseconds; a filtered port never answers
+CHUNK_SIZE = 1 << 20  # save stream chunks: large enough for throughput, small enough to bound memory
+
+
+def _context_host() -> str | None:
+    """The endpoint of the current docker context, when DOCKER_HOST is unset."""
+    if os.environ.get("DOCKER_HOST"):
+        return None
+    try:
+        context = ContextAPI.get_current_context()
+    except Exception:  # a broken ~/.docker must not hide the real error below
+        return None
+    host = context.Host if context is not None else None
+    return str(host) if host else None
+
+
+class DockerEngine(Engine):
+    def __init__(self, client: docker.DockerClient, address: str) -> None:
+        self._client = client
+        self._api = client.api
+        self._address = address
+
+    @classmethod
+    def from_env(cls, timeout: int = 600) -> DockerEngine:
+        host = _context_host()
+        address = os.environ.get("DOCKER_HOST") or host or f"unix://{DEFAULT_SOCKET}"
+        _check_address(address, "DOCKER_HOST" if os.environ.get("DOCKER_HOST") else "the docker context")
+        try:
+            probe(address, PROBE_TIMEOUT_S)
+        except OSError as e:
+            raise EngineError(unreachable(address, e)) from e
+        try:
+            # Creating the client asks the engine for its API version (GET /version):
+            # that request is the reachability check, so no separate ping.
+            client = (
+                docker.DockerClient(base_url=host, timeout=timeout)
+                if host
+                else docker.from_env(timeout=timeout)
+            )
+        except docker.errors.DockerException as e:
+            if "paramiko" in str(e):
+                msg = (
+                    f"DOCKER_HOST={address}: ssh:// engines need the paramiko package (pip install paramiko); "
+                    "or forward the engine's socket with ssh -L and point DOCKER_HOST at the local end"
+                )
+                raise EngineError(msg) from e
+            raise EngineError(unreachable(address, e)) from e
+        return cls(client, address)
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    def close(self) -> None:
+        self._client.close()
+
+    def version(self) -> str:
+        try:
+            return str(self._api.version().get("Version", "unknown"))
+        except docker.errors.DockerException as e:
+            msg = f"could not ask the Docker engine at {self._address} for its version: {plain_reason(e)}"
+            raise EngineError(msg) from e
+
+    def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
+        try:
+            yield from classic_build_events(self.build_chunks(request))
+        except docker.errors.DockerException as e:
+            msg = f"the Docker engine at {self._address} failed the build request: {plain_reason(e)}"
+            raise EngineError(msg) from e
+        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as e:
+            # docker-py lets the transport's errors through unwrapped: a connection lost
+            # mid-stream (a daemon restart, a dropped tunnel) is urllib3's ProtocolError.
+            msg = f"lost the connection to the Docker engine at {self._address} during the build: {plain_reason(e)}"
+            raise EngineError(msg) from e
+
+    def build_chunks(self, request: BuildRequest) -> Iterator[dict[str, Any]]:
+        """The raw JSON messages of the build stream (build() translates them; recorders keep them)."""
+        stream: Iterator[dict[str, Any]] = self._api.build(
+            fileobj=io.BytesIO(request.context),
+            custom_context=True,
+            decode=True,
+            rm=True,
+            forcerm=True,  # remove intermediate containers of failed steps too
+            labels=dict(request.labels),
+            buildargs=dict(request.build_args),
+            network_mode=request.network_mode,
+            nocache=request.no_cache,
+            pull=False,
+        )
+        return stream
+
+    def tag(self, image_id: str, name: str) -> None:
+        repository, _, tag = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else (name, "", "latest")
+        try:
+            self._api.tag(image_id, repository, tag)
+        except docker.errors.DockerException as e:
+            msg = f"could not tag {image_id} as {name}: {plain_reason(e)}"
+            raise EngineError(msg) from e
+
+    def inspect_image(self, ref: str) -> ImageInfo:
+        try:
+            data = self._api.inspect_image(ref)
+            history = self._api.history(ref)
+        except docker.errors.ImageNotFound as e:
+            msg = f"no image '{ref}' in the Docker engine at {self._address}; build it first (imagebuild build) or name an image `docker images` lists"
+            raise UnknownImageError(msg) from e
+        except docker.errors.DockerException as e:
+            msg = f"could not inspect image '{ref}': {plain_reason(e)}"
+            raise EngineError(msg) from e
+        config = data.get("Config") or {}
+        env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+        entrypoint = config.get("Entrypoint")
+        cmd = config.get("Cmd")
+        return ImageInfo(
+            id=data["Id"],
+            tags=tuple(data.get("RepoTags") or ()),
+            labels=dict(config.get("Labels") or {}),
+            env=env,
+            entrypoint=tuple(entrypoint) if entrypoint is not None else None,
+            cmd=tuple(cmd) if cmd is not None else None,
+            workdir=config.get("WorkingDir") or "",
+            history=tuple(str(h.get("CreatedBy", "")) for h in history),
+            layers=tuple((data.get("RootFS") or {}).get("Layers") or ()),
+        )
+
+    def run(self, image: str, command: list[str], *, network_mode: str | None = None) -> tuple[int, str]:
+        container_id = self._create(image, command, network_mode)
+        try:
+            self._api.start(container_id)
+            code = int(self._api.wait(container_id)["StatusCode"])
+            output = self._api.logs(container_id, stdout=True, stderr=True).decode(errors="replace")
+        except docker.errors.DockerException as e:
+            msg = f"could not run {command[0]} in {image}: {plain_reason(e)}"
+            raise EngineError(msg) from e
+        finally:
+            self.remove(container_id)
+        return code, output
+
+    def start(self, image: str, *, network_mode: str | None = None) -> str:
+        container_id = self._create(image, ["sleep", "infinity"], network_mode)
+        try:
+            self._api.start(container_id)
+        except docker.errors.DockerException as e:
+            self.remove(container_id)
+            msg = f"could not start a container of {image}: {plain_reason(e)}"
+            raise EngineError(msg) from e
+        return container_id
+
+    def remove(self, container_id: str) -> None:
+        try:
+            self._api.remove_container(container_id, force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.DockerException as e:
+            msg = f"could not remove container {container_id[:12]}: {plain_reason(e)}"
+            raise EngineError(msg) from e
+
+    def push(self, repository: str, tag: str) -> Iterator[PushEvent]:
+        what = f"push of {repository}:{tag}"
+        registry, _ = docker.auth.resolve_repository_name(repository)
+        credentials = credentials_for(registry)
+        try:
+            with self._without_timeout():
+                stream = self._api.push(
+                    repository, tag=tag, stream=True, decode=True, auth_config=credentials.config
+                )
+            for chunk in stream:
+                detail = stream_error(chunk)
+                if detail is not None:
+                    raise registry_failure(what, registry, detail, credentials)
+                yield push_event(chunk)
+        except docker.errors.DockerException as e:
+            raise registry_failure(what, registry, plain_reason(e), credentials) from e
+
+    def pull(self, reference: str) -> str:
+        what = f"pull of {reference}"
+        repository, _ = docker.utils.parse_repository_tag(reference)
+        registry, _ = docker.auth.resolve_repository_name(repository)
+        credentials = credentials_for(registry)
+        try:
+            for chunk in self._api.pull(reference, stream=True, decode=True, auth_config=credentials.config):
+                detail = stream_error(chunk)
+                if detail is not None:
+                    raise registry_failure(what, registry, detail, credentials)
+            return str(self._api.inspect_image(reference)["Id"])
+        except docker.errors.DockerException as e:
+            raise registry_failure(what, registry, plain_reason(e), credentials) from e
+
+    def save(self, image_id: str) -> Iterator[bytes]:
+        try:
+            with self._without_timeout():  # the engine may prepare for minutes before the first byte
+                stream = self._api.get_image(image_id, chunk_size=CHUNK_SIZE)
+            yield from stream
+        except docker.errors.ImageNotFound as e:
+            msg = f"no image {image_id} in the Docker engine at {self._address}"
+            raise UnknownImageError(msg) from e
+        except docker.errors.DockerException as e:
+            msg = f"the Docker engine at {self._address} failed to save {image_id}: {plain_reason(e)}"
+            raise EngineError(msg) from e
+
+    def stored_image(self, image_id: str) -> StoredImage:
+        if not self._address.startswith("unix://"):  # its data root is on another machine (or VM)
+            return StoredImage(unavailable=f"the engine at {self._address} is not on a local socket")
+        try:
+            data, root = self._api.inspect_image(image_id), self._api.info().get("DockerRootDir")
+        except docker.errors.DockerException as e:
+            return StoredImage(unavailable=f"could not inspect {image_id[:19]}: {plain_reason(e)}")
+        return stored_image(image_id, inspected=data, data_root=str(root or ""))
+
+    def load(self, chunks: Iterable[bytes]) -> list[str]:
+        loaded: list[str] = []
+        try:
+            with self._without_timeout():  # uploading many GB is one request
+                stream = self._api.load_image(iter(chunks), quiet=True)
+            for chunk in stream:
+                detail = stream_error(chunk)
+                if detail is not None:
+                    msg = f"the Docker engine at {self._address} refused the archive: {detail}"
+                    raise EngineError(msg)
+                loaded += loaded_images(str(chunk.get("stream") or ""), self._image_id)
+        except (docker.errors.DockerException, OSError) as e:
+            # requests raises ConnectionError when the engine hangs up mid-stream (bad data).
+            msg = f"the Docker engine at {self._address} stopped reading the archive: {plain_reason(e)}"
+            raise EngineError(msg) from e
+        return loaded
+
+    def _image_id(self, name: str) -> str:
+        return str(self._api.inspect_image(name)["Id"])
+
+    @property
+    def loads_zstd(self) -> bool:
+        return loads_zstd(str(self._api.api_version))
+
+    def has_image(self, image_id: str) -> bool:
+        try:
+            self._api.inspect_image(image_id)
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.DockerException as e:
+            msg = f"could not inspect image {image_id}: {plain_reason(e)}"
+            raise EngineError(msg) from e
+        return True
+
+    def image_ids(self) -> frozenset[str]:
+        try:
+            return frozenset(str(i) for i in self._api.images(all=True, quiet=True))
+        except docker.errors.DockerException as e:
+            msg = f"could not list the images of the Docker engine at {self._address}: {plain_reason(e)}"
+            raise EngineError(msg) from e
+
+    def remove_image(self, image_id: str) -> None:
+        try:
+            self._api.remove_image(image_id)
+        except docker.errors.ImageNotFound:
+            pass
+        except docker.errors.DockerException as e:
+            msg = f"could not remove image {image_id}: {plain_reason(e)}"
+            raise EngineError(msg) from e
+
+    @contextmanager
+    def _without_timeout(self) -> Iterator[None]:
+        """No socket timeout for the request made inside: saves, loads and pushes run as long as they must.
+
+        docker-py applies the client's timeout per request, so only the request made here is unbounded.
+        """
+        saved = self._api.timeout
+        self._api.timeout = None
+        try:
+            yield
+        finally:
+            self._api.timeout = saved
+
+    def _create(self, image: str, command: list[str], network_mode: str | None) -> str:
+        try:
+            host_config = self._api.create_host_config(network_mode=network_mode)
+            container = self._api.create_container(
+                image, command=command, entrypoint=[], host_config=host_config, detach=True
+            )
+        except docker.errors.ImageNotFound as e:
+            msg = f"no image '{image}' in the Docker engine at {self._address}"
+            raise EngineError(msg) from e
+        except docker.errors.DockerException as e:
+            msg = f"could not create a container of {image}: {plain_reason(e)}"
+            raise EngineError(msg) from e
+        return str(container["Id"])
+
+
+def _check_address(address: str, source: str) -> None:
+    """A malformed address is bad input, not a missing engine: said before anything connects."""
+    try:
+        docker.utils.parse_host(address, False, False)
+    except (docker.errors.DockerException, ValueError) as e:
+        detail = "a port is required" if "port is required" in str(e) else "not understood"
+        msg = f"{source} = {address!r} is not a Docker engine address ({detail}); use {ADDRESS_FORMS}"
+        raise ConfigError(msg) from e

@@ -1,0 +1,197 @@
+"""The container engine as imagebuild needs it: a small interface.
+
+Only ``imagebuild.engine.docker`` talks to docker-py; everything else uses
+these types, so the build and verify logic is tested with a fake engine
+(``imagebuild.testing.FakeEngine``, which replays recorded build streams).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildEvent:
+    """One message of a classic-builder build stream."""
+
+    text: str = ""  # a line of output (may be empty)
+    error: str | None = None  # the build failed with this message
+    image_id: str | None = None  # the built image (last event of a success)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageInfo:
+    id: str
+    tags: tuple[str, ...]
+    labels: Mapping[str, str]
+    env: Mapping[str, str]
+    entrypoint: tuple[str, ...] | None
+    cmd: tuple[str, ...] | None
+    workdir: str
+    history: tuple[str, ...] = field(default=())  # created_by of every layer, newest first
+    layers: tuple[str, ...] = field(default=())  # the layers' diffIDs (sha256:...), lowest first
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredLayer:
+    """One layer as the engine stores it: its files, and the record of its tar's headers."""
+
+    diff_id: str  # sha256 of the layer tar, as the image config names it
+    files: Path  # the layer's directory (overlay2: its diff directory)
+    tar_split: Path  # the engine's tar-split record (tar-split.json.gz): headers and order of the tar
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredImage:
+    """An image read straight from a local engine's layer store, or why it cannot be."""
+
+    config: Path | None = None  # the config's bytes, as stored (their sha256 is the image ID)
+    layers: tuple[StoredLayer, ...] = ()  # lowest first, one per diffID
+    unavailable: str = ""  # why not (a remote engine, another storage driver, an unreadable data root)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PushEvent:
+    """One message of a push stream: a layer's progress, or the pushed manifest's digest at the end."""
+
+    layer: str = ""  # short layer id; "" for messages about the whole image
+    status: str = ""  # Preparing, Pushing, Pushed, Layer already exists, ...
+    current: int = 0  # bytes of this layer sent so far
+    total: int = 0  # size of this layer (0 when the engine does not say)
+    digest: str | None = None  # sha256:... of the pushed manifest (last event of a success)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest:
+    context: bytes  # an uncompressed tar with the Dockerfile at its root
+    # Labels as a build option; the classic builder commits each as a step of its own, so
+    # build_image writes them into the Dockerfile as one LABEL line instead.
+    labels: Mapping[str, str] = field(default_factory=dict)
+    build_args: Mapping[str, str] = field(default_factory=dict)  # values for the Dockerfile's ARGs
+    network_mode: str | None = None
+    no_cache: bool = False
+
+
+class Engine(ABC):
+    @property
+    @abstractmethod
+    def address(self) -> str:
+        """Where the engine is, for messages (e.g. unix:///var/run/docker.sock)."""
+
+    @abstractmethod
+    def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
+        """Build, streaming events; never tags."""
+
+    @abstractmethod
+    def tag(self, image_id: str, name: str) -> None:
+        """Tag ``image_id`` as ``name`` (repository[:tag])."""
+
+    @abstractmethod
+    def inspect_image(self, ref: str) -> ImageInfo:
+        """Raise EngineError naming ``ref`` when it does not exist."""
+
+    @abstractmethod
+    def run(self, image: str, command: list[str], *, network_mode: str | None = None) -> tuple[int, str]:
+        """Run a command in a throw-away container: (exit code, combined output)."""
+
+    @abstractmethod
+    def start(self, image: str, *, network_mode: str | None = None) -> str:
+        """Start a long-lived container (entrypoint overridden to sleep); return its id."""
+
+    @abstractmethod
+    def remove(self, container_id: str) -> None:
+        """Force-remove a container; a missing one is not an error."""
+
+    def version(self) -> str:
+        """The engine's version, for the provenance; engines that cannot tell say so."""
+        return "unknown"
+
+    @abstractmethod
+    def push(self, repository: str, tag: str) -> Iterator[PushEvent]:
+        """Push repository:tag with the credentials docker would use; the last event carries the digest.
+
+        Raise RegistryError naming the registry when it is unreachable or refuses the credentials.
+        """
+
+    @abstractmethod
+    def pull(self, reference: str) -> str:
+        """Pull ``reference`` (repository:tag or repository@sha256:...); return the image ID."""
+
+    @abstractmethod
+    def save(self, image_id: str) -> Iterator[bytes]:
+        """The image as an uncompressed ``docker save`` tar, in chunks. Saved by ID it carries no tags."""
+
+    def stored_image(self, image_id: str) -> StoredImage:
+        """Where the engine keeps ``image_id``'s config and layers, when this process can read them.
+
+        Reading them is much cheaper than ``save``, which exports the whole image. Never raises for an
+        engine that cannot tell: ``unavailable`` says why, and callers use ``save`` instead.
+        """
+        return StoredImage(unavailable=f"the engine at {self.address} does not expose its layer store")
+
+    @abstractmethod
+    def load(self, chunks: Iterable[bytes]) -> list[str]:
+        """Load a ``docker save`` tar (plain, gzip, or zstd where ``loads_zstd``); return the loaded IDs."""
+
+    @property
+    @abstractmethod
+    def loads_zstd(self) -> bool:
+        """Whether ``load`` accepts zstd-compressed archives (Docker 23 and later)."""
+
+    @abstractmethod
+    def has_image(self, image_id: str) -> bool:
+        """Whether an image with this ID is present."""
+
+    @abstractmethod
+    def image_ids(self) -> frozenset[str]:
+        """The IDs of every image present, intermediate ones included."""
+
+    @abstractmethod
+    def remove_image(self, image_id: str) -> None:
+        """Remove an untagged image; a missing one is not an error."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most engines hold nothing
+        """Release connections."""
+
+
+def classic_build_events(chunks: Iterable[Mapping[str, Any]]) -> Iterator[BuildEvent]:
+    """The classic builder's JSON messages as BuildEvents; nothing after an error.
+
+    The wire format of ``POST /build``: ``{"stream": text}`` (output, not split
+    on line boundaries), ``{"aux": {"ID": image}}`` (the built image) and
+    ``{"error": ..., "errorDetail": {"message": ...}}`` (the build failed).
+    Shared by the Docker engine and the fake that replays recorded streams.
+    """
+    for chunk in chunks:
+        if "error" in chunk:
+            detail = (chunk.get("errorDetail") or {}).get("message") or chunk["error"]
+            yield BuildEvent(error=str(detail).strip())
+            return
+        if "stream" in chunk:
+            yield BuildEvent(text=str(chunk["stream"]))
+        aux = chunk.get("aux")
+        if isinstance(aux, dict) and "ID" in aux:
+            yield BuildEvent(image_id=str(aux["ID"]))
+
+
+def push_event(message: Mapping[str, Any]) -> PushEvent:
+    """One message of a push stream that is not an error, as a PushEvent.
+
+    The wire format of ``POST /images/{name}/push``: ``{"id": layer, "status": ...,
+    "progressDetail": {"current": n, "total": n}}`` for a layer, and ``{"aux": {"Tag": ...,
+    "Digest": "sha256:...", "Size": n}}`` once the manifest is pushed.
+    """
+    aux = message.get("aux")
+    if isinstance(aux, dict) and aux.get("Digest"):
+        return PushEvent(digest=str(aux["Digest"]))
+    progress = message.get("progressDetail") or {}
+    return PushEvent(
+        layer=str(message.get("id") or ""),
+        status=str(message.get("status") or ""),
+        current=int(progress.get("current") or 0),
+        total=int(progress.get("total") or 0),
+    )

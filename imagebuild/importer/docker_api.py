@@ -1,0 +1,38 @@
+"""The Docker engine API's load and error messages, read the same way by both of imagebuild's engines.
+
+``imagebuild.engine.docker`` (docker-py) and ``socket_engine`` (http.client, on nodes without
+imagebuild) send the same requests; what the replies mean is decided once, here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+ZSTD_LOAD_API = (1, 42)  # Docker 23.0 (API 1.42) is the first engine whose `load` reads zstd archives
+LOADED_ID = "Loaded image ID: "  # an archive saved by image ID, as export saves
+LOADED_NAME = "Loaded image: "  # a tagged archive (not one of export's)
+
+
+def loads_zstd(api_version: str) -> bool:
+    """Whether an engine of this API version ("1.41") loads zstd archives itself."""
+    parts = [int(part) for part in api_version.split(".")[:2] if part.isdigit()]
+    return len(parts) == 2 and tuple(parts) >= ZSTD_LOAD_API
+
+
+def stream_error(message: Mapping[str, Any]) -> str | None:
+    """The error a JSON stream message (load, push, pull) reports, or None."""
+    if "error" not in message and "errorDetail" not in message:
+        return None
+    detail = (message.get("errorDetail") or {}).get("message") or message.get("error")
+    return str(detail or "no detail").strip()
+
+
+def loaded_images(text: str, id_of: Callable[[str], str]) -> list[str]:
+    """The image IDs a load stream's text reports; ``id_of`` looks up the ID of a loaded name."""
+    ids: list[str] = []
+    for line in text.splitlines():
+        if line.startswith(LOADED_ID):
+            ids.append(line[len(LOADED_ID) :].strip())
+        elif line.startswith(LOADED_NAME):
+            ids.append(id_of(line[len(LOADED_NAME) :].strip()))
+    return ids

@@ -1,0 +1,13 @@
+"""What a checkout defines, read and checked: stages/, the arch profiles, pylock.toml, and the kinds of value.
+
+schema       strict reading of TOML tables (unknown keys with suggestions, types, kinds)
+values       what each kind of value may look like, and how it is quoted where it lands
+references   docker's image reference grammar
+layout       shared facts defined once: image paths, labels, defaults, file names
+arch         arch profiles (stages/arch/NAME.toml)
+stage_model  the image's steps as typed data
+stages       stages/: loading and checking the steps
+python_lock  pylock.toml: the hash-locked Python packages
+
+May import: errors, secrets, log, util. Nothing here knows pins, the engine or rendering.
+"""

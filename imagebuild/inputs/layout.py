@@ -1,0 +1,104 @@
+"""Facts of the image's layout and the tool's defaults, defined once.
+
+Paths inside the image are shared by the renderer (stages, pip constraint),
+the build context (where the in-image files land), verify (what it looks
+for) and the CLI (defaults). Stage files reach the in-image paths by name:
+``${VERSIONS_FILE}`` in a stage is replaced by ``/app/versions.txt`` when the
+stages are loaded (see :data:`STAGE_NAMES`), so the rendered Dockerfile
+carries the literal path and a path changes here, not in eighteen files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Inside the image ------------------------------------------------------------
+
+APP_DIR = "/app"  # the final stage's WORKDIR
+VERSIONS_FILE = f"{APP_DIR}/versions.txt"  # one line per source that went in
+# What apt and Python installed: step 17 runs `imagebuild-check record-packages APP_DIR`, which
+# writes these two names (image_files/imagebuild_check.py runs in the image, without imagebuild).
+APT_PACKAGES_FILE = f"{APP_DIR}/apt-packages.txt"
+PYTHON_PACKAGES_FILE = f"{APP_DIR}/python-packages.txt"
+CONSTRAINT_FILE = "/etc/pip-constraints.txt"  # the build-toolchain constraint (constraints/*.txt)
+# What pip's isolated builds get: the constraint plus the locked build dependencies' exact versions.
+BUILD_CONSTRAINT_FILE = "/etc/pip-build-constraints.txt"
+IMAGEBUILD_DIR = "/opt/imagebuild"
+CHECK_TOOL = f"{IMAGEBUILD_DIR}/bin/imagebuild-check"  # image_files/imagebuild_check.py
+PROBE_DIR = f"{IMAGEBUILD_DIR}/probe"  # the constraint probe sdist (image_files/probe)
+LAUNCHER_DIR = f"{IMAGEBUILD_DIR}/launcher"  # the serve launcher and its recipes
+LAUNCHER = f"{LAUNCHER_DIR}/serve.py"
+ROUTER = "/usr/local/bin/vllm-router"
+
+# Names stage files may use for the paths above; replaced when the stages are loaded.
+STAGE_NAMES: dict[str, str] = {
+    "APP_DIR": APP_DIR,
+    "VERSIONS_FILE": VERSIONS_FILE,
+    "CONSTRAINT_FILE": CONSTRAINT_FILE,
+    "BUILD_CONSTRAINT_FILE": BUILD_CONSTRAINT_FILE,
+    "CHECK_TOOL": CHECK_TOOL,
+    "PROBE_DIR": PROBE_DIR,
+    "LAUNCHER_DIR": LAUNCHER_DIR,
+}
+
+# Where verify looks for credentials in the image's files (configurable: verify --scan-root), and
+# the largest file it reads: text that matters (configs, scripts, .netrc) is small.
+SECRET_SCAN_ROOTS = ("/app", "/etc", "/root", "/opt", "/usr/local/etc")
+SECRET_SCAN_MAX_FILE_BYTES = 1024 * 1024
+
+# The build context ------------------------------------------------------------
+
+# `imagebuild render` writes one self-contained context per arch: docker/<arch>/ holds the
+# Dockerfile and every file it COPYs, so `docker build docker/<arch>` needs nothing else.
+DOCKER_DIR = "docker"
+# Build-context directories the COPY steps read, and where they land.
+CONTEXT_ROOTFS = "rootfs"  # copied to / (step 3)
+CONTEXT_LAUNCHER = "launcher"  # copied to LAUNCHER_DIR (step 18)
+
+# Labels ----------------------------------------------------------------------
+
+OCI_LABEL_PREFIX = "org.opencontainers.image."
+OCI_LABELS = ("source", "revision", "created", "version")
+PIN_LABEL_PREFIX = "io.imagebuild.pin."
+ARCH_LABEL = "io.imagebuild.arch"
+VERSION_LABEL = "io.imagebuild.version"
+SBOM_LABEL = "io.imagebuild.sbom"  # the SBOM's file name (sbom_file_name), beside the build record
+INPUTS_LABEL = "io.imagebuild.inputs-digest"  # sha256 of the build context without its label block
+# The checkout's facts cannot live in a committed Dockerfile (its own commit is not known when it is
+# written): each such label takes its value from a build ARG that `imagebuild build` passes.
+CHECKOUT_LABEL_ARGS: dict[str, str] = {
+    f"{OCI_LABEL_PREFIX}source": "IMAGEBUILD_SOURCE",
+    f"{OCI_LABEL_PREFIX}revision": "IMAGEBUILD_REVISION",
+    f"{OCI_LABEL_PREFIX}created": "IMAGEBUILD_CREATED",
+    f"{OCI_LABEL_PREFIX}version": "IMAGEBUILD_VERSION",
+}
+CHECKOUT_LABEL_DEFAULT = "unknown"  # what a plain `docker build` without those build args records
+
+# Defaults of the tool ----------------------------------------------------------
+
+DEFAULT_ARCH = "gfx942"
+DEFAULT_REPOSITORY = "imagebuild/kimi-k3"
+LAUNCHER_RECIPE = "kimi-k3"  # the recipe verify dry-runs the launcher with
+BUILD_DIR = "build"  # in the checkout: build records and logs
+
+
+def context_dir(root: Path, arch: str) -> Path:
+    """The committed build context of ``arch`` in the checkout at ``root``."""
+    return root / DOCKER_DIR / arch
+
+
+def default_tag(arch: str) -> str:
+    return f"{DEFAULT_REPOSITORY}:{arch}"
+
+
+def sbom_file_name(arch: str) -> str:
+    """The SBOM's file name, beside the build record; the image's SBOM label holds it."""
+    return f"{arch}.sbom.cdx.json"
+
+
+def build_record_path(root: Path, arch: str) -> Path:
+    return root / BUILD_DIR / f"{arch}.build.json"
+
+
+def build_log_path(root: Path, arch: str) -> Path:
+    return root / BUILD_DIR / f"{arch}.build.log"

@@ -1,0 +1,327 @@
+"""stages/: the image's steps as data.
+
+``stages/image.toml`` describes the two stages and the build tunables; each
+``stages/NN-slug.toml`` is one step of the final stage, taken in number order.
+A step says what it is (title), why it sits where it does, and what it does:
+FROM a pin, WORKDIR, COPY (from the build context or from the donor stage) or
+RUN a list of commands. Commands that fetch sources or run pip are structured
+tables, not shell strings, so the renderer can apply the checks every source
+and every pip build needs (full-SHA checkout verified, sha256 verified, the
+build-toolchain constraint) and no step can forget them.
+
+Paths of the image's layout are written by name (``${VERSIONS_FILE}``,
+``${CHECK_TOOL}``, ... see imagebuild.inputs.layout.STAGE_NAMES) and replaced by the
+path here, at load time: every consumer (renderer, plan, verify) sees the path,
+and the rendered Dockerfile carries it literally, not as an ARG.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from imagebuild.errors import ConfigError
+from imagebuild.inputs.layout import STAGE_NAMES
+from imagebuild.inputs.schema import Table, read_toml, suggest
+from imagebuild.inputs.stage_model import (
+    Command,
+    FetchFile,
+    GitCheckout,
+    ImageDefinition,
+    ImageSpec,
+    Instruction,
+    Pip,
+    PypiDownload,
+    Shell,
+    Step,
+)
+from imagebuild.inputs.values import (
+    ABSOLUTE_PATH,
+    ABSOLUTE_PATH_TEMPLATE,
+    CONTEXT_PATH,
+    ENV_NAME,
+    ENV_VALUE,
+    HASH_LOCKED_INSTALL,
+    PIN_NAME,
+    STAGE_NAME,
+    TUNABLE,
+    control_problem,
+    shown,
+)
+
+STEP_FILE_RE = re.compile(r"^(\d{2})-([a-z0-9][a-z0-9_-]*)\.toml$")
+# pip reached through a shell string would bypass the constraint mechanism.
+RAW_PIP_RE = re.compile(r"(^|[\s;&|(])(pip3?|python3?\s+-m\s+pip)\s")
+PIP_BUILDING_SUBCOMMANDS = ("install", "download", "wheel")
+PIP_SUBCOMMANDS = (*PIP_BUILDING_SUBCOMMANDS, "uninstall", "show", "list", "check", "freeze")
+# Flags the renderer owns: writing them by hand would defeat its checks.
+PIP_RESERVED_FLAGS = ("--no-build-isolation", "--build-constraint", "--constraint", "-c ")
+LAYOUT_NAME_RE = re.compile(r"\$\{(" + "|".join(STAGE_NAMES) + r")\}")
+
+
+_STEP_KEYS: dict[Instruction, tuple[str, ...]] = {
+    Instruction.FROM: ("image",),
+    Instruction.WORKDIR: ("path",),
+    Instruction.COPY: ("src", "dest", "from"),
+    Instruction.RUN: ("commands", "python_packages"),
+}
+_COMMON_STEP_KEYS = ("title", "why", "instruction", "env", "env_after")
+_COMMAND_KEYS = {
+    "pip": ("pip", "build_isolation", "env", "locked", "fetched"),
+    "git": ("git", "into", "submodules", "blobless"),
+    "fetch": ("fetch", "into"),
+    "pypi": ("pypi", "into"),
+}
+
+
+def _env_pairs(t: Table, key: str) -> tuple[tuple[str, str], ...]:
+    return tuple(t.string_map(key, names=ENV_NAME, values=ENV_VALUE).items())
+
+
+def _requirements(t: Table, key: str) -> tuple[str, ...]:
+    """PEP 508 names with optional extras and version specifiers: what the python lock resolves.
+
+    URLs, paths and markers are refused: a source is a pin, and the lock is resolved for one target.
+    """
+    found: list[str] = []
+    seen: set[str] = set()
+    for text in t.strings(key):
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as e:
+            msg = f"{t.where}: {key} entry {shown(text)} is not a requirement ({str(e).splitlines()[0]})"
+            raise ConfigError(msg) from e
+        if req.url or req.marker:
+            msg = f"{t.where}: {key} entry {shown(text)} has a URL or marker; name a package and versions only (sources belong in pins.toml)"
+            raise ConfigError(msg)
+        name = canonicalize_name(req.name)
+        if name in seen:
+            msg = f"{t.where}: {key} names '{req.name}' twice; merge the entries"
+            raise ConfigError(msg)
+        seen.add(name)
+        found.append(str(req))
+    return tuple(found)
+
+
+def _check_shell(text: str, where: str) -> None:
+    control = control_problem(text.replace("\n", " "))
+    if control:
+        msg = f"{where}: command {shown(text)} {control}"
+        raise ConfigError(msg)
+    problems = {
+        "a comment (comment lines inside a RUN continuation are removed by docker and break the chain)": text.lstrip().startswith(
+            "#"
+        ),
+        "a line break (one command per list entry)": "\n" in text,
+        "a heredoc (the classic builder cannot parse it)": "<<" in text,
+        "an empty command": not text.strip(),
+    }
+    for problem, found in problems.items():
+        if found:
+            msg = f"{where}: command {shown(text)} is {problem}"
+            raise ConfigError(msg)
+    if RAW_PIP_RE.search(text):
+        msg = (
+            f"{where}: command {shown(text)} runs pip from a shell string; write it as "
+            f'{{ pip = "install ...", build_isolation = true|false }} so the build-toolchain '
+            f"constraint is applied"
+        )
+        raise ConfigError(msg)
+
+
+def _parse_command(raw: Any, where: str) -> Command:
+    if isinstance(raw, str):
+        _check_shell(raw, where)
+        return Shell(text=raw)
+    if not isinstance(raw, dict):
+        msg = f"{where}: a command must be a string or a table, got {shown(raw)}"
+        raise ConfigError(msg)
+    kinds = [k for k in _COMMAND_KEYS if k in raw]
+    if len(kinds) != 1:
+        msg = f"{where}: a command table needs exactly one of {', '.join(_COMMAND_KEYS)}; got keys {shown(sorted(raw))}"
+        raise ConfigError(msg)
+    kind = kinds[0]
+    t = Table(raw, f"{where} {{{kind} = ...}}")
+    t.check_keys(_COMMAND_KEYS[kind])
+    if kind == "pip":
+        return _parse_pip(t)
+    if kind == "git":
+        return GitCheckout(
+            pin=t.string("git"),
+            into=t.string("into", kind=ABSOLUTE_PATH),
+            submodules=t.boolean("submodules", default=False),
+            blobless=t.boolean("blobless", default=False),
+        )
+    if kind == "fetch":
+        return FetchFile(pin=t.string("fetch"), into=t.string("into", kind=ABSOLUTE_PATH))
+    return PypiDownload(pin=t.string("pypi"), into=t.string("into", kind=ABSOLUTE_PATH))
+
+
+def _parse_pip(t: Table) -> Pip:
+    args = t.string("pip").strip()
+    sub = args.split()[0] if args else ""
+    if sub not in PIP_SUBCOMMANDS:
+        msg = f"{t.where}: unknown pip subcommand {shown(sub)}.{suggest(sub, PIP_SUBCOMMANDS)}"
+        raise ConfigError(msg)
+    for flag in PIP_RESERVED_FLAGS:
+        if flag in f"{args} ":
+            msg = f"{t.where}: '{flag.strip()}' is set by the renderer from build_isolation; remove it"
+            raise ConfigError(msg)
+    locked = t.boolean("locked", default=False)
+    fetched = t.optional_string("fetched", kind=PIN_NAME)
+    wheels = locked or fetched is not None
+    if wheels and sub != "install":
+        msg = f"{t.where}: locked / fetched say what 'pip install' installs; 'pip {sub}' takes neither"
+        raise ConfigError(msg)
+    if wheels:
+        # Rendered before `--no-deps ... --require-hashes -r /dev/stdin`: options only, no source.
+        HASH_LOCKED_INSTALL.check(args, t.where, "pip")
+    if locked and fetched is not None:
+        msg = f"{t.where}: one source per install: locked = true (python_packages) or fetched = PIN, not both"
+        raise ConfigError(msg)
+    isolation: bool | None = t.data.get("build_isolation")
+    if wheels and "build_isolation" in t.data:
+        msg = f"{t.where}: a {'locked' if locked else 'fetched'} install is of wheels, hash-checked, and builds nothing; remove build_isolation"
+        raise ConfigError(msg)
+    if sub in PIP_BUILDING_SUBCOMMANDS and not wheels and not isinstance(isolation, bool):
+        msg = (
+            f"{t.where}: 'pip {sub}' may build from source, so say how: "
+            f"build_isolation = true (pip's isolated build env) or false (the image's own toolchain)"
+        )
+        raise ConfigError(msg)
+    if sub not in PIP_BUILDING_SUBCOMMANDS and "build_isolation" in t.data:
+        msg = f"{t.where}: 'pip {sub}' builds nothing; remove build_isolation"
+        raise ConfigError(msg)
+    return Pip(args=args, build_isolation=isolation, env=_env_pairs(t, "env"), locked=locked, fetched=fetched)
+
+
+def _check_installs(path: Path, commands: tuple[Command, ...], python_packages: tuple[str, ...]) -> None:
+    """python_packages are installed by a locked pip command, and a fetched wheel was fetched before."""
+    locked = any(isinstance(c, Pip) and c.locked for c in commands)
+    if python_packages and not locked:
+        msg = f'{path}: python_packages are declared but no command installs them; add {{ pip = "install", locked = true }}'
+        raise ConfigError(msg)
+    if locked and not python_packages:
+        msg = f"{path}: a locked pip install needs the packages it installs in python_packages"
+        raise ConfigError(msg)
+    fetched: set[str] = set()
+    for command in commands:
+        if isinstance(command, FetchFile):
+            fetched.add(command.pin)
+        elif isinstance(command, Pip) and command.fetched is not None and command.fetched not in fetched:
+            msg = f"{path}: pip installs the fetched '{command.fetched}' wheel, but no earlier {{ fetch = \"{command.fetched}\" }} in this step downloads it"
+            raise ConfigError(msg)
+
+
+def expand_layout_names(value: Any) -> Any:
+    """``value`` (a TOML value) with every ${NAME} of imagebuild.inputs.layout.STAGE_NAMES replaced by its path."""
+    if isinstance(value, str):
+        return LAYOUT_NAME_RE.sub(lambda m: STAGE_NAMES[m[1]], value)
+    if isinstance(value, list):
+        return [expand_layout_names(v) for v in value]
+    if isinstance(value, dict):
+        return {k: expand_layout_names(v) for k, v in value.items()}
+    return value
+
+
+def _parse_step(path: Path, number: int, slug: str) -> Step:
+    t = Table(expand_layout_names(read_toml(path)), str(path))
+    text = t.string("instruction")
+    names = [i.value for i in Instruction]
+    if text not in names:
+        msg = f"{path}: unknown instruction {shown(text)}.{suggest(text, names)} Known: {', '.join(names)}"
+        raise ConfigError(msg)
+    instruction = Instruction(text)
+    t.check_keys(_COMMON_STEP_KEYS + _STEP_KEYS[instruction])
+    common: dict[str, Any] = {
+        "number": number,
+        "slug": slug,
+        "source": path,
+        "title": t.string("title"),
+        "why": t.paragraph("why"),
+        "instruction": instruction,
+        "env": _env_pairs(t, "env"),
+        "env_after": _env_pairs(t, "env_after"),
+    }
+    if instruction is Instruction.FROM:
+        return Step(**common, image=t.string("image"))
+    if instruction is Instruction.WORKDIR:
+        return Step(**common, path=t.string("path", kind=ABSOLUTE_PATH_TEMPLATE))
+    if instruction is Instruction.COPY:
+        from_pin = t.optional_string("from")
+        # From the donor stage: a path in that image; else a path in the build context.
+        src = t.string("src", kind=ABSOLUTE_PATH_TEMPLATE if from_pin else CONTEXT_PATH)
+        return Step(**common, src=src, dest=t.string("dest", kind=ABSOLUTE_PATH_TEMPLATE), from_pin=from_pin)
+    raw = t.data.get("commands")
+    if not isinstance(raw, list) or not raw:
+        msg = f"{path}: a RUN step needs a non-empty 'commands' list"
+        raise ConfigError(msg)
+    commands = tuple(_parse_command(c, f"{path} commands[{i}]") for i, c in enumerate(raw))
+    python_packages = _requirements(t, "python_packages")
+    _check_installs(path, commands, python_packages)
+    return Step(**common, commands=commands, python_packages=python_packages)
+
+
+def _load_spec(path: Path) -> ImageSpec:
+    t = Table(read_toml(path), str(path))
+    t.check_keys(("donor_stage", "final_stage", "args", "python"))
+    donor = t.table("donor_stage")
+    donor.check_keys(("name", "pin"))
+    final = t.table("final_stage")
+    final.check_keys(("entrypoint", "shell", "base_env"))
+    args = t.string_map("args", names=ENV_NAME, values=TUNABLE)
+    for name in args:
+        if name in STAGE_NAMES:
+            msg = f"{path} [args]: '{name}' is an image-layout name (imagebuild.inputs.layout); rename the tunable"
+            raise ConfigError(msg)
+    python = Table(t.data.get("python") or {}, f"{path} [python]")
+    python.check_keys(("build_requires", "guard_requires"))
+    return ImageSpec(
+        source=path,
+        donor_stage=donor.string("name", kind=STAGE_NAME),
+        donor_pin=donor.string("pin"),
+        entrypoint=tuple(final.strings("entrypoint")),
+        shell=tuple(final.strings("shell")),
+        base_env=tuple(final.strings("base_env", kind=ENV_NAME)),
+        args=tuple(args.items()),
+        build_requires=_requirements(python, "build_requires"),
+        guard_requires=_requirements(python, "guard_requires"),
+    )
+
+
+def load_stages(stages_dir: Path) -> ImageDefinition:
+    if not stages_dir.is_dir():
+        msg = f"{stages_dir}: stages directory not found; run imagebuild from the repository root or pass --stages"
+        raise ConfigError(msg)
+    spec = _load_spec(stages_dir / "image.toml")
+    by_number: dict[int, Path] = {}
+    steps: list[Step] = []
+    for path in sorted(stages_dir.glob("*.toml")):
+        if path.name == "image.toml":
+            continue
+        match = STEP_FILE_RE.fullmatch(path.name)
+        if not match:
+            msg = f"{path}: step files are named NN-slug.toml (two-digit step number, lowercase slug)"
+            raise ConfigError(msg)
+        number = int(match[1])
+        if number in by_number:
+            msg = f"{path}: duplicate step {number}, also defined by {by_number[number].name}; renumber one of them"
+            raise ConfigError(msg)
+        by_number[number] = path
+        steps.append(_parse_step(path, number, match[2]))
+    expected = list(range(1, len(steps) + 1))
+    if [s.number for s in steps] != expected:
+        msg = f"{stages_dir}: steps must be numbered 01..{len(steps):02d} without gaps; found {sorted(by_number)}"
+        raise ConfigError(msg)
+    if not steps or steps[0].instruction is not Instruction.FROM:
+        msg = f"{stages_dir}: step 01 must be the FROM of the final stage"
+        raise ConfigError(msg)
+    extra_from = [s for s in steps[1:] if s.instruction is Instruction.FROM]
+    if extra_from:
+        msg = f"{extra_from[0].source}: only step 01 may be a FROM; the final stage is one stage"
+        raise ConfigError(msg)
+    return ImageDefinition(spec=spec, steps=tuple(steps))

@@ -1,0 +1,130 @@
+"""What `imagebuild build` does after the engine built the image: normalise it, keep the cache.
+
+The classic builder's layer cache is the parent chain of the image it built.
+The normalised image is loaded beside it and has no parents, so the built
+image is tagged ``<tag>-cache`` to keep that chain out of ``docker image
+prune``'s reach; the next build reuses it step by step as before. A build
+that the cache served entirely gives the same built image again, and its
+normalised image is then taken from the previous build record instead of
+being made again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagebuild.engine.interface import Engine
+from imagebuild.errors import EngineError, NormalizeError
+from imagebuild.inputs.stage_model import Instruction
+from imagebuild.log import format_duration
+from imagebuild.normalize.core import (
+    FROM_SAVE,
+    FROM_STORE,
+    LayerPlan,
+    NormalizeFailure,
+    NormalizeResult,
+    normalize_image,
+)
+from imagebuild.render import Dockerfile
+
+CACHE_SUFFIX = "-cache"
+SOURCES = {FROM_STORE: "the engine's layer store", FROM_SAVE: "docker save"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Normalization:
+    """The build's image, normalised: what the build record says about it."""
+
+    image_id: str  # the normalised image: what the tag names
+    cache_tag: str  # the built, unnormalised image: the layer cache of the next build
+    result: NormalizeResult
+
+    def summary(self) -> str:
+        result = self.result
+        if result.reused:
+            return f"timestamps normalised: {result.image_id[:19]} (made by the last build of this image)"
+        return (
+            f"timestamps normalised: {result.image_id[:19]} in {format_duration(result.seconds)}, "
+            f"{result.layers_rewritten} layers ({result.bytes_rewritten / 1e6:.0f} MB) read from "
+            f"{SOURCES.get(result.read_from, result.read_from)} and rewritten; "
+            f"the built image is kept as {self.cache_tag} for the layer cache"
+        )
+
+
+def cache_tag(tag: str) -> str:
+    """``repo:tag`` -> ``repo:tag-cache`` (``repo`` alone means ``repo:latest``)."""
+    name, _, version = tag.rpartition(":") if ":" in tag.rsplit("/", 1)[-1] else (tag, ":", "latest")
+    return f"{name}:{version}{CACHE_SUFFIX}"
+
+
+def layer_plan(engine: Engine, image_id: str, base_ref: str, dockerfile: Dockerfile) -> LayerPlan:
+    """Which layers are the base's and the epoch of each the build made (one per non-FROM step)."""
+    image, base = engine.inspect_image(image_id), engine.inspect_image(base_ref)
+    epochs = tuple(s.source_date_epoch for s in dockerfile.steps if s.instruction is not Instruction.FROM)
+    if image.layers[: len(base.layers)] != base.layers:
+        msg = f"the built image {image_id[:19]} does not start with the layers of its base {base_ref}"
+        raise NormalizeError(msg)
+    try:
+        return LayerPlan(
+            layers=image.layers,
+            base_layers=len(base.layers),
+            base_history=len(base.history),
+            epochs=epochs,
+            created=dockerfile.steps[-1].source_date_epoch,
+        )
+    except NormalizeFailure as e:
+        msg = f"cannot normalise {image_id[:19]}: {e}"
+        raise NormalizeError(msg) from e
+
+
+def previous_normalization(record_path: Path, built_id: str, engine: Engine) -> str | None:
+    """The normalised image of the last build, when it normalised this very image and is still there."""
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    normalized = record.get("normalization") if isinstance(record, dict) else None
+    if not isinstance(normalized, dict) or normalized.get("unnormalized_id") != built_id:
+        return None
+    image_id = record.get("image_id")
+    return image_id if isinstance(image_id, str) and engine.has_image(image_id) else None
+
+
+def normalize_build(
+    engine: Engine,
+    built_id: str,
+    *,
+    tag: str,
+    base_ref: str,
+    dockerfile: Dockerfile,
+    spool_dir: Path,
+    record_path: Path,
+) -> Normalization:
+    """Normalise the built image (or reuse the last build's result) and tag the built one as the cache."""
+    keep = cache_tag(tag)
+    engine.tag(built_id, keep)
+    reused = previous_normalization(record_path, built_id, engine)
+    if reused is not None:
+        result = NormalizeResult(
+            image_id=reused,
+            unnormalized_id=built_id,
+            layers_rewritten=0,
+            bytes_rewritten=0,
+            spool_peak=0,
+            seconds=0.0,
+            reused=True,
+            read_from="",  # nothing was read
+        )
+        return Normalization(image_id=reused, cache_tag=keep, result=result)
+    plan = layer_plan(engine, built_id, base_ref, dockerfile)
+    try:
+        result = normalize_image(engine, built_id, plan, spool_dir)
+    except (NormalizeFailure, EngineError) as e:
+        msg = (
+            f"timestamp normalisation of {built_id[:19]} failed: {e}. The built image is kept as {keep}; "
+            "rebuild with --no-normalize to skip normalisation"
+        )
+        raise NormalizeError(msg) from e
+    return Normalization(image_id=result.image_id, cache_tag=keep, result=result)

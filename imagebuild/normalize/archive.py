@@ -1,0 +1,214 @@
+"""Read an image from a ``docker save`` stream, one pass, layers handed on as they stream by.
+
+Two layouts exist: the legacy one (``manifest.json``, ``<config>.json``,
+``<id>/layer.tar``; Docker before 25) and the OCI image layout Docker 25 and
+later also write (``index.json``, ``blobs/sha256/<hex>``). In both, which
+entry is which layer is only known from the manifest, which may come last,
+so each layer tar is handed to ``on_layer`` as it arrives (to be spooled or
+indexed, and hashed) and matched to the config's diffIDs by its sha256
+afterwards. The small JSON documents are kept in memory; nothing else is.
+Layers must be uncompressed, as ``docker save`` writes them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+import tarfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import IO, Any, BinaryIO, Generic, Protocol, TypeVar, cast
+
+from imagebuild.normalize.streams import CHUNK, forget_members
+
+JSON_LIMIT = 64 << 20  # a config or manifest larger than this is not one
+TAR_MAGIC_OFFSET, TAR_MAGICS = 257, (b"ustar\x0000", b"ustar  \x00")
+
+
+class ArchiveError(Exception):
+    """The stream is not a docker save archive this reader understands; the message says why."""
+
+
+class LayerResult(Protocol):
+    @property
+    def diff_id(self) -> str: ...
+
+
+L = TypeVar("L", bound=LayerResult)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SavedImage(Generic[L]):
+    config: dict[str, Any]
+    config_bytes: bytes  # exactly as saved: its sha256 is the image ID
+    layers: tuple[L, ...]  # in the config's rootfs order, one per diffID
+    repo_tags: tuple[str, ...]
+
+    @property
+    def image_id(self) -> str:
+        import hashlib
+
+        return "sha256:" + hashlib.sha256(self.config_bytes).hexdigest()
+
+    @property
+    def diff_ids(self) -> tuple[str, ...]:
+        return tuple(self.config.get("rootfs", {}).get("diff_ids") or ())
+
+
+class _Prefixed(io.RawIOBase):
+    """``head`` followed by the rest of ``rest``: a peeked-at entry read from its start."""
+
+    def __init__(self, head: bytes, rest: IO[bytes]) -> None:
+        self._head, self._rest = memoryview(head), rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._rest.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _is_tar(head: bytes) -> bool:
+    return head[TAR_MAGIC_OFFSET : TAR_MAGIC_OFFSET + 8] in TAR_MAGICS
+
+
+def read_saved_image(
+    stream: BinaryIO,
+    on_layer: Callable[[str, BinaryIO], L],
+    *,
+    what: str,
+    skip: Callable[[str, Mapping[str, bytes]], L | None] | None = None,
+) -> SavedImage[L]:
+    """Walk the archive once; ``on_layer(entry name, file)`` must read its file to the end.
+
+    ``skip(entry name, documents so far)`` may name a layer's result without
+    it being read (imagebuild.normalize.layer_names): the stream then passes it by.
+    """
+    documents: dict[str, bytes] = {}
+    layers: dict[str, L] = {}
+    links: dict[str, str] = {}  # legacy: a layer.tar that is a symlink to an identical one
+    try:
+        with tarfile.open(fileobj=stream, mode="r|", bufsize=CHUNK) as tar:
+            while (entry := tar.next()) is not None:
+                name = posixpath.normpath(entry.name)
+                if entry.issym() and name.endswith("/layer.tar"):
+                    links[name] = posixpath.normpath(posixpath.join(posixpath.dirname(name), entry.linkname))
+                elif entry.isreg() and (known := _skipped(skip, name, documents)) is not None:
+                    layers[name] = known
+                elif entry.isreg():
+                    data = tar.extractfile(entry)
+                    assert data is not None
+                    head = data.read(tarfile.BLOCKSIZE)
+                    if name.endswith("/layer.tar") or (name.startswith("blobs/") and _is_tar(head)):
+                        reader = io.BufferedReader(_Prefixed(head, data), buffer_size=CHUNK)
+                        layers[name] = on_layer(name, cast("BinaryIO", reader))
+                    elif name.endswith((".json", "/json")) or name.startswith("blobs/"):
+                        documents[name] = _document(name, head, data, entry.size, what)
+                forget_members(tar)
+    except tarfile.TarError as e:
+        msg = f"{what}: not a tar archive, or cut short ({e})"
+        raise ArchiveError(msg) from e
+    for alias, target in links.items():
+        if target in layers:
+            layers[alias] = layers[target]
+    config_name, layer_names, tags = _manifest(documents, what)
+    config_bytes = documents.get(config_name)
+    if config_bytes is None:
+        msg = f"{what}: the image config {config_name} named by the manifest is missing"
+        raise ArchiveError(msg)
+    config = _object(_json(config_bytes, config_name, what), config_name, what)
+    ordered = _in_config_order(config, layer_names, layers, what)
+    return SavedImage(config=config, config_bytes=config_bytes, layers=ordered, repo_tags=tags)
+
+
+def _in_config_order(
+    config: dict[str, Any], names: list[str], layers: dict[str, L], what: str
+) -> tuple[L, ...]:
+    """The layers the manifest names, each checked against its diffID in the config."""
+    diff_ids = list(config.get("rootfs", {}).get("diff_ids") or [])
+    if len(diff_ids) != len(names):
+        msg = f"{what}: the manifest lists {len(names)} layers, the config {len(diff_ids)}"
+        raise ArchiveError(msg)
+    ordered: list[L] = []
+    for index, (name, diff_id) in enumerate(zip(names, diff_ids, strict=True)):
+        layer = layers.get(name)
+        if layer is None:
+            msg = f"{what}: layer {index} ({name}) is not in the archive"
+            raise ArchiveError(msg)
+        if layer.diff_id != diff_id:
+            msg = f"{what}: layer {index} ({name}) has sha256 {layer.diff_id}, the config says {diff_id}"
+            raise ArchiveError(msg)
+        ordered.append(layer)
+    return tuple(ordered)
+
+
+def _skipped(
+    skip: Callable[[str, Mapping[str, bytes]], L | None] | None, name: str, documents: Mapping[str, bytes]
+) -> L | None:
+    if skip is None or not (name.endswith("/layer.tar") or name.startswith("blobs/")):
+        return None
+    return skip(name, documents)
+
+
+def _document(name: str, head: bytes, rest: IO[bytes], size: int, what: str) -> bytes:
+    if size > JSON_LIMIT:
+        msg = f"{what}: {name} is {size} bytes, too large for an image document"
+        raise ArchiveError(msg)
+    return head + rest.read()
+
+
+def _json(data: bytes, name: str, what: str) -> Any:
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        msg = f"{what}: {name} is not JSON ({e})"
+        raise ArchiveError(msg) from e
+
+
+def _object(value: Any, name: str, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        msg = f"{what}: {name} is not a JSON object"
+        raise ArchiveError(msg)
+    return value
+
+
+def _manifest(documents: dict[str, bytes], what: str) -> tuple[str, list[str], tuple[str, ...]]:
+    """(config entry, layer entries, repo tags) from manifest.json, else from the OCI index."""
+    if "manifest.json" in documents:
+        entries = _json(documents["manifest.json"], "manifest.json", what)
+        if not isinstance(entries, list) or len(entries) != 1 or not isinstance(entries[0], dict):
+            count = len(entries) if isinstance(entries, list) else 0
+            msg = f"{what}: manifest.json describes {count} images; save one image per archive"
+            raise ArchiveError(msg)
+        entry = entries[0]
+        layer_names = [posixpath.normpath(str(p)) for p in entry.get("Layers") or []]
+        return str(entry.get("Config")), layer_names, tuple(entry.get("RepoTags") or ())
+    if "index.json" in documents:
+        index = _object(_json(documents["index.json"], "index.json", what), "index.json", what)
+        manifests = index.get("manifests") or []
+        if len(manifests) != 1:
+            msg = f"{what}: index.json lists {len(manifests)} manifests; save one image per archive"
+            raise ArchiveError(msg)
+        name = _blob(manifests[0])
+        manifest = _object(_json(documents.get(name, b"null"), name, what), name, what)
+        layers = manifest.get("layers") or []
+        compressed = [m.get("mediaType") for m in layers if "gzip" in str(m.get("mediaType"))]
+        if compressed:
+            msg = f"{what}: compressed layers ({compressed[0]}) are not supported; use docker save output"
+            raise ArchiveError(msg)
+        return _blob(manifest.get("config") or {}), [_blob(m) for m in layers], ()
+    msg = f"{what}: neither manifest.json nor index.json found: not a docker save archive"
+    raise ArchiveError(msg)
+
+
+def _blob(descriptor: dict[str, Any]) -> str:
+    algorithm, _, hex_digest = str(descriptor.get("digest", "")).partition(":")
+    return f"blobs/{algorithm}/{hex_digest}"

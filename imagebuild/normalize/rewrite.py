@@ -1,0 +1,108 @@
+"""Rewrite one layer tar with its timestamps clamped to SOURCE_DATE_EPOCH.
+
+What BuildKit's ``rewrite-timestamp=true`` does, for the classic builder: every
+mtime after the epoch becomes the epoch, earlier ones stay (a file a source
+archive dated 2019 keeps 2019), and the owners' names, which come from the
+engine host's user database, are dropped. Nothing else changes: names (however long, or
+not UTF-8), content, modes, numeric owners, link targets, device numbers, xattrs and
+the whiteouts (``.wh.NAME``) and opaque markers (``.wh..wh..opq``) of the
+layer format, which are ordinary entries here. Entries keep their order
+(docker writes them in directory-walk order, the same on every build; a hard
+link must follow its target). The output is written in PAX format by the
+standard library, so it depends only on the entries and not on which engine
+wrote the input: Go's writer (Docker's) also repeats the file type in the
+mode field (0o40755 for a directory), the standard library's keeps only the
+permission bits there; the type is the entry's type flag either way.
+
+Streaming: entries are read and written one at a time with 1 MiB copies, and
+the parser's list of seen entries is dropped as it goes, so memory does not
+grow with the number of files.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from dataclasses import dataclass
+from typing import IO, Any, BinaryIO, cast
+
+from imagebuild.normalize.streams import CHUNK, HashingWriter, Sink, forget_members
+
+ENCODING = "utf-8"
+ERRORS = "surrogateescape"  # names that are not UTF-8 round-trip byte for byte
+# PAX records tarfile applies to a TarInfo's own fields when reading, and writes again from them.
+REAPPLIED = frozenset((*tarfile.PAX_FIELDS, "hdrcharset"))
+
+
+class LayerError(Exception):
+    """A layer tar could not be read or is of a kind the rewriter refuses to guess about (callers translate it)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RewriteResult:
+    diff_id: str  # sha256 of the rewritten tar: the layer's new diffID
+    size: int
+    entries: int
+    clamped: int  # entries whose mtime was after the epoch
+
+
+def canonical(info: tarfile.TarInfo) -> None:
+    """Drop the PAX records the reader already applied to the entry's fields (name, size, ids, mtime, ...).
+
+    The writer recreates those it needs from the fields, so the output does
+    not depend on how the input spelled them (PAX, GNU long names, ustar).
+    What only PAX can say (xattrs, atime/ctime) is kept. The owner and group
+    *names* go: Docker looks the numeric ids up in the engine host's
+    /etc/passwd and /etc/group when it commits a layer, so they differ between
+    build hosts, and nothing reads them (extraction uses the numeric ids).
+    """
+    info.pax_headers = {k: v for k, v in info.pax_headers.items() if k not in REAPPLIED}
+    info.uname = info.gname = ""
+
+
+def clamp(info: tarfile.TarInfo, epoch: int) -> bool:
+    """Clamp ``info``'s times to ``epoch`` in place; True when its mtime changed."""
+    changed = info.mtime > epoch
+    if changed:
+        info.mtime = epoch
+    for key in ("atime", "ctime"):
+        value = info.pax_headers.get(key)
+        if value is not None and float(value) > epoch:
+            cast("dict[str, str]", info.pax_headers)[key] = str(epoch)
+    return changed
+
+
+def rewrite_layer(source: BinaryIO, sink: Sink, epoch: int, *, what: str = "layer") -> RewriteResult:
+    """Copy the layer tar ``source`` to ``sink`` with mtimes clamped to ``epoch``."""
+    out = HashingWriter(sink)
+    entries = clamped = 0
+    try:
+        with (
+            tarfile.open(
+                fileobj=source, mode="r|", encoding=ENCODING, errors=ERRORS, bufsize=CHUNK
+            ) as reader,
+            tarfile.open(
+                # Stream mode only ever calls write() on it.
+                fileobj=cast("IO[bytes]", out),
+                mode="w|",
+                format=tarfile.PAX_FORMAT,
+                encoding=ENCODING,
+                errors=ERRORS,
+                bufsize=CHUNK,
+            ) as writer,
+        ):
+            cast("Any", writer).copybufsize = CHUNK  # default 16 KiB; typeshed omits the attribute
+            while (info := reader.next()) is not None:
+                if any(key.startswith("GNU.sparse.") for key in info.pax_headers) or info.issparse():
+                    msg = f"{what}: {info.name} is a sparse file; the rewriter does not handle sparse entries"
+                    raise LayerError(msg)
+                canonical(info)
+                clamped += clamp(info, epoch)
+                data = reader.extractfile(info) if info.isreg() else None
+                writer.addfile(info, data)
+                entries += 1
+                forget_members(reader)
+                forget_members(writer)
+    except tarfile.TarError as e:
+        msg = f"{what}: not a readable tar ({e})"
+        raise LayerError(msg) from e
+    return RewriteResult(diff_id=out.digest, size=out.size, entries=entries, clamped=clamped)

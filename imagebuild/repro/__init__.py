@@ -1,1 +1,0 @@
-"""Bit-identical rebuilds: reading saved images, rewriting layers, normalising timestamps."""
