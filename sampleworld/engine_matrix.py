@@ -30,6 +30,8 @@ import json
 import os
 import shutil
 import time
+import tomllib
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -41,6 +43,7 @@ from sampleworld.engines import (
     RUN_ROOT,
     NodeEngine,
     api_get,
+    api_post,
     ensure_engine,
     leftover_pids,
     ping,
@@ -373,6 +376,27 @@ def _du(path: Path) -> int:
         return 0
     out = proc.run(["du", "-sb", "--one-file-system", str(path)], timeout=300)
     return int(out.split()[0])
+
+
+def pull_pinned_images(state_dir: Path | None, name: str, pins: Path) -> list[str]:
+    """Pull every image pin of `pins` that names a digest into the Docker 26 engine `name`, by digest.
+
+    The stand-ins live in the sample registry (sampleworld.world pushes them once); an engine gets them
+    by pulling, so they are the same bytes on every engine. Returns the references pulled."""
+    state = _state(state_dir)
+    spec = next((s for s in DOCKER26 if s.name == name), None)
+    if spec is None:
+        msg = f"no Docker 26 engine named {name!r}; the matrix has {', '.join(s.name for s in DOCKER26)}"
+        raise SampleWorldError(msg)
+    engine = docker26_engine(state, spec)
+    pulled: list[str] = []
+    for pin in tomllib.loads(pins.read_text()).values():
+        if not isinstance(pin, dict) or pin.get("kind") != "image" or not pin.get("digest"):
+            continue
+        query = urllib.parse.urlencode({"fromImage": pin["image"], "tag": pin["digest"]})
+        api_post(engine, f"/images/create?{query}")
+        pulled.append(f"{pin['image']}@{pin['digest']}")
+    return pulled
 
 
 def env_for(engine: MatrixEngine) -> dict[str, str]:

@@ -133,6 +133,26 @@ def api_get(engine: NodeEngine, path: str, timeout: float = 10) -> Any:
     return cast(Any, json.loads(body))
 
 
+def api_post(engine: NodeEngine, path: str, timeout: float = 900) -> list[Any]:
+    """POST to an engine API path that streams JSON lines (pull); fails on an error line."""
+    conn = _UnixHTTPConnection(engine.socket, timeout)
+    try:
+        conn.request("POST", path)
+        response = conn.getresponse()
+        body = response.read()
+    except OSError as e:
+        msg = f"engine {engine.name} does not answer POST {path} on {engine.socket}: {e}"
+        raise SampleWorldError(msg) from e
+    finally:
+        conn.close()
+    lines = [json.loads(line) for line in body.splitlines() if line.strip()]
+    errors = [line for line in lines if isinstance(line, dict) and "error" in line]
+    if response.status != 200 or errors:
+        msg = f"engine {engine.name}: POST {path} answered {response.status}: {errors or body[:300]!r}"
+        raise SampleWorldError(msg)
+    return lines
+
+
 def ping(engine: NodeEngine, timeout: float = 2) -> bool:
     """True when the engine answers GET /_ping on its socket."""
     conn = _UnixHTTPConnection(engine.socket, timeout)
