@@ -88,3 +88,38 @@ def test_matrix_engine_reports_docker_host() -> None:
     row = engine_matrix.MatrixEngine(name="x", docker_host="unix:///run/x.sock", kind="classic", managed=True)
     assert row.env == {"DOCKER_HOST": "unix:///run/x.sock"}
     assert row.to_dict()["DOCKER_HOST"] == "unix:///run/x.sock"
+
+
+def test_up_does_not_rebuild_stand_ins_the_registry_already_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fresh engine (DOCKER_HOST at a Docker 26 engine) must pull base and donor, not rebuild and re-push
+    # them: a rebuild gets new timestamps, so new digests, and the locked pins would go stale.
+    from sampleworld import base_image, dockerutil, donor_image, registry, world
+
+    current = {
+        donor_image.LABEL: donor_image.recipe(),
+        base_image.BASE_LABEL: base_image.base_recipe(base_image.rootfs_recipe()),
+    }
+    monkeypatch.setattr(registry, "pushed_labels", lambda repository, tag: current)
+
+    def no_engine() -> None:
+        msg = "an engine was asked for although the registry holds both stand-ins"
+        raise AssertionError(msg)
+
+    monkeypatch.setattr(dockerutil, "client", no_engine)
+    world._push_images(STATE)
+
+
+def test_up_builds_what_the_registry_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sampleworld import dockerutil, registry, world
+
+    monkeypatch.setattr(registry, "pushed_labels", lambda repository, tag: None)
+
+    class Asked(Exception):
+        pass
+
+    def engine() -> None:
+        raise Asked
+
+    monkeypatch.setattr(dockerutil, "client", engine)
+    with pytest.raises(Asked):
+        world._push_images(STATE)
