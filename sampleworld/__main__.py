@@ -1,9 +1,11 @@
 """python -m sampleworld up|down|status|save-lock [--state DIR]
-python -m sampleworld cluster up|down|status [--state DIR]"""
+python -m sampleworld cluster up|down|status [--state DIR]
+python -m sampleworld engines up|down|status [--state DIR]   (JSON on stdout: the engine matrix)"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -58,20 +60,42 @@ def _cluster(args: argparse.Namespace) -> int:
     return 0
 
 
+def _engines(args: argparse.Namespace) -> int:
+    from sampleworld import engine_matrix
+
+    if args.action == "up":
+        rows, started = engine_matrix.up(args.state)
+        report: dict[str, object] = {"engines": [row.to_dict() for row in rows], "started": started}
+    elif args.action == "down":
+        report = {"stopped": engine_matrix.down(args.state)}
+    else:
+        report = {
+            "engines": [row.to_dict() for row in engine_matrix.status(args.state)],
+            "disk_bytes": engine_matrix.disk_usage(args.state),
+        }
+    sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sampleworld", description=__doc__)
-    parser.add_argument("command", choices=(*WORLD_COMMANDS, "cluster"))
+    parser.add_argument("command", choices=(*WORLD_COMMANDS, "cluster", "engines"))
     parser.add_argument(
-        "action", nargs="?", choices=CLUSTER_ACTIONS, help="with `cluster`: what to do with it"
+        "action", nargs="?", choices=CLUSTER_ACTIONS, help="with `cluster` or `engines`: what to do with it"
     )
     parser.add_argument(
         "--state", type=Path, default=DEFAULT_STATE_DIR, help=f"state dir (default {DEFAULT_STATE_DIR})"
     )
     parser.add_argument("--no-images", action="store_true", help="up: skip Docker (no base or donor image)")
     args = parser.parse_args(argv)
-    if (args.command == "cluster") != (args.action is not None):
-        parser.error("`cluster` takes up, down or status; the world's commands take nothing after them")
+    grouped = args.command in ("cluster", "engines")
+    if grouped != (args.action is not None):
+        parser.error(
+            "`cluster` and `engines` take up, down or status; the world's commands take nothing after them"
+        )
     try:
+        if args.command == "engines":
+            return _engines(args)
         return _cluster(args) if args.command == "cluster" else _world(args)
     except SampleWorldError as e:
         print(f"sampleworld: error: {e}", file=sys.stderr)

@@ -12,7 +12,14 @@ removeDefaultBridgeInterface), which breaks every bridge-network container of th
 (seen here: "could not find bridge docker0").
 
 Lifecycle like the world's servers: `ensure_engine` starts one unless ours already answers, `stop_engine`
-stops only a dockerd this state dir recorded (by pid, checked against its command line).
+stops only a dockerd this state dir recorded (by pid, checked against its command line), then whatever of
+it outlived it (its containerd, shims) and whose command line names the engine's own directories.
+
+An engine need not be bookworm's dockerd: `dockerd`, `path_prefix` (a private bin dir put first on PATH
+for the dockerd process, so it finds its own containerd) and `daemon_config` (daemon.json) give the
+Docker 26 engines of the engine matrix (sampleworld/engine_matrix.py). The containerd a dockerd starts
+keeps its state and socket under the exec root (`exec/containerd/`) and its root under the data root
+(`data/containerd/daemon`): nothing is shared with the main engine's containerd.
 """
 
 from __future__ import annotations
@@ -20,10 +27,12 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import os
 import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 from sampleworld import log, proc
 from sampleworld.errors import SampleWorldError
@@ -31,6 +40,8 @@ from sampleworld.layout import StateDir
 
 RUN_ROOT = Path("/run/imagebuild-engines")
 START_TIMEOUT_S = 90
+# What an engine runs besides dockerd (comm names are cut at 15 bytes: "containerd-shim").
+ENGINE_PROCESSES = ("dockerd", "containerd", "docker-proxy")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +49,12 @@ class NodeEngine:
     name: str
     root: Path  # persistent: data root, config, log
     run_dir: Path  # short path: socket, exec root, pid file
+    dockerd: str = "dockerd"  # a name looked up on our PATH, or an absolute path
+    path_prefix: Path | None = None  # first on the dockerd process's PATH (its containerd, shims)
+    daemon_config: str = "{}\n"  # daemon.json text
+    # None: the main engine's storage driver; "": no --storage-driver (the containerd image store picks
+    # its snapshotter itself)
+    storage_driver: str | None = None
 
     @property
     def bridge(self) -> str:
@@ -74,22 +91,66 @@ class NodeEngine:
 
     def argv(self, storage_driver: str) -> tuple[str, ...]:
         return (
-            "dockerd",
+            self.dockerd,
             f"--config-file={self.config_file}",  # not /etc/docker/daemon.json: the main engine's
             f"--data-root={self.data_root}",
             f"--exec-root={self.exec_root}",
             f"--pidfile={self.pid_file}",
             f"--host={self.host}",
-            f"--storage-driver={storage_driver}",
+            *((f"--storage-driver={storage_driver}",) if storage_driver else ()),
             f"--bridge={self.bridge}",
             "--iptables=false",
             "--ip6tables=false",
         )
 
+    def env(self) -> dict[str, str] | None:
+        """The dockerd process's environment changes: its private bin dir first on PATH, if any."""
+        if self.path_prefix is None:
+            return None
+        return {"PATH": f"{self.path_prefix}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
+
 
 def node_engine(state: StateDir, name: str) -> NodeEngine:
     key = hashlib.sha256(f"{state.root}\0{name}".encode()).hexdigest()[:12]
     return NodeEngine(name=name, root=state.root / "engines" / name, run_dir=RUN_ROOT / key)
+
+
+def api_get(engine: NodeEngine, path: str, timeout: float = 10) -> Any:
+    """GET an engine API path on the engine's socket, decoded from JSON."""
+    conn = _UnixHTTPConnection(engine.socket, timeout)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        body = response.read()
+    except OSError as e:
+        msg = f"engine {engine.name} does not answer GET {path} on {engine.socket}: {e}"
+        raise SampleWorldError(msg) from e
+    finally:
+        conn.close()
+    if response.status != 200:
+        msg = f"engine {engine.name}: GET {path} answered {response.status}: {body[:300]!r}"
+        raise SampleWorldError(msg)
+    return cast(Any, json.loads(body))
+
+
+def api_post(engine: NodeEngine, path: str, timeout: float = 900) -> list[Any]:
+    """POST to an engine API path that streams JSON lines (pull); fails on an error line."""
+    conn = _UnixHTTPConnection(engine.socket, timeout)
+    try:
+        conn.request("POST", path)
+        response = conn.getresponse()
+        body = response.read()
+    except OSError as e:
+        msg = f"engine {engine.name} does not answer POST {path} on {engine.socket}: {e}"
+        raise SampleWorldError(msg) from e
+    finally:
+        conn.close()
+    lines = [json.loads(line) for line in body.splitlines() if line.strip()]
+    errors = [line for line in lines if isinstance(line, dict) and "error" in line]
+    if response.status != 200 or errors:
+        msg = f"engine {engine.name}: POST {path} answered {response.status}: {errors or body[:300]!r}"
+        raise SampleWorldError(msg)
+    return lines
 
 
 def ping(engine: NodeEngine, timeout: float = 2) -> bool:
@@ -122,11 +183,13 @@ def ensure_engine(engine: NodeEngine, *, storage_driver: str | None = None) -> b
     if running_pid(engine) is None:
         for path in (engine.data_root, engine.exec_root):
             path.mkdir(parents=True, exist_ok=True)
-        engine.config_file.write_text("{}\n")
+        engine.config_file.write_text(engine.daemon_config)
         engine.socket.unlink(missing_ok=True)  # a stale socket from a killed dockerd
-        driver = storage_driver or main_storage_driver()
+        driver = storage_driver or engine.storage_driver
+        if driver is None:
+            driver = main_storage_driver()
         _ensure_bridge(engine)
-        proc.spawn(engine.argv(driver), log_path=engine.log_file)
+        proc.spawn(engine.argv(driver), log_path=engine.log_file, env=engine.env())
     deadline = time.monotonic() + START_TIMEOUT_S
     while not ping(engine):
         if time.monotonic() > deadline:
@@ -143,9 +206,32 @@ def stop_engine(engine: NodeEngine) -> bool:
     if pid is None:
         return False
     proc.stop_pid(pid, timeout=30)
+    for left in leftover_pids(engine):  # dockerd stops its containerd; a SIGKILLed one does not
+        log.info(f"engine {engine.name}: stopping pid {left} it left running: {proc.cmdline(left)[:200]}")
+        proc.stop_pid(left, timeout=15)
     _release_host_state(engine)
     log.info(f"engine {engine.name}: stopped pid {pid}")
     return True
+
+
+def leftover_pids(engine: NodeEngine) -> list[int]:
+    """Processes (other than ours) whose command line names this engine's run dir or root: its
+    containerd (`--config <exec root>/containerd/containerd.toml`), shims (`-address <exec root>/...`)."""
+    marks = (f"{engine.run_dir}/", f"{engine.root}/")
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if not comm.startswith(ENGINE_PROCESSES):  # never a shell or a tool that merely names the path
+            continue
+        line = proc.cmdline(int(entry.name))
+        if any(mark in line for mark in marks) and proc.pid_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return sorted(found)
 
 
 def _ensure_bridge(engine: NodeEngine) -> None:

@@ -5,6 +5,8 @@ can ask for its fixtures by name; nothing imports them.
 
 `node_engines` gives extra Docker engines (sampleworld/engines.py), one per sample cluster node;
 `sample_cluster` the sample SLURM cluster (sampleworld/cluster.py) with its two nodes and their engines.
+`docker_engine_matrix` the engine matrix (sampleworld/engine_matrix.py): the main engine and two Docker 26
+engines (overlay2, containerd image store), for tests that parametrize over engines.
 
 It brings the world up through the package API (idempotent; the base image is cached by recipe, so only
 a machine's first session runs debootstrap) and, at the end of the session, stops only the servers that
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from sampleworld import World, cluster, down, up
+from sampleworld import World, cluster, down, engine_matrix, up
 from sampleworld.engines import NodeEngine, ensure_engine, node_engine, stop_engine
 from sampleworld.layout import DEFAULT_STATE_DIR, StateDir
 
@@ -75,3 +77,18 @@ def sample_cluster() -> Iterator[cluster.Cluster]:
     finally:
         if running.started:
             cluster.down(state, only=running.started)
+
+
+@pytest.fixture(scope="session")
+def docker_engine_matrix() -> Iterator[list[engine_matrix.MatrixEngine]]:
+    """Every engine of the matrix, running: main first, then docker26-overlay2 and docker26-containerd.
+
+    A test parametrized over engine_matrix.ENGINE_NAMES picks its engine by name and runs its docker
+    commands with `engine.env` (DOCKER_HOST). At the end, only the engines this session started stop."""
+    state = sample_world_state_dir()
+    engines, started = engine_matrix.up(state)
+    try:
+        yield engines
+    finally:
+        if started:
+            engine_matrix.down(state, only=started)

@@ -75,3 +75,27 @@ def pushed_image_id(repository: str, tag: str) -> str | None:
     config = response.json().get("config", {})
     digest = config.get("digest") if isinstance(config, dict) else None
     return digest if isinstance(digest, str) else None
+
+
+def pushed_labels(repository: str, tag: str, *, timeout: float = 30) -> dict[str, str] | None:
+    """The labels of the image config the registry holds for repository:tag; None when it holds none.
+
+    What `up` compares a stand-in's recipe against: unlike an image ID, a label means the same on every
+    engine (a containerd image store's image ID is the manifest digest, and a rebuild gets new timestamps).
+    """
+    response = manifest(repository, tag)
+    if response is None:
+        return None
+    config = response.json().get("config", {})
+    digest = config.get("digest") if isinstance(config, dict) else None
+    if not isinstance(digest, str):
+        return None  # an index: not what `up` pushes
+    url = f"http://{REGISTRY}/v2/{repository}/blobs/{digest}"
+    try:
+        blob = requests.get(url, timeout=timeout)
+        blob.raise_for_status()
+        labels = (blob.json().get("config") or {}).get("Labels") or {}
+    except (requests.RequestException, ValueError) as e:
+        msg = f"the sample registry does not give the config {digest} of {repository}:{tag}: {e}"
+        raise SampleWorldError(msg) from e
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}

@@ -157,16 +157,41 @@ def save_lock(state_dir: Path | None = None) -> Path:
 
 
 def _push_images(state: StateDir) -> None:
-    from sampleworld import base_image, dockerutil, donor_image  # docker-py only when images are wanted
+    """Make the registry hold the donor and the base of the current recipes, built on the engine only
+    when it does not: the registry, not an engine, is where the stand-ins live.
+
+    Once pushed, a stand-in is never rebuilt or pushed again for another engine (DOCKER_HOST pointing
+    at a fresh Docker 26 engine, a node engine): a rebuild would get new timestamps, so a new digest,
+    and every pin locked against the old one would name an image the others no longer have. A fresh
+    engine pulls them from the registry by digest (the pins name digests).
+    """
+    from sampleworld import base_image, donor_image
+
+    wanted = (
+        (donor_image.ensure_donor, donor_image.LABEL, donor_image.recipe(), DONOR_REPOSITORY, DONOR_TAG),
+        (
+            base_image.ensure_base,
+            base_image.BASE_LABEL,
+            base_image.base_recipe(base_image.rootfs_recipe()),
+            BASE_REPOSITORY,
+            BASE_TAG,
+        ),
+    )
+    missing = []
+    for build, label, recipe, repository, tag in wanted:
+        name = repository.removeprefix(f"{REGISTRY}/")
+        if (registry.pushed_labels(name, tag) or {}).get(label) == recipe:
+            log.info(f"registry: {repository}:{tag} is current (recipe {recipe[:16]}); not rebuilt")
+        else:
+            missing.append((build, name, repository, tag))
+    if not missing:
+        return
+    from sampleworld import dockerutil  # docker-py only when an image must be built
 
     engine = dockerutil.client()
     try:
-        for build, repository, tag in (
-            (donor_image.ensure_donor, DONOR_REPOSITORY, DONOR_TAG),
-            (base_image.ensure_base, BASE_REPOSITORY, BASE_TAG),
-        ):
+        for build, name, repository, tag in missing:
             image = build(engine, state)
-            name = repository.removeprefix(f"{REGISTRY}/")
             if registry.pushed_image_id(name, tag) == image.id:
                 log.info(f"registry: {repository}:{tag} is current ({str(image.id)[:19]}, cached by recipe)")
                 continue
