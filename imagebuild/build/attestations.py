@@ -153,7 +153,7 @@ def write_attestations(
             tool_version=__version__,
             pins=inputs.pins,
             lock=lock,
-            inventory=read_inventory(engine, facts.image_id),
+            inventory=read_inventory(engine, facts.tag),  # the engine's name for it on every store
         )
     )
     provenance = provenance_text(

@@ -197,8 +197,10 @@ def build_image(
         show.message(normalization.summary())
         image_id = normalization.image_id
     finished_at = datetime.now(UTC)
+    # On the containerd image store the engine knows the image by its manifest digest, not its identity.
+    engine_ref = normalization.engine_id if normalization else image_id
     for name in tags:
-        engine.tag(image_id, name)
+        engine.tag(engine_ref, name)
     if options.iidfile is not None:
         write_atomically(options.iidfile, image_id)  # docker's format: the ID, no newline
     record = BuildRecord(

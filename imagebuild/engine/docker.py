@@ -28,9 +28,12 @@ from docker.context import ContextAPI
 import docker
 from imagebuild.engine.credentials import credentials_for, registry_failure
 from imagebuild.engine.interface import (
+    CONTAINERD,
+    GRAPH_DRIVER,
     BuildEvent,
     BuildRequest,
     Engine,
+    EngineStore,
     ImageInfo,
     PushEvent,
     StoredImage,
@@ -63,6 +66,7 @@ class DockerEngine(Engine):
         self._client = client
         self._api = client.api
         self._address = address
+        self._store: EngineStore | None = None  # asked once: it does not change while we talk
 
     @classmethod
     def from_env(cls, timeout: int = 600) -> DockerEngine:
@@ -104,6 +108,16 @@ class DockerEngine(Engine):
         except docker.errors.DockerException as e:
             msg = f"could not ask the Docker engine at {self._address} for its version: {plain_reason(e)}"
             raise EngineError(msg) from e
+
+    def store(self) -> EngineStore:
+        if self._store is None:
+            try:
+                info = self._api.info()
+            except docker.errors.DockerException as e:
+                msg = f"could not ask the Docker engine at {self._address} how it stores images: {plain_reason(e)}"
+                raise EngineError(msg) from e
+            self._store = engine_store(info)
+        return self._store
 
     def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
         try:
@@ -327,6 +341,17 @@ class DockerEngine(Engine):
             msg = f"could not create a container of {image}: {plain_reason(e)}"
             raise EngineError(msg) from e
         return str(container["Id"])
+
+
+def engine_store(info: dict[str, Any]) -> EngineStore:
+    """An engine's ``GET /info`` as an EngineStore: the containerd store says so in DriverStatus."""
+    status = {str(pair[0]): str(pair[1]) for pair in info.get("DriverStatus") or [] if len(pair) == 2}
+    containerd = status.get("driver-type") == "io.containerd.snapshotter.v1"
+    return EngineStore(
+        version=str(info.get("ServerVersion") or "unknown"),
+        kind=CONTAINERD if containerd else GRAPH_DRIVER,
+        driver=str(info.get("Driver") or "unknown"),
+    )
 
 
 def _check_address(address: str, source: str) -> None:

@@ -54,6 +54,32 @@ class StoredImage:
     unavailable: str = ""  # why not (a remote engine, another storage driver, an unreadable data root)
 
 
+GRAPH_DRIVER, CONTAINERD = "graph driver", "containerd"  # the two image stores a Docker engine may use
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineStore:
+    """Which Docker engine, and how it stores images: what an image ID means there.
+
+    On a graph-driver store (overlay2, vfs: Docker before 29's default) the image ID is the digest of
+    the image's config. On the containerd image store (Docker 29's default for fresh installs) it is
+    the digest of the image's manifest; the config digest, imagebuild's identity, is not an engine
+    reference there, so imagebuild tags and inspects by the manifest digest it loaded.
+    """
+
+    version: str = "unknown"
+    kind: str = GRAPH_DRIVER  # GRAPH_DRIVER or CONTAINERD
+    driver: str = "unknown"  # overlay2, vfs; overlayfs (a containerd snapshotter)
+
+    @property
+    def ids_are_manifests(self) -> bool:
+        return self.kind == CONTAINERD
+
+    def describe(self) -> str:
+        store = "the containerd image store" if self.kind == CONTAINERD else "the graph-driver store"
+        return f"Docker {self.version}, {store} ({self.driver})"
+
+
 @dataclass(frozen=True, kw_only=True)
 class PushEvent:
     """One message of a push stream: a layer's progress, or the pushed manifest's digest at the end."""
@@ -109,6 +135,10 @@ class Engine(ABC):
     def version(self) -> str:
         """The engine's version, for the provenance; engines that cannot tell say so."""
         return "unknown"
+
+    def store(self) -> EngineStore:
+        """The engine's version and image store; engines that cannot tell are taken as graph-driver."""
+        return EngineStore(version=self.version())
 
     @abstractmethod
     def push(self, repository: str, tag: str) -> Iterator[PushEvent]:

@@ -22,6 +22,7 @@ from imagebuild.log import format_duration
 from imagebuild.normalize.core import (
     FROM_SAVE,
     FROM_STORE,
+    RULES,
     LayerPlan,
     NormalizeFailure,
     NormalizeResult,
@@ -37,18 +38,19 @@ SOURCES = {FROM_STORE: "the engine's layer store", FROM_SAVE: "docker save"}
 class Normalization:
     """The build's image, normalised: what the build record says about it."""
 
-    image_id: str  # the normalised image: what the tag names
+    image_id: str  # the normalised image's identity (its config digest), the same on every engine
+    engine_id: str  # what this engine calls it, and what the tag names: image_id, or a manifest digest
     cache_tag: str  # the built, unnormalised image: the layer cache of the next build
     result: NormalizeResult
 
     def summary(self) -> str:
         result = self.result
         if result.reused:
-            return f"timestamps normalised: {result.image_id[:19]} (made by the last build of this image)"
+            return f"timestamps normalised: {result.image_id[:19]} (made by the last build of this image; {result.engine})"
         return (
             f"timestamps normalised: {result.image_id[:19]} in {format_duration(result.seconds)}, "
             f"{result.layers_rewritten} layers ({result.bytes_rewritten / 1e6:.0f} MB) read from "
-            f"{SOURCES.get(result.read_from, result.read_from)} and rewritten; "
+            f"{SOURCES.get(result.read_from, result.read_from)} of {result.engine} and rewritten; "
             f"the built image is kept as {self.cache_tag} for the layer cache"
         )
 
@@ -60,27 +62,24 @@ def cache_tag(tag: str) -> str:
 
 
 def layer_plan(engine: Engine, image_id: str, base_ref: str, dockerfile: Dockerfile) -> LayerPlan:
-    """Which layers are the base's and the epoch of each the build made (one per non-FROM step)."""
+    """Which layers are the base's, and the epoch of each step after FROM (its layer's mtime clamp)."""
     image, base = engine.inspect_image(image_id), engine.inspect_image(base_ref)
     epochs = tuple(s.source_date_epoch for s in dockerfile.steps if s.instruction is not Instruction.FROM)
     if image.layers[: len(base.layers)] != base.layers:
         msg = f"the built image {image_id[:19]} does not start with the layers of its base {base_ref}"
         raise NormalizeError(msg)
-    try:
-        return LayerPlan(
-            layers=image.layers,
-            base_layers=len(base.layers),
-            base_history=len(base.history),
-            epochs=epochs,
-            created=dockerfile.steps[-1].source_date_epoch,
-        )
-    except NormalizeFailure as e:
-        msg = f"cannot normalise {image_id[:19]}: {e}"
-        raise NormalizeError(msg) from e
+    return LayerPlan(
+        layers=image.layers,
+        base_layers=len(base.layers),
+        base_history=len(base.history),
+        epochs=epochs,
+        created=dockerfile.steps[-1].source_date_epoch,
+    )
 
 
-def previous_normalization(record_path: Path, built_id: str, engine: Engine) -> str | None:
-    """The normalised image of the last build, when it normalised this very image and is still there."""
+def previous_normalization(record_path: Path, built_id: str, engine: Engine) -> tuple[str, str] | None:
+    """(identity, engine ID) of the last build's normalised image, when it normalised this very image
+    under today's rules and the engine still has it."""
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -88,8 +87,12 @@ def previous_normalization(record_path: Path, built_id: str, engine: Engine) -> 
     normalized = record.get("normalization") if isinstance(record, dict) else None
     if not isinstance(normalized, dict) or normalized.get("unnormalized_id") != built_id:
         return None
-    image_id = record.get("image_id")
-    return image_id if isinstance(image_id, str) and engine.has_image(image_id) else None
+    if normalized.get("rules") != RULES:  # made under other rules: another image now
+        return None
+    image_id, engine_id = record.get("image_id"), normalized.get("engine_id") or record.get("image_id")
+    if not isinstance(image_id, str) or not isinstance(engine_id, str) or not engine.has_image(engine_id):
+        return None
+    return image_id, engine_id
 
 
 def normalize_build(
@@ -107,8 +110,11 @@ def normalize_build(
     engine.tag(built_id, keep)
     reused = previous_normalization(record_path, built_id, engine)
     if reused is not None:
+        identity, engine_id = reused
         result = NormalizeResult(
-            image_id=reused,
+            image_id=identity,
+            engine_id=engine_id,
+            engine=engine.store().describe(),
             unnormalized_id=built_id,
             layers_rewritten=0,
             bytes_rewritten=0,
@@ -117,7 +123,7 @@ def normalize_build(
             reused=True,
             read_from="",  # nothing was read
         )
-        return Normalization(image_id=reused, cache_tag=keep, result=result)
+        return Normalization(image_id=identity, engine_id=engine_id, cache_tag=keep, result=result)
     plan = layer_plan(engine, built_id, base_ref, dockerfile)
     try:
         result = normalize_image(engine, built_id, plan, spool_dir)
@@ -127,4 +133,4 @@ def normalize_build(
             "rebuild with --no-normalize to skip normalisation"
         )
         raise NormalizeError(msg) from e
-    return Normalization(image_id=result.image_id, cache_tag=keep, result=result)
+    return Normalization(image_id=result.image_id, engine_id=result.engine_id, cache_tag=keep, result=result)

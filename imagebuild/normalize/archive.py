@@ -7,11 +7,14 @@ entry is which layer is only known from the manifest, which may come last,
 so each layer tar is handed to ``on_layer`` as it arrives (to be spooled or
 indexed, and hashed) and matched to the config's diffIDs by its sha256
 afterwards. The small JSON documents are kept in memory; nothing else is.
-Layers must be uncompressed, as ``docker save`` writes them.
+A graph-driver engine saves its layers uncompressed; the containerd image store
+saves them as they were pulled or built (gzip): those are decompressed as they
+stream by, so every layer is known by its diffID either way.
 """
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import posixpath
@@ -24,6 +27,7 @@ from imagebuild.normalize.streams import CHUNK, forget_members
 
 JSON_LIMIT = 64 << 20  # a config or manifest larger than this is not one
 TAR_MAGIC_OFFSET, TAR_MAGICS = 257, (b"ustar\x0000", b"ustar  \x00")
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 class ArchiveError(Exception):
@@ -44,6 +48,8 @@ class SavedImage(Generic[L]):
     config_bytes: bytes  # exactly as saved: its sha256 is the image ID
     layers: tuple[L, ...]  # in the config's rootfs order, one per diffID
     repo_tags: tuple[str, ...]
+    # The OCI manifest's layer descriptors, as saved (compressed ones included); () in the legacy layout.
+    layer_descriptors: tuple[dict[str, Any], ...] = ()
 
     @property
     def image_id(self) -> str:
@@ -77,7 +83,8 @@ class _Prefixed(io.RawIOBase):
 
 
 def _is_tar(head: bytes) -> bool:
-    return head[TAR_MAGIC_OFFSET : TAR_MAGIC_OFFSET + 8] in TAR_MAGICS
+    """A tar's first block: a header with its magic, or the end-of-archive zeros of an empty layer."""
+    return head[TAR_MAGIC_OFFSET : TAR_MAGIC_OFFSET + 8] in TAR_MAGICS or (bool(head) and not head.strip(b"\0"))
 
 
 def read_saved_image(
@@ -110,10 +117,13 @@ def read_saved_image(
                     if name.endswith("/layer.tar") or (name.startswith("blobs/") and _is_tar(head)):
                         reader = io.BufferedReader(_Prefixed(head, data), buffer_size=CHUNK)
                         layers[name] = on_layer(name, cast("BinaryIO", reader))
+                    elif name.startswith("blobs/") and head.startswith(GZIP_MAGIC):
+                        unpacked = gzip.GzipFile(fileobj=_Prefixed(head, data), mode="rb")
+                        layers[name] = on_layer(name, cast("BinaryIO", io.BufferedReader(unpacked, CHUNK)))
                     elif name.endswith((".json", "/json")) or name.startswith("blobs/"):
                         documents[name] = _document(name, head, data, entry.size, what)
                 forget_members(tar)
-    except tarfile.TarError as e:
+    except (tarfile.TarError, gzip.BadGzipFile, EOFError) as e:
         msg = f"{what}: not a tar archive, or cut short ({e})"
         raise ArchiveError(msg) from e
     for alias, target in links.items():
@@ -126,7 +136,13 @@ def read_saved_image(
         raise ArchiveError(msg)
     config = _object(_json(config_bytes, config_name, what), config_name, what)
     ordered = _in_config_order(config, layer_names, layers, what)
-    return SavedImage(config=config, config_bytes=config_bytes, layers=ordered, repo_tags=tags)
+    return SavedImage(
+        config=config,
+        config_bytes=config_bytes,
+        layers=ordered,
+        repo_tags=tags,
+        layer_descriptors=_oci_layer_descriptors(documents, what),
+    )
 
 
 def _in_config_order(
@@ -192,21 +208,28 @@ def _manifest(documents: dict[str, bytes], what: str) -> tuple[str, list[str], t
         layer_names = [posixpath.normpath(str(p)) for p in entry.get("Layers") or []]
         return str(entry.get("Config")), layer_names, tuple(entry.get("RepoTags") or ())
     if "index.json" in documents:
-        index = _object(_json(documents["index.json"], "index.json", what), "index.json", what)
-        manifests = index.get("manifests") or []
-        if len(manifests) != 1:
-            msg = f"{what}: index.json lists {len(manifests)} manifests; save one image per archive"
-            raise ArchiveError(msg)
-        name = _blob(manifests[0])
-        manifest = _object(_json(documents.get(name, b"null"), name, what), name, what)
+        manifest = _oci_manifest(documents, what)
         layers = manifest.get("layers") or []
-        compressed = [m.get("mediaType") for m in layers if "gzip" in str(m.get("mediaType"))]
-        if compressed:
-            msg = f"{what}: compressed layers ({compressed[0]}) are not supported; use docker save output"
-            raise ArchiveError(msg)
         return _blob(manifest.get("config") or {}), [_blob(m) for m in layers], ()
     msg = f"{what}: neither manifest.json nor index.json found: not a docker save archive"
     raise ArchiveError(msg)
+
+
+def _oci_manifest(documents: dict[str, bytes], what: str) -> dict[str, Any]:
+    index = _object(_json(documents["index.json"], "index.json", what), "index.json", what)
+    manifests = index.get("manifests") or []
+    if len(manifests) != 1:
+        msg = f"{what}: index.json lists {len(manifests)} manifests; save one image per archive"
+        raise ArchiveError(msg)
+    name = _blob(manifests[0])
+    return _object(_json(documents.get(name, b"null"), name, what), name, what)
+
+
+def _oci_layer_descriptors(documents: dict[str, bytes], what: str) -> tuple[dict[str, Any], ...]:
+    if "index.json" not in documents:
+        return ()
+    layers = _oci_manifest(documents, what).get("layers") or []
+    return tuple(dict(layer) for layer in layers if isinstance(layer, dict))
 
 
 def _blob(descriptor: dict[str, Any]) -> str:

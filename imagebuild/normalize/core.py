@@ -20,11 +20,21 @@ store (imagebuild.normalize.tar_split) and rewritten as they stream by, with no
 ``save`` at all; each is checked against its diffID on the way, so the result
 is the one ``save`` gives. Otherwise, or if that check fails, ``save`` it is;
 the result says which ran and why.
+
+The same on every engine. What the builder or the store adds is made canonical:
+which step made which layer is read from the config's history (the containerd
+image store makes no layer for a step that changed nothing, a graph-driver
+store an empty one: empty build layers are dropped, their step marked
+``empty_layer``), and the classic builder's ``COPY dir:<hash>``, whose hash
+depends on the builder version and on the tar the client sent, names the
+normalised layer's diffID instead (a digest of the copied paths, modes and
+contents). On the containerd store, where an image ID is a manifest digest,
+the image is loaded as an OCI layout with a manifest imagebuild writes, so the
+engine's ID for it is known before the load and checked after it.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import posixpath
@@ -35,27 +45,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, cast
 
-from imagebuild.engine.interface import StoredImage
+from imagebuild.engine.interface import EngineStore, StoredImage
 from imagebuild.log import logger
 from imagebuild.normalize.archive import ArchiveError, read_saved_image
+from imagebuild.normalize.config import BuildLayer, HistoryMismatch, build_layers, normalized_config
 from imagebuild.normalize.layer_names import legacy_layer_dirs
+from imagebuild.normalize.load_archive import legacy_chunks, oci_chunks, oci_manifest
 from imagebuild.normalize.rewrite import LayerError, RewriteResult, rewrite_layer
-from imagebuild.normalize.streams import (
-    TAR_END,
-    HashingReader,
-    open_stream,
-    spool,
-    tar_bytes_chunks,
-    tar_file_chunks,
-)
+from imagebuild.normalize.streams import HashingReader, open_stream, spool
 from imagebuild.normalize.tar_split import TarSplitError, layer_chunks
-from imagebuild.pins.epoch import format_epoch
 
-# Fields of a classic-builder config that name the build's last container, its
-# host and the engine's version: they differ on every build and say nothing
-# about the image. BuildKit does not write them; Docker 25 dropped them too.
-BUILD_ONLY_FIELDS = ("container", "container_config", "docker_version")
 FROM_STORE, FROM_SAVE = "layer store", "docker save"  # where the built image was read from
+# Bump when a rule changes what an image normalises to: a build record made under other rules is not
+# reused (after_build.previous_normalization).
+RULES = 2
 
 
 class NormalizeFailure(Exception):
@@ -73,18 +76,26 @@ class LayerPlan:
     layers: tuple[str, ...]  # the image's diffIDs, as the engine reports them
     base_layers: int  # how many of them are the base image's: kept byte for byte
     base_history: int  # history entries of the base image: kept as they are
-    epochs: tuple[int, ...]  # one per layer the build made, in order: the mtime clamp
+    epochs: tuple[int, ...]  # one per step after FROM, in order: the mtime clamp of the layer it made
     created: int  # the config's created time and the build's history entries
-
-    def __post_init__(self) -> None:
-        built = len(self.layers) - self.base_layers
-        if built != len(self.epochs):
-            msg = f"the image has {built} layers above its base, but the Dockerfile makes {len(self.epochs)}"
-            raise NormalizeFailure(msg)
 
     @property
     def kept(self) -> tuple[str, ...]:
         return self.layers[: self.base_layers]
+
+    def build_layers(self, config: Mapping[str, Any], what: str) -> tuple[BuildLayer, ...]:
+        """Which step made each layer above the base (NormalizeFailure when the history does not fit)."""
+        try:
+            return build_layers(
+                config,
+                base_history=self.base_history,
+                base_layers=self.base_layers,
+                layers=len(self.layers),
+                epochs=self.epochs,
+                what=what,
+            )
+        except HistoryMismatch as e:
+            raise NormalizeFailure(str(e)) from e
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,16 +105,18 @@ class NormalizedLayer:
     size: int
     entries: int
     clamped: int
+    history: int  # the history entry of the step that made it
 
     @classmethod
-    def written(cls, result: RewriteResult, path: Path) -> NormalizedLayer:
-        """The layer the rewriter wrote to ``path``."""
+    def written(cls, result: RewriteResult, path: Path, layer: BuildLayer) -> NormalizedLayer:
+        """The layer the rewriter wrote to ``path`` for ``layer``."""
         return cls(
             diff_id=result.diff_id,
             path=path,
             size=result.size,
             entries=result.entries,
             clamped=result.clamped,
+            history=layer.history,
         )
 
 
@@ -111,18 +124,21 @@ class NormalizedLayer:
 class Normalized:
     """The rewritten image, on disk in ``workdir`` until loaded."""
 
-    image_id: str
+    image_id: str  # the identity: sha256 of config_bytes
     config_bytes: bytes
     diff_ids: tuple[str, ...]  # every layer, base included
-    layers: tuple[NormalizedLayer, ...]  # only the rewritten ones
+    layers: tuple[NormalizedLayer, ...]  # the rewritten layers that hold anything (empty ones are dropped)
     spool_peak: int  # most bytes the spool held at once
     read_seconds: float  # reading the saved stream (the build's layers spooled and hashed)
     rewrite_seconds: float
+    # The base's layers as the engine holds them (the saved OCI manifest's descriptors; () when the
+    # save had none): what a manifest of the image names them by, on the containerd store.
+    base_descriptors: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
 class NormalizeResult:
-    image_id: str
+    image_id: str  # the identity: the normalised config's digest, the same on every engine
     unnormalized_id: str
     layers_rewritten: int
     bytes_rewritten: int  # the rewritten layers' size: the engine stores them besides the cache's
@@ -133,6 +149,9 @@ class NormalizeResult:
     reused: bool = False  # a previous run's result was still in the engine
     read_from: str = FROM_SAVE  # FROM_STORE or FROM_SAVE
     fallback_reason: str = ""  # why not from the layer store, when from save
+    engine_id: str = ""  # what the engine calls it: image_id, or on the containerd store its manifest digest
+    engine: str = ""  # EngineStore.describe(): which engine and image store
+    rules: int = RULES  # the normalisation rules it was made under
 
     def to_json(self) -> dict[str, object]:
         from dataclasses import asdict
@@ -146,6 +165,7 @@ class ImageStore(Protocol):
     def save(self, image_id: str) -> Iterator[bytes]: ...
     def stored_image(self, image_id: str) -> StoredImage: ...
     def load(self, chunks: Iterable[bytes]) -> list[str]: ...
+    def store(self) -> EngineStore: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,25 +173,6 @@ class _Spooled:
     diff_id: str
     path: Path | None  # None: a base layer, dropped
     size: int
-
-
-def normalized_config(config: dict[str, Any], diff_ids: Sequence[str], plan: LayerPlan) -> bytes:
-    """The config bytes of the normalised image: a pure function, so its sha256 (the ID) is too.
-
-    Keys are sorted and the JSON compact, so the bytes depend on the content
-    only, not on the engine that wrote the original.
-    """
-    new = copy.deepcopy(config)
-    new["rootfs"] = {**new.get("rootfs", {}), "diff_ids": list(diff_ids)}
-    created = format_epoch(plan.created)
-    new["created"] = created
-    for entry in (new.get("history") or [])[plan.base_history :]:
-        entry["created"] = created
-    for key in BUILD_ONLY_FIELDS:
-        new.pop(key, None)
-    if isinstance(new.get("config"), dict) and new["config"].get("Image"):
-        new["config"]["Image"] = ""  # the unnormalised parent's ID: another image, and varies per build
-    return json.dumps(new, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def normalize_saved(saved: BinaryIO, plan: LayerPlan, workdir: Path, *, what: str) -> Normalized:
@@ -215,12 +216,13 @@ def normalize_saved(saved: BinaryIO, plan: LayerPlan, workdir: Path, *, what: st
         raise NormalizeFailure(msg)
     built = image.layers[plan.base_layers :]
     rewritten: list[NormalizedLayer] = []
-    for index, (layer, epoch) in enumerate(zip(built, plan.epochs, strict=True)):
+    steps = plan.build_layers(image.config, what)
+    for index, (layer, step) in enumerate(zip(built, steps, strict=True)):
         assert layer.path is not None
         out = workdir / f"layer-{index}.tar"
         try:
             with layer.path.open("rb") as source, out.open("wb") as sink:
-                result = rewrite_layer(source, sink, epoch, what=f"{what} layer {plan.base_layers + index}")
+                result = rewrite_layer(source, sink, step.epoch, what=f"{what} layer {plan.base_layers + index}")
         except LayerError as e:
             raise NormalizeFailure(str(e)) from e
         spooled_bytes[0] += result.size
@@ -228,7 +230,7 @@ def normalize_saved(saved: BinaryIO, plan: LayerPlan, workdir: Path, *, what: st
         if not any(layer.path == other.path for other in built[index + 1 :]):
             layer.path.unlink()  # identical layers (two empty ones) share one spool file
             spooled_bytes[0] -= layer.size
-        rewritten.append(NormalizedLayer.written(result, out))
+        rewritten.append(NormalizedLayer.written(result, out, step))
     return _normalized(
         image.config,
         plan,
@@ -236,6 +238,7 @@ def normalize_saved(saved: BinaryIO, plan: LayerPlan, workdir: Path, *, what: st
         spool_peak=spooled_bytes[1],
         read_seconds=round(read_done - started, 3),
         rewrite_seconds=round(time.monotonic() - read_done, 3),
+        base_descriptors=image.layer_descriptors[: plan.base_layers],
     )
 
 
@@ -256,21 +259,22 @@ def normalize_stored(image: StoredImage, plan: LayerPlan, workdir: Path, *, what
         msg = f"{what}: cannot read its config {image.config}: {e}"
         raise StoreReadFailure(msg) from e
     rewritten: list[NormalizedLayer] = []
-    for index, (layer, epoch) in enumerate(zip(image.layers[plan.base_layers :], plan.epochs, strict=True)):
+    steps = plan.build_layers(config, what)
+    for index, (layer, step) in enumerate(zip(image.layers[plan.base_layers :], steps, strict=True)):
         number = plan.base_layers + index
         out = workdir / f"layer-{index}.tar"
         source = HashingReader(open_stream(layer_chunks(layer.tar_split, layer.files)))
         try:
             with out.open("wb") as sink:
                 # Only read() is called on it: the rewriter parses a stream.
-                result = rewrite_layer(cast("BinaryIO", source), sink, epoch, what=f"{what} layer {number}")
+                result = rewrite_layer(cast("BinaryIO", source), sink, step.epoch, what=f"{what} layer {number}")
             source.drain()
         except (TarSplitError, LayerError) as e:
             raise StoreReadFailure(str(e)) from e
         if source.digest != layer.diff_id:
             msg = f"{what} layer {number}: {layer.files} gives sha256 {source.digest}, the image says {layer.diff_id}"
             raise StoreReadFailure(msg)
-        rewritten.append(NormalizedLayer.written(result, out))
+        rewritten.append(NormalizedLayer.written(result, out, step))
     return _normalized(
         config,
         plan,
@@ -289,40 +293,31 @@ def _normalized(
     spool_peak: int,
     read_seconds: float,
     rewrite_seconds: float,
+    base_descriptors: tuple[dict[str, Any], ...] = (),
 ) -> Normalized:
-    diff_ids = (*plan.kept, *(layer.diff_id for layer in rewritten))
-    config_bytes = normalized_config(config, diff_ids, plan)
+    """The normalised image: empty build layers dropped (their step marked empty_layer), config canonical."""
+    kept = tuple(layer for layer in rewritten if layer.entries)
+    for layer in rewritten:
+        if not layer.entries:
+            layer.path.unlink(missing_ok=True)
+    diff_ids = (*plan.kept, *(layer.diff_id for layer in kept))
+    made = {layer.history: layer.diff_id if layer.entries else "" for layer in rewritten}
+    config_bytes = normalized_config(config, diff_ids, base_history=plan.base_history, created=plan.created, made=made)
     return Normalized(
         image_id="sha256:" + hashlib.sha256(config_bytes).hexdigest(),
         config_bytes=config_bytes,
         diff_ids=diff_ids,
-        layers=tuple(rewritten),
+        layers=kept,
         spool_peak=spool_peak,
         read_seconds=read_seconds,
         rewrite_seconds=rewrite_seconds,
+        base_descriptors=base_descriptors,
     )
 
 
 def load_chunks(image: Normalized) -> Iterator[bytes]:
-    """A ``docker load`` archive of the normalised image, streamed from the spool.
-
-    Its manifest names every layer, but only the rewritten ones are in it: the
-    engine finds the base layers by their chain of diffIDs and never opens
-    their (absent) files.
-    """
-    hex_id = image.image_id.removeprefix("sha256:")
-    yield from tar_bytes_chunks(f"{hex_id}.json", image.config_bytes)
-    for layer in image.layers:
-        yield from tar_file_chunks(f"{layer.diff_id.removeprefix('sha256:')}/layer.tar", layer.path)
-    manifest = [
-        {
-            "Config": f"{hex_id}.json",
-            "RepoTags": None,
-            "Layers": [f"{d.removeprefix('sha256:')}/layer.tar" for d in image.diff_ids],
-        }
-    ]
-    yield from tar_bytes_chunks("manifest.json", json.dumps(manifest).encode())
-    yield TAR_END
+    """A ``docker load`` archive of the normalised image for a graph-driver store."""
+    return legacy_chunks(image.config_bytes, image.diff_ids, image.layers)
 
 
 def normalize_image(
@@ -338,6 +333,7 @@ def normalize_image(
     started = time.monotonic()
     spool_dir.mkdir(parents=True, exist_ok=True)
     what = f"image {image_id[:19]}"
+    engine = store.store()
     with tempfile.TemporaryDirectory(prefix="normalize-", dir=spool_dir) as workdir:
         normalized, fallback, save_started = None, "the layer store was not asked", started
         stored = store.stored_image(image_id) if from_store else None
@@ -357,17 +353,20 @@ def normalize_image(
             save_started = time.monotonic()
             normalized = normalize_saved(open_stream(store.save(image_id)), plan, Path(workdir), what=what)
         load_started = time.monotonic()
-        loaded = store.load(load_chunks(normalized))
+        engine_id, chunks = _load_archive(normalized, engine, what)
+        loaded = store.load(chunks)
         load_seconds = round(time.monotonic() - load_started, 3)
     phases = {"rewrite": normalized.rewrite_seconds, "load": load_seconds}
     if read_from == FROM_SAVE:
         # The engine prepares its save before the first byte: "save" counts from the request on.
         phases = {"save": round(load_started - save_started - normalized.rewrite_seconds, 3), **phases}
-    if normalized.image_id not in loaded:
-        msg = f"the engine loaded {', '.join(loaded) or 'nothing'} instead of {normalized.image_id}"
+    if engine_id not in loaded:
+        msg = f"{engine.describe()} loaded {', '.join(loaded) or 'nothing'} instead of {engine_id}"
         raise NormalizeFailure(msg)
     return NormalizeResult(
         image_id=normalized.image_id,
+        engine_id=engine_id,
+        engine=engine.describe(),
         unnormalized_id=image_id,
         layers_rewritten=len(normalized.layers),
         bytes_rewritten=sum(layer.size for layer in normalized.layers),
@@ -377,3 +376,18 @@ def normalize_image(
         read_from=read_from,
         fallback_reason="" if read_from == FROM_STORE else fallback,
     )
+
+
+def _load_archive(normalized: Normalized, engine: EngineStore, what: str) -> tuple[str, Iterator[bytes]]:
+    """(the ID the engine will give the image, the archive to load it from) for the engine's store."""
+    if not engine.ids_are_manifests:
+        return normalized.image_id, load_chunks(normalized)
+    if len(normalized.base_descriptors) != len(normalized.diff_ids) - len(normalized.layers):
+        msg = (
+            f"{what}: {engine.describe()} saved no OCI manifest naming its base's layers, "
+            "so the normalised image cannot be loaded beside them"
+        )
+        raise NormalizeFailure(msg)
+    manifest = oci_manifest(normalized.config_bytes, normalized.base_descriptors, normalized.layers)
+    engine_id = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    return engine_id, oci_chunks(normalized.config_bytes, manifest, normalized.layers)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from imagebuild.errors import NormalizeError
 from imagebuild.normalize.after_build import cache_tag, layer_plan, normalize_build, previous_normalization
+from imagebuild.normalize.core import RULES
 from imagebuild.project import find_project
 from imagebuild.render import Dockerfile, RenderOptions, render_inputs
 from imagebuild.testing import FakeEngine, image_info
@@ -32,8 +34,9 @@ REPO = Path(__file__).resolve().parents[2]
 BUILT, NORMALIZED, OTHER = ("sha256:" + c * 64 for c in "abc")
 
 
-def record(path: Path, *, built: str = BUILT, image: str = NORMALIZED) -> Path:
-    path.write_text(json.dumps({"image_id": image, "normalization": {"unnormalized_id": built}}))
+def record(path: Path, *, built: str = BUILT, image: str = NORMALIZED, rules: int = RULES) -> Path:
+    normalization = {"unnormalized_id": built, "engine_id": image, "rules": rules}
+    path.write_text(json.dumps({"image_id": image, "normalization": normalization}))
     return path
 
 
@@ -58,10 +61,11 @@ def test_a_fully_cached_build_reuses_the_last_normalised_image(tmp_path: Path) -
     [
         {"built": OTHER},  # the last build normalised another image
         {"image": OTHER},  # its result is no longer in the engine
+        {"rules": RULES - 1},  # made under other normalisation rules: another image today
     ],
 )
 def test_nothing_is_reused_unless_it_is_this_image_and_still_there(
-    tmp_path: Path, recorded: dict[str, str]
+    tmp_path: Path, recorded: dict[str, Any]
 ) -> None:
     engine = FakeEngine(images=[image_info(BUILT), image_info(NORMALIZED)])
     assert previous_normalization(record(tmp_path / "r.json", **recorded), BUILT, engine) is None

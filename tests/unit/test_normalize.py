@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from imagebuild.normalize.archive import ArchiveError, read_saved_image
+from imagebuild.normalize.config import canonical_created_by, normalized_config
 from imagebuild.normalize.core import (
     LayerPlan,
     NormalizeFailure,
     load_chunks,
     normalize_saved,
-    normalized_config,
 )
 from imagebuild.normalize.streams import spool
 from tests.unit.imagetars import AFTER, BEFORE, EPOCH, Item, config, digest, entries, layer, saved
@@ -131,7 +131,7 @@ def test_two_builds_differing_only_in_times_normalise_to_one_image(tmp_path: Pat
 def test_config_times_and_build_only_fields() -> None:
     layers = BASE + built()
     cfg = config(layers)
-    out = json.loads(normalized_config(cfg, ["sha256:" + "1" * 64] * 4, plan(layers)))
+    out = json.loads(normalized_config(cfg, ["sha256:" + "1" * 64] * 4, base_history=3, created=EPOCHS[-1]))
     assert out["created"] == "2026-01-01T03:00:00Z"
     assert [h["created"] for h in out["history"]] == ["2026-11-30T11:46:24.41Z"] * 3 + [
         "2026-01-01T03:00:00Z"
@@ -157,6 +157,58 @@ def test_load_archive_carries_only_the_rewritten_layers(tmp_path: Path) -> None:
     assert "sha256:" + hashlib.sha256(config_bytes).hexdigest() == result.image_id
 
 
-def test_a_layer_count_that_does_not_match_the_dockerfile_is_refused() -> None:
-    with pytest.raises(NormalizeFailure, match="3 layers above its base, but the Dockerfile makes 2"):
-        LayerPlan(layers=("a", "b", "c", "d", "e"), base_layers=2, base_history=3, epochs=EPOCHS, created=1)
+def test_a_history_that_does_not_fit_the_dockerfile_is_refused(tmp_path: Path) -> None:
+    layers = BASE + built()
+    short = LayerPlan(layers=tuple(map(digest, layers)), base_layers=2, base_history=3, epochs=EPOCHS[:1], created=1)
+    with pytest.raises(NormalizeFailure, match="its history has 2 build steps, but the Dockerfile makes 1"):
+        normalize_saved(io.BytesIO(saved(layers, config(layers))), short, tmp_path, what="x")
+
+
+def test_an_empty_step_gives_one_image_whether_the_store_made_a_layer_for_it_or_not(tmp_path: Path) -> None:
+    """Graph-driver stores commit an empty layer for a step that changed nothing; containerd's none."""
+    first, second = built()
+    empty = layer([])
+    graph = [*BASE, first, empty, second]
+    containerd = [*BASE, first, second]
+    epochs = (EPOCHS[0], EPOCH + 1800, EPOCHS[1])
+
+    def run(layers: list[bytes], cfg: dict[str, Any], where: Path) -> Any:
+        where.mkdir()
+        plan = LayerPlan(layers=tuple(map(digest, layers)), base_layers=2, base_history=3, epochs=epochs, created=epochs[-1])
+        return normalize_saved(io.BytesIO(saved(layers, cfg, oci=True)), plan, where, what="x")
+
+    graph_config = config(graph)  # history: step 0, ENV, step 1 (the base's); step 2, 3 (the empty one), 4
+    containerd_config = json.loads(json.dumps(graph_config))
+    containerd_config["history"][4]["empty_layer"] = True
+    del containerd_config["rootfs"]["diff_ids"][3]
+    one = run(graph, graph_config, tmp_path / "graph")
+    two = run(containerd, containerd_config, tmp_path / "containerd")
+    assert one.config_bytes == two.config_bytes
+    assert one.image_id == two.image_id
+    assert len(one.layers) == len(two.layers) == 2  # the empty layer is dropped...
+    history = json.loads(one.config_bytes)["history"]
+    assert history[4]["empty_layer"] is True  # ...and its step says it made none
+    assert json.loads(one.config_bytes)["rootfs"]["diff_ids"] == list(one.diff_ids)
+
+
+def test_copy_names_the_normalised_layer_not_the_builders_hash() -> None:
+    line = "/bin/bash -o pipefail -c #(nop) COPY dir:23abf21f87a0667d9704d5c55b4d4765401f2ee0978d38177551f45cf1b4624e in /usr/x "
+    assert canonical_created_by(line, "sha256:" + "ab" * 32) == f"/bin/bash -o pipefail -c #(nop) COPY dir@sha256:{'ab' * 32} in /usr/x "
+    assert canonical_created_by(line.replace("dir:", "file:"), "").endswith("COPY file@empty in /usr/x ")
+    run = "|4 A=1 /bin/sh -c echo COPY dir:" + "0" * 64
+    assert canonical_created_by(run, "sha256:1") == run  # a RUN's text is its own
+
+
+def test_the_copy_hash_of_two_builders_normalises_to_one_image(tmp_path: Path) -> None:
+    """Docker 20.10 and 26 hash the same COPY --from differently; the image must not say which built it."""
+    layers = BASE + built()
+    images = []
+    for number, builder_hash in enumerate(("23abf21f" * 8, "fc859476" * 8)):
+        cfg = config(layers)
+        cfg["history"][3]["created_by"] = f"/bin/sh -c #(nop) COPY dir:{builder_hash} in /usr/lib/aiter "
+        where = tmp_path / str(number)
+        where.mkdir()
+        images.append(normalize_saved(io.BytesIO(saved(layers, cfg)), plan(layers), where, what="x"))
+    assert images[0].image_id == images[1].image_id
+    created_by = json.loads(images[0].config_bytes)["history"][3]["created_by"]
+    assert created_by == f"/bin/sh -c #(nop) COPY dir@{images[0].diff_ids[2]} in /usr/lib/aiter "

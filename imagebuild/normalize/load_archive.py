@@ -1,0 +1,96 @@
+"""The archives the normalised image is loaded from, streamed from the spool, one per kind of store.
+
+Both name every layer but carry only the rewritten ones: the engine already holds the base's.
+
+* graph-driver stores: ``docker load``'s legacy layout (``manifest.json``); the engine finds the base
+  layers by their chain of diffIDs and never opens their (absent) files;
+* the containerd image store: an OCI image layout whose manifest imagebuild writes. The base's layers
+  are named by the descriptors the engine holds them under (compressed, as pulled), the build's as
+  uncompressed tars; the engine keeps the manifest as it is, so the image ID it gives the image is
+  that manifest's digest, known before the load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from imagebuild.normalize.streams import TAR_END, tar_bytes_chunks, tar_file_chunks
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
+OCI_LAYOUT = b'{"imageLayoutVersion":"1.0.0"}'
+
+
+class LoadLayer(Protocol):
+    @property
+    def diff_id(self) -> str: ...
+    @property
+    def path(self) -> Path: ...
+    @property
+    def size(self) -> int: ...
+
+
+def _canonical(document: Mapping[str, Any]) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def legacy_chunks(config_bytes: bytes, diff_ids: Sequence[str], layers: Sequence[LoadLayer]) -> Iterator[bytes]:
+    """A legacy ``docker load`` archive (graph-driver stores)."""
+    hex_id = _digest(config_bytes).removeprefix("sha256:")
+    yield from tar_bytes_chunks(f"{hex_id}.json", config_bytes)
+    for layer in layers:
+        yield from tar_file_chunks(f"{layer.diff_id.removeprefix('sha256:')}/layer.tar", layer.path)
+    manifest = [
+        {
+            "Config": f"{hex_id}.json",
+            "RepoTags": None,
+            "Layers": [f"{d.removeprefix('sha256:')}/layer.tar" for d in diff_ids],
+        }
+    ]
+    yield from tar_bytes_chunks("manifest.json", json.dumps(manifest).encode())
+    yield TAR_END
+
+
+def oci_manifest(
+    config_bytes: bytes, base_descriptors: Sequence[Mapping[str, Any]], layers: Sequence[LoadLayer]
+) -> bytes:
+    """The manifest of the normalised image for the containerd store: its bytes, canonical JSON."""
+    descriptors = [
+        {key: descriptor[key] for key in ("mediaType", "digest", "size") if key in descriptor}
+        for descriptor in base_descriptors
+    ]
+    descriptors += [{"mediaType": OCI_LAYER, "digest": layer.diff_id, "size": layer.size} for layer in layers]
+    return _canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": OCI_CONFIG, "digest": _digest(config_bytes), "size": len(config_bytes)},
+            "layers": descriptors,
+        }
+    )
+
+
+def oci_chunks(config_bytes: bytes, manifest_bytes: bytes, layers: Sequence[LoadLayer]) -> Iterator[bytes]:
+    """An OCI image layout holding the manifest, the config and the rewritten layers."""
+    index = {
+        "schemaVersion": 2,
+        "mediaType": OCI_INDEX,
+        "manifests": [{"mediaType": OCI_MANIFEST, "digest": _digest(manifest_bytes), "size": len(manifest_bytes)}],
+    }
+    yield from tar_bytes_chunks("oci-layout", OCI_LAYOUT)
+    yield from tar_bytes_chunks(f"blobs/sha256/{_digest(config_bytes).removeprefix('sha256:')}", config_bytes)
+    yield from tar_bytes_chunks(f"blobs/sha256/{_digest(manifest_bytes).removeprefix('sha256:')}", manifest_bytes)
+    for layer in layers:
+        yield from tar_file_chunks(f"blobs/sha256/{layer.diff_id.removeprefix('sha256:')}", layer.path)
+    yield from tar_bytes_chunks("index.json", _canonical(index))
+    yield TAR_END
