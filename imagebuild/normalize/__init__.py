@@ -1,9 +1,13 @@
 """Bit-identical rebuilds: a built image's layers rewritten so the same pins give the same image ID.
 
 after_build  what `imagebuild build` does after the engine built the image: normalise, keep the cache
-core         normalize_image: the built image, its timestamps clamped to SOURCE_DATE_EPOCH
+core         normalize_image: read the built image, rewrite it, load it back; which store, which archive
+model        the plan, the rewritten image, the result, the failures
+from_store   reading a local engine's layer store (tar-split, no save); from_save: docker save
+config       the canonical config: times, build-only fields, history (empty layers, COPY digests)
+lower        the filesystem below a layer, layer by layer; canonical: a layer reduced against it
+load_archive what the normalised image is loaded from: legacy (graph drivers) or OCI (containerd)
 archive      reading an image from a ``docker save`` stream, one pass
-layer_names  which entry of a ``docker save`` stream holds which layer
 tar_split    a layer's tar rebuilt byte for byte from the engine's layer store
 rewrite      one layer tar with its timestamps clamped
 streams      byte streams with bounded memory

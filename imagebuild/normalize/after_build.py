@@ -19,14 +19,14 @@ from imagebuild.engine.interface import Engine
 from imagebuild.errors import EngineError, NormalizeError
 from imagebuild.inputs.stage_model import Instruction
 from imagebuild.log import format_duration
-from imagebuild.normalize.core import (
+from imagebuild.normalize.core import normalize_image
+from imagebuild.normalize.model import (
     FROM_SAVE,
     FROM_STORE,
     RULES,
     LayerPlan,
     NormalizeFailure,
     NormalizeResult,
-    normalize_image,
 )
 from imagebuild.render import Dockerfile
 

@@ -19,7 +19,7 @@ import io
 import json
 import posixpath
 import tarfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO, Generic, Protocol, TypeVar, cast
 
@@ -92,13 +92,8 @@ def read_saved_image(
     on_layer: Callable[[str, BinaryIO], L],
     *,
     what: str,
-    skip: Callable[[str, Mapping[str, bytes]], L | None] | None = None,
 ) -> SavedImage[L]:
-    """Walk the archive once; ``on_layer(entry name, file)`` must read its file to the end.
-
-    ``skip(entry name, documents so far)`` may name a layer's result without
-    it being read (imagebuild.normalize.layer_names): the stream then passes it by.
-    """
+    """Walk the archive once; ``on_layer(entry name, file)`` must read its file to the end."""
     documents: dict[str, bytes] = {}
     layers: dict[str, L] = {}
     links: dict[str, str] = {}  # legacy: a layer.tar that is a symlink to an identical one
@@ -108,8 +103,6 @@ def read_saved_image(
                 name = posixpath.normpath(entry.name)
                 if entry.issym() and name.endswith("/layer.tar"):
                     links[name] = posixpath.normpath(posixpath.join(posixpath.dirname(name), entry.linkname))
-                elif entry.isreg() and (known := _skipped(skip, name, documents)) is not None:
-                    layers[name] = known
                 elif entry.isreg():
                     data = tar.extractfile(entry)
                     assert data is not None
@@ -164,14 +157,6 @@ def _in_config_order(
             raise ArchiveError(msg)
         ordered.append(layer)
     return tuple(ordered)
-
-
-def _skipped(
-    skip: Callable[[str, Mapping[str, bytes]], L | None] | None, name: str, documents: Mapping[str, bytes]
-) -> L | None:
-    if skip is None or not (name.endswith("/layer.tar") or name.startswith("blobs/")):
-        return None
-    return skip(name, documents)
 
 
 def _document(name: str, head: bytes, rest: IO[bytes], size: int, what: str) -> bytes:

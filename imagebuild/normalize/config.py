@@ -7,6 +7,8 @@ config is made canonical here:
 * which step made which layer is read from the history, not counted: a step that changes nothing
   makes an empty layer on a graph-driver store and none on the containerd image store; empty build
   layers are dropped and their step marked ``empty_layer``, as the containerd store does;
+* Docker's empty container-config fields (Hostname, Tty, ...) and null ones (Cmd, Entrypoint) are
+  left out, as the containerd store leaves them out;
 * the classic builder's ``COPY dir:<hash>`` (also ``file:`` and ``multi:``, and for ADD) hashes the
   tar the client sent with a builder-specific recipe: 20.10 and 26 give other hashes for the same
   files. It names the normalised layer's diffID instead, ``COPY dir@sha256:<diffID>``: a digest of
@@ -28,6 +30,20 @@ from imagebuild.pins.epoch import format_epoch
 # host and the engine's version: they differ on every build and say nothing
 # about the image. BuildKit does not write them; Docker 25 dropped them too.
 BUILD_ONLY_FIELDS = ("container", "container_config", "docker_version")
+# Docker's container-config fields a graph-driver store writes into the image config even when they
+# are empty (Hostname "", Tty false, ...) and the containerd store leaves out; none is in the OCI
+# config but User. Left out when empty; Image, the unnormalised parent's ID, always.
+EMPTY_DEFAULT_FIELDS = (
+    "Hostname",
+    "Domainname",
+    "User",
+    "AttachStdin",
+    "AttachStdout",
+    "AttachStderr",
+    "Tty",
+    "OpenStdin",
+    "StdinOnce",
+)
 STEP_INSTRUCTIONS = frozenset({"RUN", "COPY", "ADD", "WORKDIR"})  # what BuildKit counts as a step
 _METADATA = re.compile(r" -c #\(nop\) +([A-Z]+)\b")  # the classic builder's record of a non-RUN instruction
 _COPIED = re.compile(r"(#\(nop\) (?:COPY|ADD) )(dir|file|multi):[0-9a-f]{64}")
@@ -106,6 +122,12 @@ def normalized_config(
             entry["created_by"] = canonical_created_by(str(entry["created_by"]), diff_id)
     for key in BUILD_ONLY_FIELDS:
         new.pop(key, None)
-    if isinstance(new.get("config"), dict) and new["config"].get("Image"):
-        new["config"]["Image"] = ""  # the unnormalised parent's ID: another image, and varies per build
+    container = new.get("config")
+    if isinstance(container, dict):
+        container.pop("Image", None)  # the unnormalised parent's ID: another image, and varies per build
+        for key in [k for k, v in container.items() if v is None]:  # null and absent say the same
+            del container[key]
+        for key in EMPTY_DEFAULT_FIELDS:
+            if key in container and container[key] in ("", False):
+                del container[key]
     return json.dumps(new, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()

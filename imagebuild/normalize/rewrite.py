@@ -17,15 +17,26 @@ permission bits there; the type is the entry's type flag either way.
 Streaming: entries are read and written one at a time with 1 MiB copies, and
 the parser's list of seen entries is dropped as it goes, so memory does not
 grow with the number of files.
+
+With a ``LayerReducer`` (imagebuild.normalize.canonical) the layer is also reduced
+to what it changes below it, and what it held is returned for the next layer's
+lower state; a file whose metadata all match what is below is spooled once so
+its content can be compared.
 """
 
 from __future__ import annotations
 
+import hashlib
 import tarfile
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO, cast
 
+from imagebuild.normalize.canonical import LayerReducer
+from imagebuild.normalize.lower import Digest, Meta
 from imagebuild.normalize.streams import CHUNK, HashingWriter, Sink, forget_members
+
+SPOOL_IN_MEMORY = 16 * CHUNK  # a compared file up to this size stays in memory
 
 ENCODING = "utf-8"
 ERRORS = "surrogateescape"  # names that are not UTF-8 round-trip byte for byte
@@ -41,8 +52,11 @@ class LayerError(Exception):
 class RewriteResult:
     diff_id: str  # sha256 of the rewritten tar: the layer's new diffID
     size: int
-    entries: int
+    entries: int  # entries written
     clamped: int  # entries whose mtime was after the epoch
+    dropped: int = 0  # entries the reducer left out (they change nothing below)
+    # With a reducer: the input layer's entries (name, metadata, content digest), for the lower state.
+    held: list[tuple[str, Meta, Digest | None]] = field(default_factory=list)
 
 
 def canonical(info: tarfile.TarInfo) -> None:
@@ -71,10 +85,32 @@ def clamp(info: tarfile.TarInfo, epoch: int) -> bool:
     return changed
 
 
-def rewrite_layer(source: BinaryIO, sink: Sink, epoch: int, *, what: str = "layer") -> RewriteResult:
-    """Copy the layer tar ``source`` to ``sink`` with mtimes clamped to ``epoch``."""
+class _HashingSource:
+    """A payload read through sha256: its digest once the writer has copied it."""
+
+    def __init__(self, source: IO[bytes]) -> None:
+        self._source, self._hash = source, hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._source.read(size)
+        self._hash.update(data)
+        return data
+
+    def digest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def _constant(value: str) -> Digest:
+    return lambda: value
+
+
+def rewrite_layer(
+    source: BinaryIO, sink: Sink, epoch: int, *, what: str = "layer", reducer: LayerReducer | None = None
+) -> RewriteResult:
+    """Copy the layer tar ``source`` to ``sink`` with mtimes clamped to ``epoch`` (and reduced, with ``reducer``)."""
     out = HashingWriter(sink)
     entries = clamped = 0
+    held: list[tuple[str, Meta, Digest | None]] = []
     try:
         with (
             tarfile.open(
@@ -95,14 +131,63 @@ def rewrite_layer(source: BinaryIO, sink: Sink, epoch: int, *, what: str = "laye
                 if any(key.startswith("GNU.sparse.") for key in info.pax_headers) or info.issparse():
                     msg = f"{what}: {info.name} is a sparse file; the rewriter does not handle sparse entries"
                     raise LayerError(msg)
+                meta = Meta.of(info) if reducer is not None else None
                 canonical(info)
                 clamped += clamp(info, epoch)
                 data = reader.extractfile(info) if info.isreg() else None
-                writer.addfile(info, data)
-                entries += 1
+                if reducer is None or meta is None:
+                    writer.addfile(info, data)
+                    entries += 1
+                else:
+                    entries += _reduced(writer, reducer, info, meta, data, held=held)
                 forget_members(reader)
                 forget_members(writer)
+            if reducer is not None:
+                for extra in reducer.finish():
+                    writer.addfile(extra)
+                    entries += 1
     except tarfile.TarError as e:
         msg = f"{what}: not a readable tar ({e})"
         raise LayerError(msg) from e
-    return RewriteResult(diff_id=out.digest, size=out.size, entries=entries, clamped=clamped)
+    dropped = reducer.dropped if reducer is not None else 0
+    return RewriteResult(
+        diff_id=out.digest, size=out.size, entries=entries, clamped=clamped, dropped=dropped, held=held
+    )
+
+
+def _reduced(
+    writer: tarfile.TarFile,
+    reducer: LayerReducer,
+    info: tarfile.TarInfo,
+    meta: Meta,
+    data: IO[bytes] | None,
+    *,
+    held: list[tuple[str, Meta, Digest | None]],
+) -> int:
+    """Write what the reducer keeps of ``info`` (and the parents and whiteouts before it); the count."""
+    digest: Digest | None = None
+    payload: IO[bytes] | _HashingSource | None = data
+    spooled = None
+    if data is not None and reducer.needs_content(info, meta):
+        spooled = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY)  # noqa: SIM115 - closed below
+        h = hashlib.sha256()
+        while chunk := data.read(CHUNK):
+            h.update(chunk)
+            spooled.write(chunk)
+        spooled.seek(0)
+        digest, payload = _constant(h.hexdigest()), cast("IO[bytes]", spooled)
+    elif data is not None:
+        hashing = _HashingSource(data)
+        payload, digest = hashing, hashing.digest
+    written = 0
+    try:
+        for entry in reducer.feed(info, meta, digest):
+            writer.addfile(entry, cast("IO[bytes]", payload) if entry is info else None)
+            written += 1
+    finally:
+        if spooled is not None:
+            spooled.close()
+    if isinstance(payload, _HashingSource):
+        digest = _constant(payload.digest())  # the copy is done: fix the value
+    held.append((info.name, meta, digest))
+    return written

@@ -87,3 +87,29 @@ def _content(files: Path, name: bytes, size: int) -> Iterator[bytes]:
     if left:
         msg = f"{name!r} in {files} is {size - left} bytes, the layer's record says {size}"
         raise TarSplitError(msg)
+
+
+_ZEROS = bytes(CHUNK)
+
+
+def header_chunks(tar_split: Path) -> Iterator[bytes]:
+    """The layer tar with every file's content as zeros: all a header scan needs, without reading a file."""
+    try:
+        with gzip.open(tar_split, "rt", encoding="utf-8") as record:
+            for line in record:
+                entry = json.loads(line)
+                if entry.get("type") == SEGMENT:
+                    yield base64.b64decode(entry.get("payload") or "", validate=True)
+                elif entry.get("type") == FILE:
+                    left = int(entry.get("size") or 0)
+                    while left:
+                        yield _ZEROS[: min(left, CHUNK)]
+                        left -= min(left, CHUNK)
+    except (OSError, EOFError, ValueError, binascii.Error) as e:
+        msg = f"cannot read the layer's headers from {tar_split}: {e}"
+        raise TarSplitError(msg) from e
+
+
+def file_content(files: Path, name: str, size: int) -> Iterator[bytes]:
+    """A regular file's content in a layer's directory, as its tar entry names it."""
+    return _content(files, name.encode("utf-8", "surrogateescape"), size)

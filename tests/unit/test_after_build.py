@@ -11,7 +11,7 @@ import pytest
 
 from imagebuild.errors import NormalizeError
 from imagebuild.normalize.after_build import cache_tag, layer_plan, normalize_build, previous_normalization
-from imagebuild.normalize.core import RULES
+from imagebuild.normalize.model import RULES
 from imagebuild.project import find_project
 from imagebuild.render import Dockerfile, RenderOptions, render_inputs
 from imagebuild.testing import FakeEngine, image_info

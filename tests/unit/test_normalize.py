@@ -13,12 +13,9 @@ import pytest
 
 from imagebuild.normalize.archive import ArchiveError, read_saved_image
 from imagebuild.normalize.config import canonical_created_by, normalized_config
-from imagebuild.normalize.core import (
-    LayerPlan,
-    NormalizeFailure,
-    load_chunks,
-    normalize_saved,
-)
+from imagebuild.normalize.core import load_chunks
+from imagebuild.normalize.from_save import normalize_saved
+from imagebuild.normalize.model import LayerPlan, NormalizeFailure
 from imagebuild.normalize.streams import spool
 from tests.unit.imagetars import AFTER, BEFORE, EPOCH, Item, config, digest, entries, layer, saved
 
@@ -137,7 +134,7 @@ def test_config_times_and_build_only_fields() -> None:
         "2026-01-01T03:00:00Z"
     ] * 2
     assert {"container", "container_config", "docker_version"}.isdisjoint(out)
-    assert out["config"]["Image"] == ""
+    assert "Image" not in out["config"]  # the unnormalised parent
     assert out["config"]["Env"] == cfg["config"]["Env"]
     assert out["rootfs"]["diff_ids"] == ["sha256:" + "1" * 64] * 4
 
@@ -189,6 +186,20 @@ def test_an_empty_step_gives_one_image_whether_the_store_made_a_layer_for_it_or_
     history = json.loads(one.config_bytes)["history"]
     assert history[4]["empty_layer"] is True  # ...and its step says it made none
     assert json.loads(one.config_bytes)["rootfs"]["diff_ids"] == list(one.diff_ids)
+
+
+def test_empty_container_config_fields_are_left_out_as_the_containerd_store_leaves_them() -> None:
+    layers = BASE + built()
+    graph = config(layers)
+    graph["config"] |= {"Hostname": "", "Domainname": "", "User": "", "Tty": False, "AttachStdin": False}
+    containerd = config(layers)
+    for key in ("Image", "Entrypoint", "Cmd"):  # null on a graph-driver store, absent on containerd's
+        del containerd["config"][key]
+    made = {"base_history": 3, "created": EPOCHS[-1]}
+    assert normalized_config(graph, [], **made) == normalized_config(containerd, [], **made)  # type: ignore[arg-type]
+    kept = config(layers)
+    kept["config"]["User"] = "vllm"  # a value that means something stays
+    assert json.loads(normalized_config(kept, [], **made))["config"]["User"] == "vllm"  # type: ignore[arg-type]
 
 
 def test_copy_names_the_normalised_layer_not_the_builders_hash() -> None:

@@ -95,3 +95,9 @@ def test_a_layer_count_that_does_not_match_is_not_read(tmp_path: Path) -> None:
     inspected["GraphDriver"]["Data"].pop("LowerDir")
     image = stored_image(image_id, inspected=inspected, data_root=str(tmp_path))
     assert image.unavailable == "overlay2 reports 1 layer directories for 3 layers"
+
+
+def test_chain_ids_follow_the_oci_definition() -> None:
+    chains = chain_ids(DIFF_IDS[:2])
+    assert chains[0] == DIFF_IDS[0]  # ChainID(0) = DiffID(0)
+    assert chains[1] == "sha256:" + hashlib.sha256(f"{DIFF_IDS[0]} {DIFF_IDS[1]}".encode()).hexdigest()

@@ -11,15 +11,10 @@ from pathlib import Path
 import pytest
 
 from imagebuild.engine.interface import StoredImage
-from imagebuild.normalize.core import (
-    FROM_SAVE,
-    FROM_STORE,
-    LayerPlan,
-    StoreReadFailure,
-    normalize_image,
-    normalize_saved,
-    normalize_stored,
-)
+from imagebuild.normalize.core import normalize_image
+from imagebuild.normalize.from_save import normalize_saved
+from imagebuild.normalize.from_store import normalize_stored
+from imagebuild.normalize.model import FROM_SAVE, FROM_STORE, LayerPlan, StoreReadFailure
 from imagebuild.normalize.tar_split import TarSplitError, layer_chunks
 from imagebuild.testing import FakeEngine, image_info
 from tests.unit.imagetars import (
@@ -97,8 +92,9 @@ def test_a_file_shorter_than_its_record_is_refused(tmp_path: Path) -> None:
 def test_from_the_store_and_from_save_the_same_image(tmp_path: Path) -> None:
     cfg = config(LAYERS)
     image = stored_image(LAYERS, cfg, tmp_path / "store")
-    # The base's layers are never opened: they need not even exist.
-    image = replace(image, layers=tuple(replace(s, files=tmp_path / "gone", tar_split=tmp_path / "gone") for s in image.layers[:2]) + image.layers[2:])  # fmt: skip
+    # Of the base's layers only the tar-split records (their headers) are read; no file of theirs is
+    # opened unless a build layer's file matches one in every other respect: they need not even exist.
+    image = replace(image, layers=tuple(replace(s, files=tmp_path / "gone") for s in image.layers[:2]) + image.layers[2:])  # fmt: skip
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     from_store = normalize_stored(image, PLAN, tmp_path / "a", what="test image")

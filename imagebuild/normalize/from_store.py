@@ -1,0 +1,91 @@
+"""Normalising from a local engine's layer store: the build's layers rebuilt from tar-split, no save."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import BinaryIO, cast
+
+from imagebuild.engine.interface import StoredImage, StoredLayer
+from imagebuild.normalize.canonical import LayerReducer
+from imagebuild.normalize.lower import Digest, LowerState, file_digest, scan_layer
+from imagebuild.normalize.model import LayerPlan, Normalized, NormalizedLayer, StoreReadFailure, assemble
+from imagebuild.normalize.rewrite import LayerError, rewrite_layer
+from imagebuild.normalize.streams import HashingReader, open_stream
+from imagebuild.normalize.tar_split import TarSplitError, file_content, header_chunks, layer_chunks
+
+
+def normalize_stored(image: StoredImage, plan: LayerPlan, workdir: Path, *, what: str) -> Normalized:
+    """Rewrite the build's layers straight from the engine's layer store into ``workdir``.
+
+    The base's layers are not opened. Raise StoreReadFailure when the store
+    does not give exactly the image the engine reports (its config, or a layer
+    whose rebuilt tar does not hash to its diffID).
+    """
+    started = time.monotonic()
+    if image.config is None or tuple(layer.diff_id for layer in image.layers) != plan.layers:
+        msg = image.unavailable or f"{what}: the layer store's layers are not the ones the engine reported"
+        raise StoreReadFailure(msg)
+    try:
+        config = json.loads(image.config.read_bytes())
+    except (OSError, ValueError) as e:
+        msg = f"{what}: cannot read its config {image.config}: {e}"
+        raise StoreReadFailure(msg) from e
+    rewritten: list[NormalizedLayer] = []
+    steps = plan.build_layers(config, what)
+    lower = stored_lower_state(image.layers[: plan.base_layers], what)
+    for index, (layer, step) in enumerate(zip(image.layers[plan.base_layers :], steps, strict=True)):
+        number = plan.base_layers + index
+        out = workdir / f"layer-{index}.tar"
+        source = HashingReader(open_stream(layer_chunks(layer.tar_split, layer.files)))
+        try:
+            with out.open("wb") as sink:
+                # Only read() is called on it: the rewriter parses a stream.
+                result = rewrite_layer(
+                    cast("BinaryIO", source),
+                    sink,
+                    step.epoch,
+                    what=f"{what} layer {number}",
+                    reducer=LayerReducer(lower, step.epoch),
+                )
+            source.drain()
+        except (TarSplitError, LayerError) as e:
+            raise StoreReadFailure(str(e)) from e
+        lower.apply(result.held)
+        if source.digest != layer.diff_id:
+            msg = f"{what} layer {number}: {layer.files} gives sha256 {source.digest}, the image says {layer.diff_id}"
+            raise StoreReadFailure(msg)
+        rewritten.append(NormalizedLayer.written(result, out, step))
+    return assemble(
+        config,
+        plan,
+        rewritten,
+        spool_peak=sum(layer.size for layer in rewritten),
+        read_seconds=0.0,
+        rewrite_seconds=round(time.monotonic() - started, 3),
+    )
+
+
+def stored_lower_state(layers: Sequence[StoredLayer], what: str) -> LowerState:
+    """The base's filesystem from the layer store: headers from the tar-split records, no file read.
+
+    A file's content is read from the layer's directory only when a build layer's file matches it
+    in every other respect.
+    """
+    lower = LowerState()
+    for number, layer in enumerate(layers):
+
+        def content(name: str, size: int, files: Path = layer.files) -> Digest:
+            return file_digest(lambda: file_content(files, name, size))
+
+        try:
+            lower.apply(scan_layer(open_stream(header_chunks(layer.tar_split)), digests=False, content=content))
+        except (TarSplitError, tarfile.TarError) as e:
+            msg = f"{what} base layer {number}: {e}"
+            raise StoreReadFailure(msg) from e
+    return lower
+
+

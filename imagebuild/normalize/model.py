@@ -1,0 +1,165 @@
+"""The normaliser's data: the plan for a built image, the rewritten image, the result; its failures."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from imagebuild.engine.interface import EngineStore, StoredImage
+from imagebuild.normalize.config import BuildLayer, HistoryMismatch, build_layers, normalized_config
+from imagebuild.normalize.lower import Digest, LowerState, Meta
+from imagebuild.normalize.rewrite import RewriteResult
+
+FROM_STORE, FROM_SAVE = "layer store", "docker save"  # where the built image was read from
+# Bump when a rule changes what an image normalises to: a build record made under other rules is not
+# reused (after_build.previous_normalization).
+RULES = 5
+
+
+class NormalizeFailure(Exception):
+    """Normalisation could not be done; the message says why (the caller adds what to do)."""
+
+
+class StoreReadFailure(Exception):
+    """The layer store did not give the image the engine reports: normalisation reads ``save`` instead."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerPlan:
+    """What to do with the layers of one built image."""
+
+    layers: tuple[str, ...]  # the image's diffIDs, as the engine reports them
+    base_layers: int  # how many of them are the base image's: kept byte for byte
+    base_history: int  # history entries of the base image: kept as they are
+    epochs: tuple[int, ...]  # one per step after FROM, in order: the mtime clamp of the layer it made
+    created: int  # the config's created time and the build's history entries
+
+    @property
+    def kept(self) -> tuple[str, ...]:
+        return self.layers[: self.base_layers]
+
+    def build_layers(self, config: Mapping[str, Any], what: str) -> tuple[BuildLayer, ...]:
+        """Which step made each layer above the base (NormalizeFailure when the history does not fit)."""
+        try:
+            return build_layers(
+                config,
+                base_history=self.base_history,
+                base_layers=self.base_layers,
+                layers=len(self.layers),
+                epochs=self.epochs,
+                what=what,
+            )
+        except HistoryMismatch as e:
+            raise NormalizeFailure(str(e)) from e
+
+
+@dataclass(frozen=True, kw_only=True)
+class NormalizedLayer:
+    diff_id: str
+    path: Path
+    size: int
+    entries: int
+    clamped: int
+    history: int  # the history entry of the step that made it
+
+    @classmethod
+    def written(cls, result: RewriteResult, path: Path, layer: BuildLayer) -> NormalizedLayer:
+        """The layer the rewriter wrote to ``path`` for ``layer``."""
+        return cls(
+            diff_id=result.diff_id,
+            path=path,
+            size=result.size,
+            entries=result.entries,
+            clamped=result.clamped,
+            history=layer.history,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Normalized:
+    """The rewritten image, on disk in ``workdir`` until loaded."""
+
+    image_id: str  # the identity: sha256 of config_bytes
+    config_bytes: bytes
+    diff_ids: tuple[str, ...]  # every layer, base included
+    layers: tuple[NormalizedLayer, ...]  # the rewritten layers that hold anything (empty ones are dropped)
+    spool_peak: int  # most bytes the spool held at once
+    read_seconds: float  # reading the saved stream (the build's layers spooled and hashed)
+    rewrite_seconds: float
+    # The base's layers as the engine holds them (the saved OCI manifest's descriptors; () when the
+    # save had none): what a manifest of the image names them by, on the containerd store.
+    base_descriptors: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class NormalizeResult:
+    image_id: str  # the identity: the normalised config's digest, the same on every engine
+    unnormalized_id: str
+    layers_rewritten: int
+    bytes_rewritten: int  # the rewritten layers' size: the engine stores them besides the cache's
+    spool_peak: int  # temporary disk in the work directory
+    seconds: float
+    # Seconds each: save, rewrite, load; from the layer store, reading is part of rewrite.
+    phases: dict[str, float] = field(default_factory=dict)
+    reused: bool = False  # a previous run's result was still in the engine
+    read_from: str = FROM_SAVE  # FROM_STORE or FROM_SAVE
+    fallback_reason: str = ""  # why not from the layer store, when from save
+    engine_id: str = ""  # what the engine calls it: image_id, or on the containerd store its manifest digest
+    engine: str = ""  # EngineStore.describe(): which engine and image store
+    rules: int = RULES  # the normalisation rules it was made under
+
+    def to_json(self) -> dict[str, object]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+class ImageStore(Protocol):
+    """The engine as normalisation needs it."""
+
+    def save(self, image_id: str) -> Iterator[bytes]: ...
+    def stored_image(self, image_id: str) -> StoredImage: ...
+    def load(self, chunks: Iterable[bytes]) -> list[str]: ...
+    def store(self) -> EngineStore: ...
+
+
+def assemble(
+    config: dict[str, Any],
+    plan: LayerPlan,
+    rewritten: Sequence[NormalizedLayer],
+    *,
+    spool_peak: int,
+    read_seconds: float,
+    rewrite_seconds: float,
+    base_descriptors: tuple[dict[str, Any], ...] = (),
+) -> Normalized:
+    """The normalised image: empty build layers dropped (their step marked empty_layer), config canonical."""
+    kept = tuple(layer for layer in rewritten if layer.entries)
+    for layer in rewritten:
+        if not layer.entries:
+            layer.path.unlink(missing_ok=True)
+    diff_ids = (*plan.kept, *(layer.diff_id for layer in kept))
+    made = {layer.history: layer.diff_id if layer.entries else "" for layer in rewritten}
+    config_bytes = normalized_config(config, diff_ids, base_history=plan.base_history, created=plan.created, made=made)
+    return Normalized(
+        image_id="sha256:" + hashlib.sha256(config_bytes).hexdigest(),
+        config_bytes=config_bytes,
+        diff_ids=diff_ids,
+        layers=kept,
+        spool_peak=spool_peak,
+        read_seconds=read_seconds,
+        rewrite_seconds=rewrite_seconds,
+        base_descriptors=base_descriptors,
+    )
+
+
+def lower_state(layers: Iterable[list[tuple[str, Meta, Digest | None]]]) -> LowerState:
+    lower = LowerState()
+    for entries in layers:
+        lower.apply(entries)
+    return lower
+
+
