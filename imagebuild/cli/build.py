@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from imagebuild.cli import arguments
+from imagebuild.cli.output import write_json
 from imagebuild.cli.verbs import Verb, Verbs, project_of
 from imagebuild.errors import ExitCode
 from imagebuild.inputs.layout import BUILD_DIR, DEFAULT_REPOSITORY
@@ -39,11 +39,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         if args.quiet
         else make_progress(ProgressMode(args.progress or "auto"), sys.stderr, verbose=args.verbose > 0)
     )
-    engine = DockerEngine.from_env()
-    try:
+    with DockerEngine.opened() as engine:
         record = build_image(project, inputs, options, engine, progress=progress)
-    finally:
-        engine.close()
     cached = sum(t.cached for t in record.steps)
     logger.info(
         "built %s (%s) in %s, %d/%d steps cached",
@@ -54,8 +51,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         len(record.steps),
     )
     if args.json:
-        json.dump(record.to_json(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_json(record.to_json())
     else:
         sys.stdout.write(record.image_id + "\n")
     return 0

@@ -7,12 +7,12 @@ touches the engine, and reports through ``imagebuild.cli.main`` (one line, the e
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 from pathlib import Path
 
 from imagebuild.cli import arguments
+from imagebuild.cli.output import write_json
 from imagebuild.cli.verbs import Verb, Verbs, project_of
 from imagebuild.errors import ExitCode, ImageBuildError
 from imagebuild.inputs.layout import build_record_path, default_tag
@@ -37,11 +37,6 @@ def _default_record(args: argparse.Namespace) -> Path | None:
         return None
 
 
-def _print_json(data: object) -> None:
-    json.dump(data, sys.stdout, indent=2)
-    sys.stdout.write("\n")
-
-
 def cmd_publish(args: argparse.Namespace) -> int:
     from imagebuild.distribute.publish import PublishOptions, check_repository, check_tag, publish_image
     from imagebuild.engine.docker import DockerEngine
@@ -55,13 +50,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
         tag=args.tag,
         record_path=_default_record(args),
     )
-    engine = DockerEngine.from_env()
-    try:
+    with DockerEngine.opened() as engine:
         result = publish_image(options, engine, report=logger.info)
-    finally:
-        engine.close()
     if args.json:
-        _print_json(
+        write_json(
             {
                 "reference": result.reference,
                 "digest": result.digest,
@@ -88,13 +80,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     )
     # A batch job's time limit or scancel sends SIGTERM: remove the temporary archive as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
-    engine = DockerEngine.from_env()
-    try:
+    with DockerEngine.opened() as engine:
         result = export_image(options, engine, report=logger.info)
-    finally:
-        engine.close()
     if args.json:
-        _print_json({"manifest": str(result.manifest_path), **result.manifest.to_json()})
+        write_json({"manifest": str(result.manifest_path), **result.manifest.to_json()})
     else:
         sys.stdout.write(f"{result.manifest_path}\n")
     return 0
@@ -105,11 +94,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     from imagebuild.engine.docker import DockerEngine
 
     check_manifest(args.manifest)
-    engine = DockerEngine.from_env()
-    try:
+    with DockerEngine.opened() as engine:
         result = import_manifest(args.manifest, engine, report=logger.info)
-    finally:
-        engine.close()
     how = (
         "already present"
         if result.already_present
@@ -117,7 +103,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     )
     logger.info("%s %s; tagged %s", result.image_id, how, ", ".join(result.tags) or "nothing")
     if args.json:
-        _print_json(
+        write_json(
             {
                 "image_id": result.image_id,
                 "tags": list(result.tags),

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import sys
 from pathlib import Path
 
 from imagebuild.cli import arguments
+from imagebuild.cli.output import write_json
 from imagebuild.cli.verbs import Verb, Verbs, project_of
 from imagebuild.errors import ConfigError, ExitCode, UnpinnedError
 from imagebuild.inputs.layout import DEFAULT_REPOSITORY, SECRET_SCAN_ROOTS, default_tag
@@ -104,8 +104,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         data: dict[str, object] = {"arch": dockerfile.arch, "changed": args.changed, "steps": rows}
         if args.explain:
             data["explanation"] = CONSTRAINT_MECHANISM
-        json.dump(data, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_json(data)
         return 0
     if args.changed:
         logger.info("A change of '%s' rebuilds steps %d-%d:", args.changed, steps[0].number, steps[-1].number)
@@ -126,14 +125,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         secret_scan_roots=tuple(args.scan_roots or SECRET_SCAN_ROOTS),
     )
     prepare_verify(inputs, options)  # bad arguments and inputs are found before the engine is asked
-    engine = DockerEngine.from_env()
-    try:
+    with DockerEngine.opened() as engine:
         result = verify(inputs, options, engine, progress=logger.info)
-    finally:
-        engine.close()
     if args.json:
-        json.dump(result.to_json(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_json(result.to_json())
     else:
         sys.stdout.write(result.format_report() + "\n")
     return 0 if result.passed else int(ExitCode.VERIFY_FAILED)

@@ -97,7 +97,7 @@ def test_json_failure_is_a_json_document_and_nothing_else(
     out, err = capsys.readouterr()
     assert code in (ExitCode.BAD_INPUT, ExitCode.NO_ENGINE)
     document = json.loads(out)  # stdout is the document and nothing else
-    assert document == {"error": document["error"], "exit_code": code}
+    assert document == {"schema_version": 1, "error": document["error"], "exit_code": code}
     assert err == f"imagebuild: error: {document['error']}\n"
     assert "Traceback" not in err
 
