@@ -147,8 +147,8 @@ def register(verbs: Verbs) -> None:
             summary="write the image as a verified archive, a manifest and the importer",
             run=cmd_export,
             examples=(
-                "imagebuild export --output /shared/images",
-                "imagebuild export kimi-k3:gfx942 --output /shared/images --compress gzip",
+                "imagebuild export -o /shared/images",
+                "imagebuild export kimi-k3:gfx942 -o /shared/images --compress gzip",
             ),
             exit_codes=(ExitCode.NO_ENGINE,),
             json="the manifest",
@@ -158,7 +158,12 @@ def register(verbs: Verbs) -> None:
         "image", nargs="?", type=arguments.image, help="image to export (default imagebuild/kimi-k3:ARCH)"
     )
     p.add_argument(
-        "--output", type=Path, required=True, metavar="DIR", help="directory (e.g. shared storage)"
+        "-o",
+        "--output",
+        type=arguments.output_directory,
+        required=True,
+        metavar="DIR",
+        help="directory to write the archive, its manifest and the importer into (e.g. shared storage)",
     )
     p.add_argument(
         "--compress",
