@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from imagebuild.errors import ExitCode
 from imagebuild.inputs.layout import DEFAULT_ARCH
+from imagebuild.log import logger
 from imagebuild.project import Project, find_project
 
 # Every verb can be given bad input, be interrupted and find its reader gone.
@@ -306,6 +307,11 @@ class Verbs:
 
     def parser(self, name: str) -> Parser:
         return self._parsers[name]
+
+
+def warn_deprecated(old: str, new: str) -> None:
+    """One line on stderr for an old spelling that still works, for one release: what to write instead."""
+    logger.warning("imagebuild: warning: %s is deprecated and goes in the next release; use %s", old, new)
 
 
 def project_of(args: argparse.Namespace) -> Project:
