@@ -4,13 +4,29 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from imagebuild.cli import arguments
-from imagebuild.cli.output import write_json
+from imagebuild.cli.output import with_new_names, write_json
 from imagebuild.cli.verbs import Verb, Verbs, project_of
 from imagebuild.errors import ExitCode
 from imagebuild.inputs.layout import BUILD_DIR, DEFAULT_REPOSITORY
 from imagebuild.log import format_duration, logger
+
+if TYPE_CHECKING:
+    from imagebuild.build.core import BuildRecord
+
+
+def build_document(record: BuildRecord) -> dict[str, object]:
+    """What `build --json` prints: the build record, with the grammar's names added beside the old ones.
+
+    ``seconds`` beside ``total_seconds`` and each step's ``step`` beside ``number`` (the names plan,
+    import and verify use); the old keys go in the next release.
+    """
+    document = with_new_names(record.to_json(), {"total_seconds": "seconds"})
+    document["steps"] = [with_new_names(asdict(step), {"number": "step"}) for step in record.steps]
+    return document
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -51,7 +67,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         len(record.steps),
     )
     if args.json:
-        write_json(record.to_json())
+        write_json(build_document(record))
     else:
         sys.stdout.write(record.image_id + "\n")
     return 0
