@@ -14,18 +14,24 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from imagebuild.build.core import BuildRecord
 from imagebuild.cli import main
 from imagebuild.cli.app import build_parser, parse_arguments, registered_verbs
+from imagebuild.cli.build import build_document
+from imagebuild.cli.image import verify_document
+from imagebuild.cli.output import write_json
 from imagebuild.cli.verbs import Parser, UsageError, Verb
 from imagebuild.distribute.compression import Compression
 from imagebuild.distribute.export import ExportOptions, export_image
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.errors import EXIT_MEANINGS, ExitCode
 from imagebuild.testing import FakeEngine
+from imagebuild.verify import CheckResult, VerifyResult
 from tests import REPO
 from tests.unit import imagetars
 
@@ -276,8 +282,8 @@ def _successful_runs(tmp: Path, engine: FakeEngine) -> dict[str, list[str]]:
     }
 
 
-# lock needs its sources (tests/lock), build a recorded stream (test_cli_grammar checks its document
-# against the table), verify a container (tests/verify).
+# lock needs its sources (tests/lock), build a recorded stream and verify a container: build's and
+# verify's documents are checked as made from a replayed build and a result below.
 SUCCEEDING = ["render", "plan", "publish", "export", "import", "diff", "slurm"]
 
 
@@ -291,6 +297,21 @@ def test_json_success_is_one_document_with_the_documented_keys(
     out, err = capsys.readouterr()
     assert code == 0, err
     check_document(out, name)
+
+
+def test_build_and_verify_documents_have_the_documented_keys(
+    replay: Callable[..., tuple[FakeEngine, BuildRecord]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The two verbs the unit tier cannot run to success: their documents, made as the verbs make them."""
+    _, record = replay("success")
+    write_json(build_document(record))
+    check_document(capsys.readouterr().out, "build")
+    check = CheckResult(name="test_version", group="versions", outcome="failed", message="expected 1")
+    result = VerifyResult(
+        image=TAG, image_id="sha256:" + "0" * 64, arch="gfx942", checks=(check,), duration_s=1
+    )
+    write_json(verify_document(result))
+    check_document(capsys.readouterr().out, "verify")
 
 
 def test_every_exit_code_has_a_meaning_and_the_readme_shows_the_table() -> None:
