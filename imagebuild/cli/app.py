@@ -2,8 +2,8 @@
 
 Only ``main`` prints errors or decides the exit status: a verb returns its
 code or raises an ImageBuildError, whose message is printed as one line on
-stderr (and, with ``--json``, as ``{"error": ..., "exit_code": ...}`` on
-stdout) and whose ``exit_code`` is the status. Verbs write their result to
+stderr (and, with ``--json``, as ``{"schema_version": 1, "error": ..., "exit_code": ...}``
+on stdout, through ``output.write_json`` as every document) and whose ``exit_code`` is the status. Verbs write their result to
 stdout and everything else to stderr (imagebuild.log).
 """
 

@@ -127,7 +127,7 @@ class CommonOption:
     default: Any
     options: dict[str, Any]
     applies: Callable[[Verb], bool]
-    verbs_that: str  # "verbs that ...", for the help and the error
+    verbs_that: str  # "verbs that ...": the error before a verb without it names them
     help: Callable[[Verb | None], str]  # None: the help before the verb
 
     def merged(self, args: argparse.Namespace) -> Any:
@@ -140,7 +140,10 @@ class CommonOption:
 
 def _json_help(verb: Verb | None) -> str:
     what = verb.json if verb is not None else "the verb's result"
-    return f'print {what} as one JSON document on stdout; on failure {{"error": MESSAGE, "exit_code": N}}'
+    return (
+        f"print {what} as one JSON document on stdout, schema_version first; on failure "
+        '{"schema_version": 1, "error": MESSAGE, "exit_code": N}'
+    )
 
 
 COMMON_OPTIONS = (
