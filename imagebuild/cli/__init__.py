@@ -1,8 +1,18 @@
 """Command line: parse arguments into options, call the core, exit once.
 
-``app.main`` is the entry point; each verb lives in a module that registers it
-(``verbs.Verb``), which gives it the flags, ``--json`` handling and help every
-verb shares.
+app         ``main``, the entry point: parses, runs the verb, reports an error once (the only exit)
+verbs       how a verb registers: the global flags and common options every verb shares, help, epilog
+arguments   argument types, each value checked as it is parsed (before any engine or network)
+output      the one JSON writer: every verb's document, success and failure, with schema_version
+image       render, plan, verify
+lock        lock
+build       build
+distribute  publish, export, import
+diff        diff
+slurm       slurm
+
+One grammar for every verb (README.md, "Command-line grammar"; tests/unit/test_cli_contract.py).
+May import: everything in imagebuild; nothing imports it.
 """
 
 from imagebuild.cli.app import main

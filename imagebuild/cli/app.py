@@ -2,8 +2,8 @@
 
 Only ``main`` prints errors or decides the exit status: a verb returns its
 code or raises an ImageBuildError, whose message is printed as one line on
-stderr (and, with ``--json``, as ``{"error": ..., "exit_code": ...}`` on
-stdout) and whose ``exit_code`` is the status. Verbs write their result to
+stderr (and, with ``--json``, as ``{"schema_version": 1, "error": ..., "exit_code": ...}``
+on stdout, through ``output.write_json`` as every document) and whose ``exit_code`` is the status. Verbs write their result to
 stdout and everything else to stderr (imagebuild.log).
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -19,16 +18,17 @@ from pathlib import Path
 
 from imagebuild import __version__
 from imagebuild.cli import build, diff, distribute, image, lock, slurm
+from imagebuild.cli.output import write_json
 from imagebuild.cli.verbs import (
-    PROGRESS_HELP,
-    PROGRESS_MODES,
     HelpFormatter,
     Parser,
     UsageError,
     Verb,
     Verbs,
+    add_common_options_before_verb,
     add_global_flags,
     exit_code_table,
+    merge_common_options,
     merge_global_flags,
 )
 from imagebuild.errors import ExitCode, ImageBuildError
@@ -45,7 +45,6 @@ REGISTRARS: tuple[Callable[[Verbs], None], ...] = (
     diff.register,
     slurm.register,
 )
-PROGRESS_BEFORE_VERB = "progress_before_verb"
 
 
 def build_parser() -> tuple[Parser, Verbs]:
@@ -58,13 +57,7 @@ def build_parser() -> tuple[Parser, Verbs]:
     )
     parser.add_argument("--version", action="version", version=f"imagebuild {__version__}")
     add_global_flags(parser, after_verb=False)
-    parser.add_argument(
-        "--progress",
-        dest=PROGRESS_BEFORE_VERB,
-        choices=PROGRESS_MODES,
-        default=None,
-        help=f"for verbs that show progress (build): {PROGRESS_HELP}",
-    )
+    add_common_options_before_verb(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="VERB", parser_class=Parser)
     verbs = Verbs(sub)
     for register in REGISTRARS:
@@ -90,14 +83,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def parse_arguments(arguments: Sequence[str]) -> argparse.Namespace:
     """The command line as the verb sees it: one value per global flag, wherever it was given."""
-    parser, _ = build_parser()
+    parser, verbs = build_parser()
     args, unknown = parser.parse_known_args(arguments)
     if unknown:
         # Named by the verb's own help, which lists what it does accept.
         msg = f"unrecognized arguments: {' '.join(unknown)}"
         raise UsageError(msg, f"imagebuild {args.verb.name}")
     merge_global_flags(args)
-    _merge_progress(args)
+    merge_common_options(args, verbs)
     return args
 
 
@@ -140,18 +133,6 @@ def _project_directory(arguments: list[str]) -> Path | None:
     return directory
 
 
-def _merge_progress(args: argparse.Namespace) -> None:
-    before = getattr(args, PROGRESS_BEFORE_VERB)
-    delattr(args, PROGRESS_BEFORE_VERB)
-    if before is None:
-        return
-    if not args.verb.progress:
-        msg = f"--progress does not apply to `{args.verb.name}` (only to verbs that show progress: build)"
-        raise UsageError(msg, f"imagebuild {args.verb.name}")
-    if args.progress is None:
-        args.progress = before
-
-
 def _usage_failure(error: UsageError, wants_json: bool) -> int:
     message = f"{error}; see `{error.prog} --help`"
     return _fail(message, ExitCode.BAD_INPUT, json_too=wants_json)
@@ -174,6 +155,5 @@ def _fail(message: str, code: ExitCode, *, json_too: bool) -> int:
     else:
         print(f"imagebuild: error: {message}", file=sys.stderr)
     if json_too:
-        json.dump({"error": message, "exit_code": int(code)}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_json({"error": message, "exit_code": int(code)})
     return int(code)

@@ -99,7 +99,7 @@ def output_file(text: str) -> Path:
 
 
 def output_dir(text: str) -> str:
-    """A directory the verb will write (made if missing), or - for stdout."""
+    """A directory the verb will write (made if missing), or - for stdout (render: the Dockerfile alone)."""
     _printable_path(text)
     if text != "-" and (not text or (Path(text).exists() and not Path(text).is_dir())):
         msg = (
@@ -107,3 +107,17 @@ def output_dir(text: str) -> str:
         )
         raise argparse.ArgumentTypeError(msg)
     return text
+
+
+def output_file_or_stdout(text: str) -> Path | None:
+    """A file the verb will write (checked as ``output_file`` is), or - for stdout (None)."""
+    return None if text == "-" else output_file(text)
+
+
+def output_directory(text: str) -> Path:
+    """A directory a verb writes several files into (made if missing); - (stdout) cannot hold them."""
+    _printable_path(text)
+    if text == "-":
+        msg = "'-': this verb writes several files, which stdout cannot hold; name a directory"
+        raise argparse.ArgumentTypeError(msg)
+    return Path(text)

@@ -3,14 +3,30 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from imagebuild.cli import arguments
+from imagebuild.cli.output import with_new_names, write_json
 from imagebuild.cli.verbs import Verb, Verbs, project_of
 from imagebuild.errors import ExitCode
 from imagebuild.inputs.layout import BUILD_DIR, DEFAULT_REPOSITORY
 from imagebuild.log import format_duration, logger
+
+if TYPE_CHECKING:
+    from imagebuild.build.core import BuildRecord
+
+
+def build_document(record: BuildRecord) -> dict[str, object]:
+    """What `build --json` prints: the build record, with the grammar's names added beside the old ones.
+
+    ``seconds`` beside ``total_seconds`` and each step's ``step`` beside ``number`` (the names plan,
+    import and verify use); the old keys go in the next release.
+    """
+    document = with_new_names(record.to_json(), {"total_seconds": "seconds"})
+    document["steps"] = [with_new_names(asdict(step), {"number": "step"}) for step in record.steps]
+    return document
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -39,11 +55,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         if args.quiet
         else make_progress(ProgressMode(args.progress or "auto"), sys.stderr, verbose=args.verbose > 0)
     )
-    engine = DockerEngine.from_env()
-    try:
+    with DockerEngine.opened() as engine:
         record = build_image(project, inputs, options, engine, progress=progress)
-    finally:
-        engine.close()
     cached = sum(t.cached for t in record.steps)
     logger.info(
         "built %s (%s) in %s, %d/%d steps cached",
@@ -54,8 +67,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         len(record.steps),
     )
     if args.json:
-        json.dump(record.to_json(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_json(build_document(record))
     else:
         sys.stdout.write(record.image_id + "\n")
     return 0

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imagebuild.cli import arguments
+from imagebuild.cli.output import write_json
 from imagebuild.cli.verbs import Verb, Verbs
 from imagebuild.errors import ExitCode
+
+if TYPE_CHECKING:
+    from imagebuild.engine.interface import Engine
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -20,19 +25,16 @@ def cmd_diff(args: argparse.Namespace) -> int:
     for operand in operands:
         if Path(operand).is_file():
             check_archive(operand)
-    engine = None
+    # Two archives need no engine: diff then works where there is none.
+    engine: contextlib.AbstractContextManager[Engine | None] = contextlib.nullcontext()
     if not all(Path(operand).is_file() for operand in operands):
         from imagebuild.engine.docker import DockerEngine
 
-        engine = DockerEngine.from_env()
-    try:
-        diff = diff_images(args.image_a, args.image_b, mtime=args.mtime, engine=engine)
-    finally:
-        if engine is not None:
-            engine.close()
+        engine = DockerEngine.opened()
+    with engine as opened:
+        diff = diff_images(args.image_a, args.image_b, mtime=args.mtime, engine=opened)
     if args.json:
-        json.dump(diff_json(diff), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_json(diff_json(diff))
     else:
         sys.stdout.write(format_diff(diff) + "\n")
     return int(ExitCode.OK if diff.identical else ExitCode.FAILED)

@@ -7,14 +7,14 @@ touches the engine, and reports through ``imagebuild.cli.main`` (one line, the e
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 from pathlib import Path
 
 from imagebuild.cli import arguments
-from imagebuild.cli.verbs import Verb, Verbs, project_of
-from imagebuild.errors import ExitCode, ImageBuildError
+from imagebuild.cli.output import write_json
+from imagebuild.cli.verbs import Verb, Verbs, project_of, warn_deprecated
+from imagebuild.errors import ConfigError, ExitCode, ImageBuildError
 from imagebuild.inputs.layout import build_record_path, default_tag
 from imagebuild.log import format_duration, logger
 
@@ -37,31 +37,69 @@ def _default_record(args: argparse.Namespace) -> Path | None:
         return None
 
 
-def _print_json(data: object) -> None:
-    json.dump(data, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+def split_reference(text: str) -> tuple[str, str | None]:
+    """NAME[:TAG] as NAME and TAG (None without one): a ':' after the last '/' starts the tag."""
+    name, colon, tag = text.rpartition(":")
+    if not colon or "/" in tag:
+        return text, None
+    return name, tag
+
+
+def publish_target(args: argparse.Namespace) -> tuple[str, str | None]:
+    """Where publish pushes: -t HOST[:PORT]/REPO[:TAG] (as build's -t, a full reference), checked.
+
+    The old spelling, --repository REPO [--tag TAG] with a bare tag, still works for one release: its
+    values are checked as before, then one deprecation line says the -t to write instead.
+    """
+    from imagebuild.distribute.publish import check_repository, check_tag
+
+    references: list[str] = args.tag or []
+    if len(references) > 1:
+        msg = f"-t/--tag given {len(references)} times: publish pushes one reference; give -t once"
+        raise ConfigError(msg)
+    if args.repository is not None:
+        check_repository(args.repository)
+        tag = check_tag(references[0]) if references else None
+        new = f"-t {args.repository}" + (f":{tag}" if tag else "")
+        old = "--repository" + (" with --tag TAG" if tag else "")
+        warn_deprecated(f"publish {old}", new)
+        return args.repository, tag
+    if not references:
+        msg = (
+            "publish needs -t HOST[:PORT]/REPO[:TAG], where to push (e.g. -t registry.example.com/ml/kimi-k3)"
+        )
+        raise ConfigError(msg)
+    text = references[0]
+    if "@" in text:
+        msg = f"-t/--tag {text!r}: give HOST[:PORT]/REPO[:TAG] without a digest; publish prints the digest it pushed"
+        raise ConfigError(msg)
+    repository, tag = split_reference(text)
+    try:
+        check_repository(repository)
+        if tag is not None:
+            check_tag(tag)
+    except ConfigError as e:
+        why = str(e).partition(": ")[2]  # the check names its own flag; this value came as -t
+        msg = f"-t/--tag {text!r}: {why}"
+        raise ConfigError(msg) from e
+    return repository, tag
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from imagebuild.distribute.publish import PublishOptions, check_repository, check_tag, publish_image
+    from imagebuild.distribute.publish import PublishOptions, publish_image
     from imagebuild.engine.docker import DockerEngine
 
-    check_repository(args.repository)
-    if args.tag:
-        check_tag(args.tag)
+    repository, tag = publish_target(args)
     options = PublishOptions(
         image=_default_image(args),
-        repository=args.repository,
-        tag=args.tag,
+        repository=repository,
+        tag=tag,
         record_path=_default_record(args),
     )
-    engine = DockerEngine.from_env()
-    try:
+    with DockerEngine.opened() as engine:
         result = publish_image(options, engine, report=logger.info)
-    finally:
-        engine.close()
     if args.json:
-        _print_json(
+        write_json(
             {
                 "reference": result.reference,
                 "digest": result.digest,
@@ -88,13 +126,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     )
     # A batch job's time limit or scancel sends SIGTERM: remove the temporary archive as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
-    engine = DockerEngine.from_env()
-    try:
+    with DockerEngine.opened() as engine:
         result = export_image(options, engine, report=logger.info)
-    finally:
-        engine.close()
     if args.json:
-        _print_json({"manifest": str(result.manifest_path), **result.manifest.to_json()})
+        write_json({"manifest": str(result.manifest_path), **result.manifest.to_json()})
     else:
         sys.stdout.write(f"{result.manifest_path}\n")
     return 0
@@ -105,11 +140,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     from imagebuild.engine.docker import DockerEngine
 
     check_manifest(args.manifest)
-    engine = DockerEngine.from_env()
-    try:
+    with DockerEngine.opened() as engine:
         result = import_manifest(args.manifest, engine, report=logger.info)
-    finally:
-        engine.close()
     how = (
         "already present"
         if result.already_present
@@ -117,7 +149,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     )
     logger.info("%s %s; tagged %s", result.image_id, how, ", ".join(result.tags) or "nothing")
     if args.json:
-        _print_json(
+        write_json(
             {
                 "image_id": result.image_id,
                 "tags": list(result.tags),
@@ -137,8 +169,8 @@ def register(verbs: Verbs) -> None:
             summary="push the image; print the reference nodes pull by digest",
             run=cmd_publish,
             examples=(
-                "imagebuild publish --repository registry.example.com/ml/kimi-k3",
-                "imagebuild publish kimi-k3:gfx942 --repository 127.0.0.1:5000/kimi-k3 --tag v1 --json",
+                "imagebuild publish -t registry.example.com/ml/kimi-k3",
+                "imagebuild publish kimi-k3:gfx942 -t 127.0.0.1:5000/kimi-k3:v1 --json",
             ),
             exit_codes=(ExitCode.NO_ENGINE, ExitCode.REGISTRY),
             json="reference, digest, image ID, repository and tag",
@@ -148,9 +180,18 @@ def register(verbs: Verbs) -> None:
         "image", nargs="?", type=arguments.image, help="image to push (default imagebuild/kimi-k3:ARCH)"
     )
     p.add_argument(
-        "--repository", required=True, metavar="HOST[:PORT]/REPO", help="where to push, registry first"
+        "-t",
+        "--tag",
+        action="append",
+        metavar="HOST[:PORT]/REPO[:TAG]",
+        help="where to push, registry first, as build's -t names an image; the tag defaults to "
+        "ARCH-<image id, 12 hex>",
     )
-    p.add_argument("--tag", help="tag to push under (default ARCH-<image id, 12 hex>)")
+    p.add_argument(
+        "--repository",
+        metavar="HOST[:PORT]/REPO",
+        help="deprecated: -t HOST[:PORT]/REPO[:TAG] (with --repository, --tag takes the bare TAG, as before)",
+    )
     p.add_argument(
         "--record", type=Path, help="build record to note the reference in (default build/ARCH.build.json)"
     )
@@ -161,8 +202,8 @@ def register(verbs: Verbs) -> None:
             summary="write the image as a verified archive, a manifest and the importer",
             run=cmd_export,
             examples=(
-                "imagebuild export --output /shared/images",
-                "imagebuild export kimi-k3:gfx942 --output /shared/images --compress gzip",
+                "imagebuild export -o /shared/images",
+                "imagebuild export kimi-k3:gfx942 -o /shared/images --compress gzip",
             ),
             exit_codes=(ExitCode.NO_ENGINE,),
             json="the manifest",
@@ -172,7 +213,12 @@ def register(verbs: Verbs) -> None:
         "image", nargs="?", type=arguments.image, help="image to export (default imagebuild/kimi-k3:ARCH)"
     )
     p.add_argument(
-        "--output", type=Path, required=True, metavar="DIR", help="directory (e.g. shared storage)"
+        "-o",
+        "--output",
+        type=arguments.output_directory,
+        required=True,
+        metavar="DIR",
+        help="directory to write the archive, its manifest and the importer into (e.g. shared storage)",
     )
     p.add_argument(
         "--compress",

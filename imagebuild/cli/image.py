@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imagebuild.cli import arguments
+from imagebuild.cli.output import with_new_names, write_json
 from imagebuild.cli.verbs import Verb, Verbs, project_of
 from imagebuild.errors import ConfigError, ExitCode, UnpinnedError
 from imagebuild.inputs.layout import DEFAULT_REPOSITORY, SECRET_SCAN_ROOTS, default_tag
 from imagebuild.log import logger
 from imagebuild.project import Inputs, Project
 from imagebuild.render import Dockerfile, RenderOptions, render_inputs
+
+if TYPE_CHECKING:
+    from imagebuild.verify import VerifyResult
 
 
 def render_checkout(inputs: Inputs, *, allow_unpinned: bool) -> Dockerfile:
@@ -37,6 +41,28 @@ def render_target(args: argparse.Namespace, project: Project) -> Path | None:
     return project.context_dir(args.arch)
 
 
+def render_document(
+    arch: str,
+    files: list[str],
+    *,
+    context: Path | None = None,
+    dockerfile: str | None = None,
+    problems: list[str] | None = None,
+    diff: str = "",
+) -> dict[str, object]:
+    """What `render --json` prints: one shape whether it wrote, checked or printed the Dockerfile."""
+    return {
+        "arch": arch,
+        "context": None if context is None else str(context),
+        "files": files,
+        "dockerfile": dockerfile,
+        "check": problems is not None,
+        "up_to_date": None if problems is None else not problems,
+        "problems": problems or [],
+        "diff": diff,
+    }
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     from imagebuild.render.context import build_context, context_differences, write_context_dir
 
@@ -55,8 +81,12 @@ def cmd_render(args: argparse.Namespace) -> int:
         msg = f"{e}, or see the Dockerfile with them marked unpinned: imagebuild render --allow-unpinned"
         raise UnpinnedError(msg) from e
     context = build_context(dockerfile, inputs)
+    files = [f.path for f in context.files]
     if target is None:
-        sys.stdout.write(context.dockerfile)
+        if args.json:  # stdout is the document: the Dockerfile is in it
+            write_json(render_document(args.arch, files, dockerfile=context.dockerfile))
+        else:
+            sys.stdout.write(context.dockerfile)
         return 0
     shown = target.relative_to(project.root) if target.is_relative_to(project.root) else target
     if not args.check:
@@ -65,19 +95,27 @@ def cmd_render(args: argparse.Namespace) -> int:
         logger.info(
             "wrote %s/: the Dockerfile and %d files it COPYs (%d KiB)", shown, len(context.files) - 1, size
         )
+        if args.json:
+            write_json(render_document(args.arch, files, context=shown))
         return 0
     problems = context_differences(context, target)
     if not problems:
         logger.info("%s/ is up to date (%d files)", shown, len(context.files))
+        if args.json:
+            write_json(render_document(args.arch, files, context=shown, problems=[]))
         return 0
     committed = target / "Dockerfile"
     old = committed.read_text(encoding="utf-8") if committed.is_file() else ""
     new = context.dockerfile
-    sys.stdout.writelines(
+    diff = "".join(
         difflib.unified_diff(
             old.splitlines(keepends=True), new.splitlines(keepends=True), str(committed), "rendered"
         )
     )
+    if args.json:
+        write_json(render_document(args.arch, files, context=shown, problems=problems, diff=diff))
+    else:
+        sys.stdout.write(diff)
     for problem in problems:
         logger.error("%s/%s", shown, problem)
     pins = "" if project.uses_checkout_pins else f" --pins {project.pins_path} --output {shown}"
@@ -104,8 +142,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         data: dict[str, object] = {"arch": dockerfile.arch, "changed": args.changed, "steps": rows}
         if args.explain:
             data["explanation"] = CONSTRAINT_MECHANISM
-        json.dump(data, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_json(data)
         return 0
     if args.changed:
         logger.info("A change of '%s' rebuilds steps %d-%d:", args.changed, steps[0].number, steps[-1].number)
@@ -113,6 +150,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.explain:
         sys.stdout.write("\n" + CONSTRAINT_MECHANISM + "\n")
     return 0
+
+
+def verify_document(result: VerifyResult) -> dict[str, object]:
+    """What `verify --json` prints: the result, with ``seconds`` (the grammar's name) beside ``duration_s``.
+
+    For the run and for each check; ``duration_s`` goes in the next release.
+    """
+    renames = {"duration_s": "seconds"}
+    document = with_new_names(result.to_json(), renames)
+    document["checks"] = [with_new_names(check.to_json(), renames) for check in result.checks]
+    return document
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -126,14 +174,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         secret_scan_roots=tuple(args.scan_roots or SECRET_SCAN_ROOTS),
     )
     prepare_verify(inputs, options)  # bad arguments and inputs are found before the engine is asked
-    engine = DockerEngine.from_env()
-    try:
+    with DockerEngine.opened() as engine:
         result = verify(inputs, options, engine, progress=logger.info)
-    finally:
-        engine.close()
     if args.json:
-        json.dump(result.to_json(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_json(verify_document(result))
     else:
         sys.stdout.write(result.format_report() + "\n")
     return 0 if result.passed else int(ExitCode.VERIFY_FAILED)
@@ -148,11 +192,12 @@ def register(verbs: Verbs) -> None:
             run=cmd_render,
             examples=(
                 "imagebuild render --allow-unpinned",
-                "imagebuild render --pins sampleworld/pins.toml --output /tmp/gfx942 --allow-unpinned",
-                "imagebuild render --allow-unpinned --output - > gfx942.Dockerfile",
-                "imagebuild render --check",
+                "imagebuild render --pins sampleworld/pins.toml -o /tmp/gfx942 --allow-unpinned",
+                "imagebuild render --allow-unpinned -o - > gfx942.Dockerfile",
+                "imagebuild render --check --json",
             ),
             exit_codes=(ExitCode.FAILED,),
+            json="the context written or checked (with -o -, the Dockerfile)",
         )
     )
     p.add_argument(
@@ -161,9 +206,10 @@ def register(verbs: Verbs) -> None:
         help="render sources without an immutable identity (loudly marked)",
     )
     p.add_argument(
+        "-o",
         "--output",
         type=arguments.output_dir,
-        metavar="DIR",
+        metavar="DIR|-",
         help="write the context here (default docker/ARCH/, for the checkout's pins only); "
         "- prints just the Dockerfile on stdout",
     )

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
 
+from imagebuild.cli.output import write_json
 from imagebuild.cli.verbs import Verb, Verbs, project_of
 from imagebuild.errors import ExitCode
 from imagebuild.log import logger
@@ -67,8 +67,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
         data: dict[str, object] = {}
         for r in results:
             data.update(r.to_json() if isinstance(r, LockResult) else {"python": r.to_json()})
-        json.dump(data, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_json(data)
     elif args.dry_run:
         # The result of a dry run is the change itself: the diff of pins.toml (the python
         # lock's changes are listed in its table). The tables explain it, on stderr.

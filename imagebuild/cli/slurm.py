@@ -1,4 +1,7 @@
-"""The `imagebuild slurm` subcommand: arguments in, a checked Job, the script out (stdout or -o FILE)."""
+"""The `imagebuild slurm` subcommand: arguments in, a checked Job, the script out (stdout or -o FILE).
+
+With --json stdout is one document: the job's shape, and the script itself unless -o wrote it to a file.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from pathlib import Path
 
 from imagebuild import __version__
 from imagebuild.cli import arguments
+from imagebuild.cli.output import write_json
 from imagebuild.cli.verbs import Verb, Verbs
 from imagebuild.launcher.inputs import SPECS
 from imagebuild.log import logger
@@ -37,8 +41,11 @@ def register(verbs: Verbs) -> None:
                 "--image registry.example.com/ml/kimi-k3@sha256:<64 hex> --time 04:00:00 -o kimi-k3.sbatch",
                 "imagebuild slurm --nodes 2 --variant pp2xtp8 --model-path /shared/models/kimi-k3 "
                 "--archive /shared/images/kimi-k3-06203f705c54.tar.zst.json > kimi-k3.sbatch",
+                "imagebuild slurm --nodes 2 --variant pp2xtp8 --model-path /shared/models/kimi-k3 "
+                "--image registry.example.com/ml/kimi-k3@sha256:<64 hex> -o kimi-k3.sbatch --json",
             ),
             checkout=False,
+            json="the job (nodes, recipe, variant, image) and where the script went (or the script)",
             notes=NOTES,
         )
     )
@@ -134,9 +141,9 @@ def register(verbs: Verbs) -> None:
     p.add_argument(
         "-o",
         "--output",
-        type=arguments.output_file,
-        metavar="FILE",
-        help="write the script here (default: stdout)",
+        type=arguments.output_file_or_stdout,
+        metavar="FILE|-",
+        help="write the script here, executable (default, or -: stdout)",
     )
 
 
@@ -172,15 +179,36 @@ def _request(args: argparse.Namespace) -> jobs.JobRequest:
     )
 
 
+def slurm_document(job: jobs.Job, *, output: Path | None, script: str | None) -> dict[str, object]:
+    """What `slurm --json` prints: the job's shape, and the script itself when it went to no file."""
+    image = job.image
+    return {
+        "output": None if output is None else str(output),
+        "script": script,
+        "job_name": job.job_name,
+        "nodes": job.nodes,
+        "recipe": job.recipe,
+        "variant": job.variant,
+        "image": image.reference if isinstance(image, jobs.PulledImage) else None,
+        "archive": image.manifest if isinstance(image, jobs.ArchivedImage) else None,
+        "image_id": image.image_id if isinstance(image, jobs.ArchivedImage) else None,
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     job = jobs.make_job(_request(args))
     topology = check_topology(job)
     text = render_script(job, topology, version=__version__)
     if args.output is None:
-        sys.stdout.write(text)
+        if args.json:  # stdout is the document: the script is in it
+            write_json(slurm_document(job, output=None, script=text))
+        else:
+            sys.stdout.write(text)
         return 0
     # Complete or absent, and executable: a script half-written by a full disk must not be submitted.
     with atomic_file(args.output, mode=0o755) as out:
         out.write(text.encode("utf-8"))
     logger.info("wrote %s: submit it with `sbatch %s`", args.output, args.output)
+    if args.json:
+        write_json(slurm_document(job, output=args.output, script=None))
     return 0

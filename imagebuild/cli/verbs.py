@@ -1,30 +1,34 @@
 """How a verb joins the command line, so that every verb behaves the same.
 
 A verb registers a :class:`Verb` (its name, what it does, its handler, an
-example, the exit codes it uses, whether it has ``--json`` or ``--progress``)
-and then adds its own arguments to the parser it gets back. Registration adds
-what every verb shares: the global flags (accepted before or after the verb),
-``--arch``/``--pins`` for verbs that read the checkout, ``--json``, and an
-epilog with the example and the exit codes from ``imagebuild.errors``.
-``tests/unit/test_cli_contract.py`` checks each registered verb for this.
+example, the exit codes it uses, what its ``--json`` prints, whether it has
+``--progress``) and then adds its own arguments to the parser it gets back.
+Registration adds what every verb shares: the global flags, the common options
+(``--arch``/``--pins`` for verbs that read the checkout, ``--json``,
+``--progress`` for verbs that show progress), all accepted before the verb and
+after it, and an epilog with the examples and the exit codes from
+``imagebuild.errors``. ``tests/unit/test_cli_contract.py`` checks each
+registered verb for this; README.md's "Command-line grammar" is the table.
 """
 
 from __future__ import annotations
 
 import argparse
 import textwrap
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from imagebuild.errors import ExitCode
 from imagebuild.inputs.layout import DEFAULT_ARCH
+from imagebuild.log import logger
 from imagebuild.project import Project, find_project
 
 # Every verb can be given bad input, be interrupted and find its reader gone.
 COMMON_EXIT_CODES = (ExitCode.OK, ExitCode.BAD_INPUT, ExitCode.INTERRUPTED, ExitCode.PIPE_CLOSED)
 AFTER = "_after_verb"  # dest suffix of a global flag given after the verb
+BEFORE = "_before_verb"  # dest suffix of a common option given before the verb
 HELP_WIDTH = 100
 
 
@@ -111,6 +115,109 @@ PROGRESS_HELP = (
 )
 
 
+@dataclass(frozen=True, kw_only=True)
+class CommonOption:
+    """An option of the verbs it applies to, accepted before the verb too (as global flags are).
+
+    Before a verb it does not apply to it is a usage error naming the verbs that take it.
+    """
+
+    flags: tuple[str, ...]
+    dest: str
+    default: Any
+    options: dict[str, Any]
+    applies: Callable[[Verb], bool]
+    verbs_that: str  # "verbs that ...": the error before a verb without it names them
+    help: Callable[[Verb | None], str]  # None: the help before the verb
+
+    def merged(self, args: argparse.Namespace) -> Any:
+        before = getattr(args, self.dest + BEFORE, self.default)
+        after = getattr(args, self.dest + AFTER, before)  # given after the verb, it wins
+        if self.options.get("action") == "store_true":
+            return before or after
+        return after
+
+
+def _json_help(verb: Verb | None) -> str:
+    what = verb.json if verb is not None else "the verb's result"
+    return (
+        f"print {what} as one JSON document on stdout, schema_version first; on failure "
+        '{"schema_version": 1, "error": MESSAGE, "exit_code": N}'
+    )
+
+
+COMMON_OPTIONS = (
+    CommonOption(
+        flags=("--arch",),
+        dest="arch",
+        default=DEFAULT_ARCH,
+        options={"metavar": "ARCH"},
+        applies=lambda verb: verb.checkout,
+        verbs_that="verbs that read the checkout",
+        help=lambda _: f"arch profile in stages/arch/ (default {DEFAULT_ARCH})",
+    ),
+    CommonOption(
+        flags=("--pins",),
+        dest="pins",
+        default=None,
+        options={"type": Path, "metavar": "FILE"},
+        applies=lambda verb: verb.checkout,
+        verbs_that="verbs that read the checkout",
+        help=lambda _: "pins file (default: pins.toml of the checkout)",
+    ),
+    CommonOption(
+        flags=("--json",),
+        dest="json",
+        default=False,
+        options={"action": "store_true"},
+        applies=lambda verb: verb.json is not None,
+        verbs_that="verbs with a JSON document",
+        help=_json_help,
+    ),
+    CommonOption(
+        flags=("--progress",),
+        dest="progress",
+        default=None,
+        options={"choices": PROGRESS_MODES},
+        applies=lambda verb: verb.progress,
+        verbs_that="verbs that show progress",
+        help=lambda verb: (
+            PROGRESS_HELP if verb is not None else f"for verbs that show progress: {PROGRESS_HELP}"
+        ),
+    ),
+)
+
+
+def add_common_options_before_verb(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "common options (before or after the verb, for the verbs they apply to)"
+    )
+    for option in COMMON_OPTIONS:
+        group.add_argument(
+            *option.flags,
+            dest=option.dest + BEFORE,
+            default=argparse.SUPPRESS,
+            help=option.help(None),
+            **option.options,
+        )
+
+
+def merge_common_options(args: argparse.Namespace, verbs: Iterable[Verb]) -> None:
+    """One value per common option of the verb, wherever it was given; refused before a verb without it."""
+    verb: Verb = args.verb
+    for option in COMMON_OPTIONS:
+        given_before = hasattr(args, option.dest + BEFORE)
+        if option.applies(verb):
+            setattr(args, option.dest, option.merged(args))
+        elif given_before:
+            names = ", ".join(v.name for v in verbs if option.applies(v))
+            msg = f"{option.flags[-1]} does not apply to `{verb.name}` (only to {option.verbs_that}: {names})"
+            raise UsageError(msg, f"imagebuild {verb.name}")
+        for suffix in (BEFORE, AFTER):
+            if hasattr(args, option.dest + suffix):
+                delattr(args, option.dest + suffix)
+
+
 def add_global_flags(parser: argparse.ArgumentParser, *, after_verb: bool) -> None:
     group = parser.add_argument_group("global options (before or after the verb)")
     for flag in GLOBAL_FLAGS:
@@ -135,7 +242,7 @@ class Verb:
     run: Callable[[argparse.Namespace], int]
     examples: tuple[str, ...]  # command lines, shown in --help
     exit_codes: tuple[ExitCode, ...] = ()  # besides COMMON_EXIT_CODES
-    json: str | None = None  # what --json prints; None: the verb has no --json
+    json: str | None = None  # what --json prints; None: no --json (every verb has one today)
     progress: bool = False  # has --progress
     checkout: bool = True  # reads the checkout: has --arch and --pins
     notes: str = ""  # more text for the epilog
@@ -181,22 +288,16 @@ class Verbs:
         )
         parser.set_defaults(verb=verb)
         # The verb's own options come first in its help (the parser's default group); these after them.
-        common = parser.add_argument_group("common options")
-        if verb.checkout:
-            common.add_argument(
-                "--arch", default=DEFAULT_ARCH, help=f"arch profile in stages/arch/ (default {DEFAULT_ARCH})"
-            )
-            common.add_argument(
-                "--pins", type=Path, metavar="FILE", help="pins file (default: pins.toml of the checkout)"
-            )
-        if verb.json is not None:
-            common.add_argument(
-                "--json",
-                action="store_true",
-                help=f'print {verb.json} as JSON on stdout; on failure {{"error": MESSAGE, "exit_code": N}}',
-            )
-        if verb.progress:
-            common.add_argument("--progress", choices=PROGRESS_MODES, default=None, help=PROGRESS_HELP)
+        common = parser.add_argument_group("common options (before or after the verb)")
+        for option in COMMON_OPTIONS:
+            if option.applies(verb):
+                common.add_argument(
+                    *option.flags,
+                    dest=option.dest + AFTER,
+                    default=argparse.SUPPRESS,
+                    help=option.help(verb),
+                    **option.options,
+                )
         add_global_flags(parser, after_verb=True)
         self._parsers[verb.name] = parser
         return parser
@@ -209,6 +310,11 @@ class Verbs:
 
     def parser(self, name: str) -> Parser:
         return self._parsers[name]
+
+
+def warn_deprecated(old: str, new: str) -> None:
+    """One line on stderr for an old spelling that still works, for one release: what to write instead."""
+    logger.warning("imagebuild: warning: %s is deprecated and goes in the next release; use %s", old, new)
 
 
 def project_of(args: argparse.Namespace) -> Project:

@@ -102,6 +102,19 @@ class DockerEngine(Engine):
     def close(self) -> None:
         self._client.close()
 
+    @classmethod
+    @contextmanager
+    def opened(cls, timeout: int = 600) -> Iterator[DockerEngine]:
+        """The engine from the environment (as ``from_env``), closed when the block ends, also on error.
+
+        The one way a verb holds the engine: ``with DockerEngine.opened() as engine: ...``.
+        """
+        engine = cls.from_env(timeout)
+        try:
+            yield engine
+        finally:
+            engine.close()
+
     def version(self) -> str:
         try:
             return str(self._api.version().get("Version", "unknown"))
