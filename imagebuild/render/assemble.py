@@ -6,7 +6,6 @@ import json
 import textwrap
 from dataclasses import dataclass, field, replace
 
-from imagebuild.errors import ConfigError
 from imagebuild.inputs.arch import ArchProfile
 from imagebuild.inputs.layout import BUILD_CONSTRAINT_FILE, CONSTRAINT_FILE, CONTEXT_ROOTFS
 from imagebuild.inputs.python_lock import LOCK_FILE_NAME, PythonLock
@@ -202,10 +201,7 @@ def _step_body(
     if step.instruction is Instruction.COPY:
         used: set[str] = set()
         flag = ""
-        if step.from_pin:
-            if step.from_pin != definition.spec.donor_pin:
-                msg = f"{step.source}: COPY from '{step.from_pin}': only the donor stage pin '{definition.spec.donor_pin}' is a stage"
-                raise ConfigError(msg)
+        if step.from_pin:  # load_stages allows only the donor stage's pin
             flag = f"--from={definition.spec.donor_stage} "
             used.add(step.from_pin)
         text = f"COPY {flag}{step.src} {step.dest}"
