@@ -324,4 +324,14 @@ def load_stages(stages_dir: Path) -> ImageDefinition:
     if extra_from:
         msg = f"{extra_from[0].source}: only step 01 may be a FROM; the final stage is one stage"
         raise ConfigError(msg)
+    _check_copy_stages(spec, steps)
     return ImageDefinition(spec=spec, steps=tuple(steps))
+
+
+def _check_copy_stages(spec: ImageSpec, steps: list[Step]) -> None:
+    """A COPY ``from`` names a stage by its pin, and the donor's is the only stage to copy from:
+    refused here, with the other stage errors, rather than halfway through a render."""
+    for step in steps:
+        if step.from_pin and step.from_pin != spec.donor_pin:
+            msg = f"{step.source}: COPY from '{step.from_pin}': only the donor stage pin '{spec.donor_pin}' is a stage"
+            raise ConfigError(msg)

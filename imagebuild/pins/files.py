@@ -1,5 +1,7 @@
 """The pins of one downloaded file, known by its sha256: a wheel at a URL, a release on PyPI.
 
+What the two share (the version, the sha256 that is their identity, when lock hashes them
+again, how the SBOM names them) is ``FilePin``; each kind adds where its file comes from.
 The other kinds (images, git repositories, the toolchain's versions) are in ``kinds``,
 which also maps each ``kind =`` value of pins.toml to its class.
 """
@@ -31,18 +33,59 @@ from imagebuild.pins.base import (
     Refresh,
     simple_project_url,
 )
-from imagebuild.pins.description import PackageUrl, PinDescription
+from imagebuild.pins.description import Link, PackageUrl, PinDescription
 
 
 @dataclass(frozen=True, kw_only=True)
-class WheelPin(Pin):
+class FilePin(Pin):
+    """A python package's file, downloaded and checked against its sha256.
+
+    The sha256 is the identity: other bytes never carry the same one, so lock hashes the file
+    only while the sha256 is empty (or on upgrade).
+    """
+
+    version: str
+    sha256: str | None
+
+    @property
+    def identity(self) -> str | None:
+        return self.sha256
+
+    @property
+    def refresh(self) -> Refresh:
+        return Refresh.WHEN_EMPTY
+
+    def _describe_file(
+        self,
+        project: str,
+        *,
+        qualifiers: tuple[tuple[str, str], ...],
+        links: tuple[tuple[Link, str], ...] = (),
+        uri: str | None = None,
+        python_project: str | None = None,
+    ) -> PinDescription:
+        """The SBOM's library entry: a pypi purl of ``project`` and the sha256 as hash and digest."""
+        sha256 = self.require_identity()
+        return PinDescription(
+            role="library",
+            name=project,
+            version=self.version,
+            purl=PackageUrl(type="pypi", name=project, version=self.version, qualifiers=qualifiers),
+            hashes=(("sha256", sha256),),
+            links=links,
+            uri=uri,
+            python_project=python_project,
+            digest=(("sha256", sha256),),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelPin(FilePin):
     kind: ClassVar[PinKind] = PinKind.WHEEL
     keys: ClassVar[tuple[str, ...]] = ("url", "version", "sha256", "size")
     identity_keys: ClassVar[tuple[str, ...]] = ("sha256", "size")
 
     url: str
-    version: str
-    sha256: str | None
     size: int
 
     @classmethod
@@ -66,16 +109,8 @@ class WheelPin(Pin):
         return pin
 
     @property
-    def identity(self) -> str | None:
-        return self.sha256
-
-    @property
     def tracked(self) -> str:
         return f"url of {self.version}"
-
-    @property
-    def refresh(self) -> Refresh:
-        return Refresh.WHEN_EMPTY
 
     # drift: other bytes under a recorded URL are always "moved" (the default).
 
@@ -99,37 +134,24 @@ class WheelPin(Pin):
         return self.url
 
     def describe(self) -> PinDescription:
-        sha256 = self.require_identity()
-        project = canonicalize_name(self.filename.split("-", 1)[0])
-        return PinDescription(
-            role="library",
-            name=project,
-            version=self.version,
-            purl=PackageUrl(
-                type="pypi",
-                name=project,
-                version=self.version,
-                qualifiers=(("file_name", self.filename), ("download_url", self.url)),
-            ),
-            hashes=(("sha256", sha256),),
+        return self._describe_file(
+            canonicalize_name(self.filename.split("-", 1)[0]),
+            qualifiers=(("file_name", self.filename), ("download_url", self.url)),
             links=(("distribution", self.url),),
             uri=self.url,
-            digest=(("sha256", sha256),),
         )
 
 
 @dataclass(frozen=True, kw_only=True)
-class PypiPin(Pin):
+class PypiPin(FilePin):
     kind: ClassVar[PinKind] = PinKind.PYPI
     needs_target_python: ClassVar[bool] = True
     keys: ClassVar[tuple[str, ...]] = ("project", "version", "index", "filename", "sha256")
     identity_keys: ClassVar[tuple[str, ...]] = ("filename", "sha256")
 
     project: str
-    version: str
     index: str
     filename: str | None
-    sha256: str | None
 
     @classmethod
     def from_table(cls, t: Table, *, name: str, source: Path) -> Self:
@@ -144,16 +166,8 @@ class PypiPin(Pin):
         )
 
     @property
-    def identity(self) -> str | None:
-        return self.sha256
-
-    @property
     def tracked(self) -> str:
         return f"{self.project}=={self.version}"
-
-    @property
-    def refresh(self) -> Refresh:
-        return Refresh.WHEN_EMPTY
 
     def drift(
         self, differs: Collection[str], old: Mapping[str, str | int], new: Mapping[str, str | int]
@@ -174,20 +188,8 @@ class PypiPin(Pin):
         return simple_project_url(self.index, self.project)
 
     def describe(self) -> PinDescription:
-        sha256 = self.require_identity()
         project = canonicalize_name(self.project)
         index = (("repository_url", self.index),) if self.index != PYPI_SIMPLE else ()
-        return PinDescription(
-            role="library",
-            name=project,
-            version=self.version,
-            purl=PackageUrl(
-                type="pypi",
-                name=project,
-                version=self.version,
-                qualifiers=(("file_name", self.filename or ""), *index),
-            ),
-            hashes=(("sha256", sha256),),
-            python_project=project,
-            digest=(("sha256", sha256),),
+        return self._describe_file(
+            project, qualifiers=(("file_name", self.filename or ""), *index), python_project=project
         )

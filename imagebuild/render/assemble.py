@@ -1,4 +1,8 @@
-"""The render loop: header, donor stage, then each step with its comments, ARGs, ENV and instruction."""
+"""The render loop: header, donor stage, then each step with its comments, ARGs, ENV and instruction.
+
+Pure: each step is rendered from what the steps before it declared (``scope.Declared``) and
+returns the next declaration state with its lines, so nothing is mutated along the way.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import json
 import textwrap
 from dataclasses import dataclass, field, replace
 
-from imagebuild.errors import ConfigError
 from imagebuild.inputs.arch import ArchProfile
 from imagebuild.inputs.layout import BUILD_CONSTRAINT_FILE, CONSTRAINT_FILE, CONTEXT_ROOTFS
 from imagebuild.inputs.python_lock import LOCK_FILE_NAME, PythonLock
@@ -26,7 +29,7 @@ from imagebuild.render.model import (
     RenderOptions,
 )
 from imagebuild.render.policy import check_classic_builder, check_line_structure, check_pinned
-from imagebuild.render.scope import ArgScope, build_scope, check_arg_name, needed_args, refs
+from imagebuild.render.scope import ArgScope, Declared, build_scope, check_arg_name, needed_args, refs
 
 COMMENT_WIDTH = 96
 
@@ -72,9 +75,17 @@ def render(
         ),
     ]
     steps: list[RenderedStep] = []
+    declared = Declared()
     for defined in definition.steps:
-        step_lines, rendered = _render_step(
-            defined, definition, pins, scope, lock, options=options, base_prefix=base_pin.arg_prefix
+        step_lines, rendered, declared = _render_step(
+            defined,
+            definition,
+            pins,
+            scope,
+            declared=declared,
+            lock=lock,
+            options=options,
+            base_prefix=base_pin.arg_prefix,
         )
         lines += step_lines
         steps.append(rendered)
@@ -104,57 +115,113 @@ def _render_step(
     definition: ImageDefinition,
     pins: PinSet,
     scope: ArgScope,
-    lock: PythonLock | None,
     *,
+    declared: Declared,
+    lock: PythonLock | None,
     options: RenderOptions,
     base_prefix: str,
-) -> tuple[list[Line], RenderedStep]:
-    """One step's lines (comments, the ARGs it needs first, ENV, the instruction) and its summary."""
+) -> tuple[list[Line], RenderedStep, Declared]:
+    """One step's lines (comments, the ARGs it needs first, ENV, the instruction), its summary, and
+    what the final stage has declared after it (``declared`` is left as it was)."""
     body = _step_body(defined, definition, pins, lock, options.constraint_mode)
-    off = options.constraint_mode is ConstraintMode.OFF
-    step = _without_constraint_env(defined) if off else defined
-    number, total = step.number, len(definition.steps)
+    step = _without_constraint_env(defined) if options.constraint_mode is ConstraintMode.OFF else defined
+    needs = _step_needs(step, body, definition, scope=scope, declared=declared, base_prefix=base_prefix)
+    consumed = declared.pins | needs.pins
+    step_epoch = epoch_of(pins, consumed)
+    # Declared where it rises, so it breaks the layer cache only where its pins already do.
+    epoch_rises = step.instruction is Instruction.RUN and step_epoch != declared.epoch
+    lines = [
+        *_heading(step, len(definition.steps), needs.pins),
+        *_arg_lines(needs.args, scope, step.number),
+        *([_epoch_arg(step_epoch, pins, consumed, step.number)] if epoch_rises else []),
+        *_instruction_lines(step, body, definition),
+    ]
+    rendered = RenderedStep(
+        number=step.number,
+        instruction=step.instruction,
+        title=step.title,
+        why=step.why,
+        pins=tuple(sorted(needs.pins)),
+        source=f"stages/{step.source.name}",
+        source_date_epoch=step_epoch,
+    )
+    after = Declared(
+        args=declared.args | set(needs.args),
+        env=declared.env | {name for name, _ in (*step.env, *step.env_after)},
+        pins=consumed,
+        epoch=step_epoch if epoch_rises else declared.epoch,
+    )
+    return lines, rendered, after
+
+
+@dataclass(frozen=True, kw_only=True)
+class _StepNeeds:
+    args: tuple[str, ...]  # ARGs to declare just before the step, in first-use order
+    pins: frozenset[str]  # pins whose values the step carries
+
+
+def _step_needs(
+    step: Step,
+    body: _StepBody,
+    definition: ImageDefinition,
+    *,
+    scope: ArgScope,
+    declared: Declared,
+    base_prefix: str,
+) -> _StepNeeds:
+    """What the step references that is not declared yet, and the pins it consumes."""
     # Everything the step references, ENV set after it included, is declared before it.
     refs_text = "\n".join([*(v for _, v in step.env + step.env_after), body.refs_text])
-    needed = needed_args(refs_text, step, scope, definition)
+    needed = needed_args(refs_text, step, scope, declared, definition)
     if step.instruction is Instruction.FROM:
-        needed = [n for n in needed if n != f"{base_prefix}_IMAGE"]
-    used_pins = set(body.pins) | {scope.owners[n] for n in refs(refs_text) if n in scope.owners}
+        needed = [n for n in needed if n != f"{base_prefix}_IMAGE"]  # declared before the donor stage
+    owned = {scope.owners[n] for n in refs(refs_text) if n in scope.owners}
+    return _StepNeeds(args=tuple(needed), pins=frozenset(body.pins | owned))
+
+
+def _heading(step: Step, total: int, used_pins: frozenset[str]) -> list[Line]:
+    """The step's blank line and comments: number and title, why it sits here, the pins it carries."""
+    number = step.number
     lines = [Line(text="", kind=LineKind.BLANK, step=number, final_stage=True)]
     lines += _comment(f"[{number}/{total}] {step.title}", number, final=True)
     lines += _comment(step.why, number, final=True)
     if used_pins:
         lines += _comment("pins: " + ", ".join(sorted(used_pins)), number, final=True)
-    for name in needed:
+    return lines
+
+
+def _arg_lines(names: tuple[str, ...], scope: ArgScope, step: int) -> list[Line]:
+    lines = []
+    for name in names:
         owner = scope.owners.get(name)
         lines.append(
             Line(
                 text=f"ARG {name}={dockerfile_literal(scope.values[name])}",
                 kind=LineKind.ARG,
-                step=number,
+                step=step,
                 pins=frozenset({owner}) if owner else frozenset(),
                 final_stage=True,
             )
         )
-        scope.declared.add(name)
-    scope.consumed |= used_pins
-    step_epoch = epoch_of(pins, scope.consumed)
-    if step.instruction is Instruction.RUN and step_epoch != scope.epoch:
-        # Declared where it rises, so it breaks the layer cache only where its pins already do.
-        git_pins = frozenset(p.name for p in pins if p.name in scope.consumed and isinstance(p, GitPin))
-        lines.append(
-            Line(
-                text=f"ARG {EPOCH_ARG}={dockerfile_literal(str(step_epoch))}",
-                kind=LineKind.ARG,
-                step=number,
-                pins=git_pins,
-                final_stage=True,
-            )
-        )
-        scope.epoch = step_epoch
-    if step.env:
-        lines.append(_env_line(step.env, number))
-        scope.env.update(k for k, _ in step.env)
+    return lines
+
+
+def _epoch_arg(epoch: int, pins: PinSet, consumed: frozenset[str], step: int) -> Line:
+    """SOURCE_DATE_EPOCH's new value; the git pins consumed so far are what it comes from."""
+    git_pins = frozenset(p.name for p in pins if p.name in consumed and isinstance(p, GitPin))
+    return Line(
+        text=f"ARG {EPOCH_ARG}={dockerfile_literal(str(epoch))}",
+        kind=LineKind.ARG,
+        step=step,
+        pins=git_pins,
+        final_stage=True,
+    )
+
+
+def _instruction_lines(step: Step, body: _StepBody, definition: ImageDefinition) -> list[Line]:
+    """ENV set before, the instruction (ENTRYPOINT and SHELL after a FROM), ENV set after."""
+    number = step.number
+    lines = [_env_line(step.env, number)] if step.env else []
     lines.append(
         Line(
             text=body.text,
@@ -169,17 +236,7 @@ def _render_step(
         lines += _after_from(definition, number)
     if step.env_after:
         lines.append(_env_line(step.env_after, number))
-        scope.env.update(k for k, _ in step.env_after)
-    rendered = RenderedStep(
-        number=number,
-        instruction=step.instruction,
-        title=step.title,
-        why=step.why,
-        pins=tuple(sorted(used_pins)),
-        source=f"stages/{step.source.name}",
-        source_date_epoch=step_epoch,
-    )
-    return lines, rendered
+    return lines
 
 
 @dataclass
@@ -202,10 +259,7 @@ def _step_body(
     if step.instruction is Instruction.COPY:
         used: set[str] = set()
         flag = ""
-        if step.from_pin:
-            if step.from_pin != definition.spec.donor_pin:
-                msg = f"{step.source}: COPY from '{step.from_pin}': only the donor stage pin '{definition.spec.donor_pin}' is a stage"
-                raise ConfigError(msg)
+        if step.from_pin:  # load_stages allows only the donor stage's pin
             flag = f"--from={definition.spec.donor_stage} "
             used.add(step.from_pin)
         text = f"COPY {flag}{step.src} {step.dest}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from imagebuild.errors import ConfigError
 from imagebuild.inputs.arch import ArchProfile
@@ -24,15 +24,21 @@ from imagebuild.secrets import secret_reason
 REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::[-+][^}]*)?\}")
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class ArgScope:
-    """What is declared so far in the final stage."""
+    """Every ARG the final stage may declare, with its value and owning pin: fixed for one render."""
 
-    values: dict[str, str]  # every ARG that may be declared, with its value
-    owners: dict[str, str]  # ARG -> pin name
-    declared: set[str] = field(default_factory=set)
-    env: set[str] = field(default_factory=set)
-    consumed: set[str] = field(default_factory=set)  # pins consumed by the steps so far
+    values: Mapping[str, str]  # every ARG that may be declared, with its value
+    owners: Mapping[str, str]  # ARG -> pin name
+
+
+@dataclass(frozen=True, kw_only=True)
+class Declared:
+    """What the final stage has declared by the end of a step; each step returns the next one."""
+
+    args: frozenset[str] = frozenset()
+    env: frozenset[str] = frozenset()  # ENV names set so far
+    pins: frozenset[str] = frozenset()  # pins consumed by the steps so far
     epoch: int | None = None  # the SOURCE_DATE_EPOCH declared so far
 
 
@@ -76,16 +82,18 @@ def refs(text: str) -> list[str]:
     return [m[1] for m in REF_RE.finditer(text) if m[1].isupper()]
 
 
-def needed_args(text: str, step: Step, scope: ArgScope, definition: ImageDefinition) -> list[str]:
+def needed_args(
+    text: str, step: Step, scope: ArgScope, declared: Declared, definition: ImageDefinition
+) -> list[str]:
     """ARGs this text needs declared (in first-use order); unknown references are errors."""
     needed: list[str] = []
     for name in refs(text):
-        if name in scope.declared or name in scope.env or name in needed:
+        if name in declared.args or name in declared.env or name in needed:
             continue
         if name in scope.values:
             needed.append(name)
         elif name not in definition.spec.base_env:
-            known = [*scope.values, *scope.env, *definition.spec.base_env, *STAGE_NAMES]
+            known = [*scope.values, *declared.env, *definition.spec.base_env, *STAGE_NAMES]
             msg = (
                 f"{step.source}: ${{{name}}} is not a pin, arch value or build tunable, nor an ENV "
                 f"set by an earlier step.{suggest(name, known)}"

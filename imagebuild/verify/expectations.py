@@ -3,7 +3,11 @@
 Every expected value comes from pins.toml, the arch profile, constraints/ and the
 stages (which ENV they set, which lines they append to versions.txt), so verify
 cannot drift from what the build was asked to do. The result is a frozen,
-JSON-able dataclass: the runner hands it to the in-container checks as a file.
+JSON-able dataclass in a few parts, one per kind of check: the runner hands it
+to the in-container checks as a file. What every correct image holds whatever
+the inputs (the paths in ``imagebuild.inputs.layout``, the graft's trees and the
+scrubbed paths below) is not part of it: the checks read those where they are
+defined.
 """
 
 from __future__ import annotations
@@ -20,22 +24,13 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from imagebuild.errors import ConfigError
-from imagebuild.image_files.imagebuild_check import GUARD_KEY
 from imagebuild.inputs.layout import (
     APP_DIR,
-    APT_PACKAGES_FILE,
     ARCH_LABEL,
-    BUILD_CONSTRAINT_FILE,
-    CHECK_TOOL,
-    CONSTRAINT_FILE,
-    LAUNCHER,
     LAUNCHER_RECIPE,
     OCI_LABEL_PREFIX,
     OCI_LABELS,
     PIN_LABEL_PREFIX,
-    PYTHON_PACKAGES_FILE,
-    ROUTER,
-    SECRET_SCAN_MAX_FILE_BYTES,
     SECRET_SCAN_ROOTS,
     VERSIONS_FILE,
 )
@@ -75,6 +70,8 @@ TUNED_CONFIGS = ("kimik3_a8w4_tuned_fmoe.csv", "kimik3_fp4_tuned_fmoe.csv")
 TUNED_CONFIG_ROOTS = ("aiter", "aiter_meta")
 REPINNED_PIN = "flydsl"  # re-installed over the graft and checked against its RECORD
 ROUTER_HELP_WORD = "moriio"
+# Labels every image carries whatever the pins (the checkout's facts, passed as build args).
+NONEMPTY_LABELS = tuple(f"{OCI_LABEL_PREFIX}{name}" for name in OCI_LABELS)
 # `echo "KEY=${ARG} rest" >> /app/versions.txt` in a stage's RUN commands.
 _VERSION_ECHO_RE = re.compile(r'^echo "(?P<line>[^"]*)" >> ' + re.escape(VERSIONS_FILE) + "$")
 _KEY_RE = re.compile(r"^(?P<key>[A-Z][A-Z0-9_]*)(?P<sep>[=:])\s*(?P<rest>.*)$")
@@ -107,74 +104,106 @@ class LauncherCase:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Expectations:
-    image: str
-    arch: str
-    pins_path: str
-    # Image config
+class ConfigExpectations:
+    """The image config: the WORKDIR and ENV the stages set, the labels that name the pins."""
+
     workdir: str
     env: Mapping[str, str]  # exact values the stages set
-    banned_env_names: tuple[str, ...]
-    banned_env_patterns: tuple[str, ...]
-    labels: Mapping[str, str]  # exact values
-    nonempty_labels: tuple[str, ...]
+    banned_env_names: tuple[str, ...]  # the launcher recipe's env keys: tuning the image must not bake in
+    labels: Mapping[str, str]  # exact values: the arch and every locked pin's identity
     unlocked_pins: Mapping[str, str]  # pin -> why its label cannot be checked
-    # versions.txt
-    versions_file: str
-    version_lines: tuple[VersionLine, ...]
-    forbidden_version_text: tuple[str, ...]
-    apt_packages_file: str
-    python_packages_file: str
-    # Constraint
-    constraints_file: str
-    constraints: str
-    build_constraints_file: str
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ConfigExpectations:
+        return cls(
+            workdir=data["workdir"],
+            env=dict(data["env"]),
+            banned_env_names=tuple(data["banned_env_names"]),
+            labels=dict(data["labels"]),
+            unlocked_pins=dict(data["unlocked_pins"]),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class VersionsExpectations:
+    """versions.txt: the line each stage appends, with the pins' identities resolved."""
+
+    lines: tuple[VersionLine, ...]
+    forbidden_text: tuple[str, ...]  # what a layer the build args switch off would have written
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> VersionsExpectations:
+        return cls(
+            lines=tuple(VersionLine(**line) for line in data["lines"]),
+            forbidden_text=tuple(data["forbidden_text"]),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConstraintExpectations:
+    """The build-toolchain constraint: the two files' content and the setuptools it allows."""
+
+    constraints: str  # constraints/*.txt
     build_constraints: str  # the constraint plus the locked build dependencies' exact versions
-    setuptools_key: str
-    setuptools_specifier: str
-    guard_key: str  # the setuptools guard's record before the no-isolation build
+    setuptools_specifier: str  # "" when constraints/ do not bound setuptools
     guard_setuptools: str | None  # the version the guard installs when the base's violates the constraint
-    # Scrub and leftovers
-    empty_dirs: tuple[str, ...]
-    absent_paths: tuple[str, ...]
-    tmp_leftovers: tuple[str, ...]
-    # Graft
-    python: str
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ConstraintExpectations:
+        return cls(**data)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PythonExpectations:
+    """The base's python (pin [base]), where the graft lands, and the dist re-pinned over the graft."""
+
+    version: str  # "3.12"
     site_packages: str
-    graft_packages: tuple[str, ...]
-    graft_dirs: tuple[str, ...]
-    tuned_configs: tuple[str, ...]
-    tuned_config_roots: tuple[str, ...]
-    repinned_dist: str
-    repinned_version: str
-    check_tool: str
-    # Router, launcher, secrets
-    router: str
-    router_help_word: str
-    launcher: str
+    repinned_version: str  # pin [REPINNED_PIN]'s version
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PythonExpectations:
+        return cls(**data)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Expectations:
+    """What the in-image checks compare against: only what the inputs decide.
+
+    The facts that are the same for every build (paths in the image, label names, the graft's
+    trees) are not copied in here: the checks read them where they are defined, in
+    ``imagebuild.inputs.layout`` and this module's constants.
+    """
+
+    image: str
+    arch: str
+    pins_path: str  # named in the checks' messages: where a pin's expected value comes from
+    config: ConfigExpectations
+    versions: VersionsExpectations
+    constraint: ConstraintExpectations
+    python: PythonExpectations
     launcher_cases: tuple[LauncherCase, ...]
-    # Files scanned for credentials (imagebuild.secrets' patterns, run in the image)
-    secret_scan_roots: tuple[str, ...]
-    secret_scan_max_file_bytes: int
+    secret_scan_roots: tuple[str, ...]  # verify --scan-root
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Expectations:
-        fields: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            value = data[f.name]
-            if f.name == "version_lines":
-                value = tuple(VersionLine(**item) for item in value)
-            elif f.name == "launcher_cases":
-                value = tuple(
-                    LauncherCase(name=c["name"], env=dict(c["env"]), argv=tuple(c["argv"])) for c in value
-                )
-            elif isinstance(value, list):
-                value = tuple(value)
-            fields[f.name] = value
-        return cls(**fields)
+        return cls(
+            image=data["image"],
+            arch=data["arch"],
+            pins_path=data["pins_path"],
+            config=ConfigExpectations.from_json(data["config"]),
+            versions=VersionsExpectations.from_json(data["versions"]),
+            constraint=ConstraintExpectations.from_json(data["constraint"]),
+            python=PythonExpectations.from_json(data["python"]),
+            launcher_cases=tuple(
+                LauncherCase(name=c["name"], env=dict(c["env"]), argv=tuple(c["argv"]))
+                for c in data["launcher_cases"]
+            ),
+            secret_scan_roots=tuple(data["secret_scan_roots"]),
+        )
 
 
 def substitute(value: str, args: Mapping[str, str]) -> str | None:
@@ -320,44 +349,27 @@ def build_expectations(
         image=image,
         arch=inputs.arch.name,
         pins_path=str(pins.path),
-        workdir=workdir,
-        env=env,
-        banned_env_names=banned_env_names(recipes, LAUNCHER_RECIPE),
-        banned_env_patterns=BANNED_ENV_PATTERNS,
-        labels=labels,
-        nonempty_labels=tuple(f"{OCI_LABEL_PREFIX}{name}" for name in OCI_LABELS),
-        unlocked_pins=unlocked,
-        versions_file=VERSIONS_FILE,
-        version_lines=expected_version_lines(inputs.definition, inputs),
-        forbidden_version_text=forbidden,
-        apt_packages_file=APT_PACKAGES_FILE,
-        python_packages_file=PYTHON_PACKAGES_FILE,
-        constraints_file=CONSTRAINT_FILE,
-        constraints=inputs.constraints,
-        build_constraints_file=BUILD_CONSTRAINT_FILE,
-        build_constraints=build_constraint_text(inputs.constraints, inputs.python_lock),
-        setuptools_key=SETUPTOOLS_KEY,
-        setuptools_specifier=setuptools_specifier(inputs.constraints),
-        guard_key=GUARD_KEY,
-        guard_setuptools=guard_setuptools,
-        empty_dirs=EMPTY_DIRS,
-        absent_paths=ABSENT_PATHS,
-        tmp_leftovers=TMP_LEFTOVERS,
-        python=base.python,
-        site_packages=base.site_packages,
-        graft_packages=GRAFT_PACKAGES,
-        graft_dirs=GRAFT_DIRS,
-        tuned_configs=TUNED_CONFIGS,
-        tuned_config_roots=TUNED_CONFIG_ROOTS,
-        repinned_dist=REPINNED_PIN,
-        repinned_version=repinned_version,
-        check_tool=CHECK_TOOL,
-        router=ROUTER,
-        router_help_word=ROUTER_HELP_WORD,
-        launcher=LAUNCHER,
+        config=ConfigExpectations(
+            workdir=workdir,
+            env=env,
+            banned_env_names=banned_env_names(recipes, LAUNCHER_RECIPE),
+            labels=labels,
+            unlocked_pins=unlocked,
+        ),
+        versions=VersionsExpectations(
+            lines=expected_version_lines(inputs.definition, inputs), forbidden_text=forbidden
+        ),
+        constraint=ConstraintExpectations(
+            constraints=inputs.constraints,
+            build_constraints=build_constraint_text(inputs.constraints, inputs.python_lock),
+            setuptools_specifier=setuptools_specifier(inputs.constraints),
+            guard_setuptools=guard_setuptools,
+        ),
+        python=PythonExpectations(
+            version=base.python, site_packages=base.site_packages, repinned_version=repinned_version
+        ),
         launcher_cases=launcher_cases(recipes),
         secret_scan_roots=secret_scan_roots,
-        secret_scan_max_file_bytes=SECRET_SCAN_MAX_FILE_BYTES,
     )
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.engine.interface import Engine
+from imagebuild.inputs.layout import VERSIONS_FILE
 from imagebuild.project import find_project
 from imagebuild.verify import VerifyOptions, VerifyResult, verify
 from tests.verify.verify_support import REPO, GoodImage
@@ -116,7 +117,7 @@ def test_broken_image_fails_naming_the_check(
     in_repo: Path, engine: Engine, good_image: GoodImage, derived_image: Callable[..., str], case: Broken
 ) -> None:
     exp = good_image.expectations
-    lines = case.lines.format(site_packages=exp.site_packages, versions_file=exp.versions_file)
+    lines = case.lines.format(site_packages=exp.python.site_packages, versions_file=VERSIONS_FILE)
     result = _verify(engine, good_image, derived_image(lines, buildargs=case.buildargs, files=case.files))
     failed = _failed(result)
     assert not result.passed

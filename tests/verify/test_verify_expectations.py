@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -10,7 +11,11 @@ import pytest
 
 from imagebuild.errors import ConfigError
 from imagebuild.project import find_project
+from imagebuild.verify.checks import probe
+from imagebuild.verify.checks.support import probe_request
 from imagebuild.verify.expectations import (
+    BANNED_ENV_PATTERNS,
+    NONEMPTY_LABELS,
     Expectations,
     build_expectations,
     is_banned_env,
@@ -27,7 +32,7 @@ def _expectations(repo: Path, pins: Path) -> Expectations:
 def test_version_lines_carry_each_pins_identity(in_repo: Path, k3_pins: Path) -> None:
     pins = tomllib.loads(k3_pins.read_text())
     exp = _expectations(in_repo, k3_pins)
-    lines = {line.key: line for line in exp.version_lines}
+    lines = {line.key: line for line in exp.versions.lines}
     # The keys are the contract of the rendered Dockerfile; the values come from the pins file.
     assert lines["MORI_REF"].text == f"MORI_REF={pins['mori']['commit']}"
     assert lines["VLLM_REF"].text == f"VLLM_REF={pins['vllm']['commit']}"
@@ -38,43 +43,43 @@ def test_version_lines_carry_each_pins_identity(in_repo: Path, k3_pins: Path) ->
     assert lines["AITER_GRAFT"].text.startswith("AITER_GRAFT=proven_k3")
     assert lines["JIT_SCRUBBED"].text.startswith("JIT_SCRUBBED: ")
     assert lines["JIT_SCRUBBED"].pin is None
-    assert exp.forbidden_version_text == ("WITH_NIXL build complete",)
+    assert exp.versions.forbidden_text == ("WITH_NIXL build complete",)
 
 
 def test_labels_are_pin_identities(in_repo: Path, k3_pins: Path) -> None:
     pins = tomllib.loads(k3_pins.read_text())
     exp = _expectations(in_repo, k3_pins)
-    assert exp.labels["io.imagebuild.arch"] == "gfx942"
-    assert exp.labels["io.imagebuild.pin.base"] == pins["base"]["digest"]
-    assert exp.labels["io.imagebuild.pin.mori"] == pins["mori"]["commit"]
-    assert exp.labels["io.imagebuild.pin.aiter"] == pins["aiter"]["sha256"]
-    assert exp.labels["io.imagebuild.pin.rust"] == pins["rust"]["version"]
-    assert not exp.unlocked_pins
-    assert "org.opencontainers.image.revision" in exp.nonempty_labels
+    assert exp.config.labels["io.imagebuild.arch"] == "gfx942"
+    assert exp.config.labels["io.imagebuild.pin.base"] == pins["base"]["digest"]
+    assert exp.config.labels["io.imagebuild.pin.mori"] == pins["mori"]["commit"]
+    assert exp.config.labels["io.imagebuild.pin.aiter"] == pins["aiter"]["sha256"]
+    assert exp.config.labels["io.imagebuild.pin.rust"] == pins["rust"]["version"]
+    assert not exp.config.unlocked_pins
+    assert "org.opencontainers.image.revision" in NONEMPTY_LABELS  # set by the checkout, not the pins
 
 
 def test_unlocked_pins_are_reported_not_guessed(in_repo: Path) -> None:
     exp = _expectations(in_repo, in_repo / "pins.toml")  # the checkout's pins: base/donor/aiter unlocked
     for name in ("base", "donor", "aiter"):
-        assert f"io.imagebuild.pin.{name}" not in exp.labels
-        assert "no immutable identity" in exp.unlocked_pins[name]
+        assert f"io.imagebuild.pin.{name}" not in exp.config.labels
+        assert "no immutable identity" in exp.config.unlocked_pins[name]
 
 
 def test_env_python_and_constraint_from_inputs(in_repo: Path, k3_pins: Path) -> None:
     pins = tomllib.loads(k3_pins.read_text())
     exp = _expectations(in_repo, k3_pins)
-    assert exp.workdir == "/app"
-    assert exp.env["PIP_CONSTRAINT"] == "/etc/pip-constraints.txt"
-    assert exp.env["UV_BUILD_CONSTRAINT"] == "/etc/pip-build-constraints.txt"
-    assert exp.env["AITER_JIT_DIR"] == "/opt/vllm_cache/aiter_jit"
-    assert exp.env["COMGR_CACHE_DIR"] == "/opt/vllm_cache/comgr"
-    assert exp.env["PYTORCH_ROCM_ARCH"] == "gfx942"  # from the arch profile, through the distinct ARG
-    assert "PATH" not in exp.env  # built on the base's PATH: not knowable from the inputs
-    assert exp.python == pins["base"]["python"]
-    assert exp.site_packages == pins["base"]["site_packages"]
-    assert exp.repinned_version == pins["flydsl"]["version"]
-    assert exp.setuptools_specifier == "<80"
-    assert "setuptools<80" in exp.constraints
+    assert exp.config.workdir == "/app"
+    assert exp.config.env["PIP_CONSTRAINT"] == "/etc/pip-constraints.txt"
+    assert exp.config.env["UV_BUILD_CONSTRAINT"] == "/etc/pip-build-constraints.txt"
+    assert exp.config.env["AITER_JIT_DIR"] == "/opt/vllm_cache/aiter_jit"
+    assert exp.config.env["COMGR_CACHE_DIR"] == "/opt/vllm_cache/comgr"
+    assert exp.config.env["PYTORCH_ROCM_ARCH"] == "gfx942"  # from the arch profile, through the distinct ARG
+    assert "PATH" not in exp.config.env  # built on the base's PATH: not knowable from the inputs
+    assert exp.python.version == pins["base"]["python"]
+    assert exp.python.site_packages == pins["base"]["site_packages"]
+    assert exp.python.repinned_version == pins["flydsl"]["version"]
+    assert exp.constraint.setuptools_specifier == "<80"
+    assert "setuptools<80" in exp.constraint.constraints
 
 
 def test_launcher_cases_from_host_launcher(in_repo: Path, k3_pins: Path) -> None:
@@ -91,6 +96,17 @@ def test_launcher_cases_from_host_launcher(in_repo: Path, k3_pins: Path) -> None
 def test_json_round_trip(in_repo: Path, k3_pins: Path) -> None:
     exp = _expectations(in_repo, k3_pins)
     assert Expectations.from_json(json.loads(json.dumps(exp.to_json()))) == exp
+
+
+def test_the_probe_is_handed_every_key_it_reads(in_repo: Path, k3_pins: Path) -> None:
+    # probe.py runs in the image without imagebuild: all it knows comes from this one JSON argument.
+    read = set(re.findall(r'exp\["(\w+)"\]', Path(probe.__file__).read_text(encoding="utf-8")))
+    exp = _expectations(in_repo, k3_pins)
+    request = json.loads(json.dumps(probe_request(exp)))
+    assert read == set(request)
+    assert request["site_packages"] == exp.python.site_packages
+    assert request["versions_file"] == "/app/versions.txt"
+    assert [case["name"] for case in request["launcher_cases"]] == ["head", "worker"]
 
 
 @pytest.mark.parametrize(
@@ -112,7 +128,7 @@ def test_json_round_trip(in_repo: Path, k3_pins: Path) -> None:
 )
 def test_banned_env(in_repo: Path, k3_pins: Path, name: str, banned: bool) -> None:
     exp = _expectations(in_repo, k3_pins)
-    assert is_banned_env(name, exp.banned_env_names, exp.banned_env_patterns, exp.env) is banned
+    assert is_banned_env(name, exp.config.banned_env_names, BANNED_ENV_PATTERNS, exp.config.env) is banned
 
 
 def test_build_env_is_never_banned() -> None:

@@ -11,8 +11,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from imagebuild.image_files.imagebuild_check import GUARD_KEY
+from imagebuild.inputs.layout import (
+    APT_PACKAGES_FILE,
+    BUILD_CONSTRAINT_FILE,
+    CHECK_TOOL,
+    CONSTRAINT_FILE,
+    LAUNCHER,
+    PYTHON_PACKAGES_FILE,
+    ROUTER,
+    VERSIONS_FILE,
+)
 from imagebuild.launcher import serve
-from imagebuild.verify.expectations import Expectations
+from imagebuild.verify.expectations import (
+    NONEMPTY_LABELS,
+    REPINNED_PIN,
+    ROUTER_HELP_WORD,
+    TUNED_CONFIG_ROOTS,
+    TUNED_CONFIGS,
+    Expectations,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCHER_DIR = Path(serve.__file__).resolve().parent
@@ -94,36 +112,36 @@ def _record_hash(data: bytes) -> str:
 
 def good_files(exp: Expectations) -> dict[str, tuple[bytes, int]]:
     """Every file a correct image has, as the checks see it: path -> (content, mode)."""
-    sp = exp.site_packages.lstrip("/")
+    sp = exp.python.site_packages.lstrip("/")
     lines = ["BUILD_SETUPTOOLS=79.0.1 (isolated build, pip 23.0.1, constraint setuptools<80)"]
-    lines += [line.text for line in exp.version_lines]
+    lines += [line.text for line in exp.versions.lines]
     files: dict[str, tuple[bytes, int]] = {
-        exp.versions_file.lstrip("/"): ("\n".join(lines).encode() + b"\n", 0o644),
-        exp.constraints_file.lstrip("/"): (exp.constraints.encode(), 0o644),
-        exp.build_constraints_file.lstrip("/"): (exp.build_constraints.encode(), 0o644),
-        exp.apt_packages_file.lstrip("/"): (b"bash=5.2.15-2+b7\npython3=3.11.2-1+b1\n", 0o644),
-        exp.python_packages_file.lstrip("/"): (
-            f"{exp.repinned_dist}=={exp.repinned_version}\npip==23.0.1\n".encode(),
+        VERSIONS_FILE.lstrip("/"): ("\n".join(lines).encode() + b"\n", 0o644),
+        CONSTRAINT_FILE.lstrip("/"): (exp.constraint.constraints.encode(), 0o644),
+        BUILD_CONSTRAINT_FILE.lstrip("/"): (exp.constraint.build_constraints.encode(), 0o644),
+        APT_PACKAGES_FILE.lstrip("/"): (b"bash=5.2.15-2+b7\npython3=3.11.2-1+b1\n", 0o644),
+        PYTHON_PACKAGES_FILE.lstrip("/"): (
+            f"{REPINNED_PIN}=={exp.python.repinned_version}\npip==23.0.1\n".encode(),
             0o644,
         ),
-        exp.router.lstrip("/"): (
-            f"#!/bin/sh\necho 'usage: vllm-router [--service-discovery {exp.router_help_word}]'\n".encode(),
+        ROUTER.lstrip("/"): (
+            f"#!/bin/sh\necho 'usage: vllm-router [--service-discovery {ROUTER_HELP_WORD}]'\n".encode(),
             0o755,
         ),
-        exp.check_tool.lstrip("/"): (CHECK_TOOL_SOURCE.read_bytes(), 0o755),
+        CHECK_TOOL.lstrip("/"): (CHECK_TOOL_SOURCE.read_bytes(), 0o755),
         f"{sp}/aiter/__init__.py": (b"", 0o644),
         f"{sp}/aiter/ops/triton/conv/__init__.py": (b"", 0o644),
         f"{sp}/aiter_meta/__init__.py": (b"", 0o644),
     }
-    for i, name in enumerate(exp.tuned_configs):
-        root = exp.tuned_config_roots[i % len(exp.tuned_config_roots)]
+    for i, name in enumerate(TUNED_CONFIGS):
+        root = TUNED_CONFIG_ROOTS[i % len(TUNED_CONFIG_ROOTS)]
         files[f"{sp}/{root}/configs/{name}"] = (b"token,expert,kernel\n", 0o644)
-    launcher = exp.launcher.lstrip("/").rsplit("/", 1)[0]
+    launcher = LAUNCHER.lstrip("/").rsplit("/", 1)[0]
     # The whole package, as the build context ships it (imagebuild/render/context.py): serve.py imports it.
     for p in sorted(LAUNCHER_DIR.rglob("*")):
         if p.suffix in (".py", ".toml") and "__pycache__" not in p.parts:
             files[f"{launcher}/{p.relative_to(LAUNCHER_DIR).as_posix()}"] = (p.read_bytes(), 0o644)
-    dist, version = exp.repinned_dist, exp.repinned_version
+    dist, version = REPINNED_PIN, exp.python.repinned_version
     package = {f"{dist}/__init__.py": f"__version__ = '{version}'\n".encode(), f"{dist}/core.py": b"X = 1\n"}
     info = f"{dist}-{version}.dist-info"
     package[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode()
@@ -134,14 +152,14 @@ def good_files(exp: Expectations) -> dict[str, tuple[bytes, int]]:
 
 
 def dockerfile(base: str, exp: Expectations) -> str:
-    env = " \\\n    ".join(f"{k}={json.dumps(v)}" for k, v in exp.env.items())
+    env = " \\\n    ".join(f"{k}={json.dumps(v)}" for k, v in exp.config.env.items())
     return (
-        f"FROM {base}\nENTRYPOINT []\nWORKDIR {exp.workdir}\nENV {env}\nCOPY rootfs/ /\n"
+        f"FROM {base}\nENTRYPOINT []\nWORKDIR {exp.config.workdir}\nENV {env}\nCOPY rootfs/ /\n"
         # The base may carry stale JIT dirs (the sample base imitates the real one).
         "RUN rm -rf /opt/vllm_cache/aiter_jit /root/.aiter && mkdir -p /root/.mori\n"
         # What the setuptools guard records for a base whose setuptools satisfies the constraint.
-        f'RUN echo "{exp.guard_key}=$(python3 -c \'import importlib.metadata as m; print(m.version("setuptools"))\')'
-        f" (the image's own, satisfies setuptools{exp.setuptools_specifier})\" >> {exp.versions_file}\n"
+        f'RUN echo "{GUARD_KEY}=$(python3 -c \'import importlib.metadata as m; print(m.version("setuptools"))\')'
+        f" (the image's own, satisfies setuptools{exp.constraint.setuptools_specifier})\" >> {VERSIONS_FILE}\n"
     )
 
 
@@ -158,7 +176,7 @@ def context_tar(dockerfile_text: str, files: Mapping[str, tuple[bytes, int]] | N
 
 
 def good_labels(exp: Expectations) -> dict[str, str]:
-    return {**exp.labels, **dict.fromkeys(exp.nonempty_labels, "test")}
+    return {**exp.config.labels, **dict.fromkeys(NONEMPTY_LABELS, "test")}
 
 
 def build(

@@ -20,7 +20,7 @@ import testinfra
 
 from imagebuild import secrets
 from imagebuild.verify.checks import probe
-from imagebuild.verify.checks.support import RESULTS_ENV, CheckFailure, expectations
+from imagebuild.verify.checks.support import RESULTS_ENV, CheckFailure, expectations, probe_request
 
 _RESULTS: list[dict[str, Any]] = []
 
@@ -38,10 +38,10 @@ def host(request: pytest.FixtureRequest) -> Any:
 @pytest.fixture(scope="session")
 def facts(host: Any) -> dict[str, Any]:
     """Everything the file-system checks look at, from one run of probe.py in the container."""
-    exp = json.dumps(expectations().to_json())
+    request = json.dumps(probe_request(expectations()))
     source = Path(probe.__file__).read_text(encoding="utf-8")
     detector = Path(secrets.__file__).read_text(encoding="utf-8")
-    done = host.run(f"python3 -c {shlex.quote(source)} {shlex.quote(exp)} {shlex.quote(detector)}")
+    done = host.run(f"python3 -c {shlex.quote(source)} {shlex.quote(request)} {shlex.quote(detector)}")
     if done.rc != 0:
         pytest.fail(
             f"the fact probe failed in the container (exit {done.rc}); does the image have python3?\n"

@@ -7,7 +7,7 @@ It scans the image's files for credentials with imagebuild/secrets.py itself,
 handed over as source (that module needs only the standard library), so the
 image is judged by the same detector as the build's inputs, and a finding is
 redacted before it leaves the container.
-Usage: python3 -c "<this file>" '<json of the expectations>' "<source of imagebuild/secrets.py>"
+Usage: python3 -c "<this file>" '<json of support.probe_request()>' "<source of imagebuild/secrets.py>"
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""What the check modules share: the context file the runner wrote, and how a check fails."""
+"""What the check modules share: the context file the runner wrote, what the probe is handed, how a check fails."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -9,7 +10,28 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from imagebuild.verify.expectations import Expectations
+from imagebuild.inputs.layout import (
+    APT_PACKAGES_FILE,
+    BUILD_CONSTRAINT_FILE,
+    CHECK_TOOL,
+    CONSTRAINT_FILE,
+    LAUNCHER,
+    PYTHON_PACKAGES_FILE,
+    ROUTER,
+    SECRET_SCAN_MAX_FILE_BYTES,
+    VERSIONS_FILE,
+)
+from imagebuild.verify.expectations import (
+    ABSENT_PATHS,
+    EMPTY_DIRS,
+    GRAFT_DIRS,
+    GRAFT_PACKAGES,
+    REPINNED_PIN,
+    TMP_LEFTOVERS,
+    TUNED_CONFIG_ROOTS,
+    TUNED_CONFIGS,
+    Expectations,
+)
 
 CONTEXT_ENV = "IMAGEBUILD_VERIFY_CONTEXT"
 RESULTS_ENV = "IMAGEBUILD_VERIFY_RESULTS"
@@ -57,6 +79,33 @@ def _context() -> dict[str, Any]:
 
 def expectations() -> Expectations:
     return Expectations.from_json(_context()["expectations"])
+
+
+def probe_request(exp: Expectations) -> dict[str, Any]:
+    """The one JSON argument of probe.py, which runs in the image without imagebuild: the paths it
+    looks at (read here from where they are defined) and what of the expectations it needs."""
+    return {
+        "versions_file": VERSIONS_FILE,
+        "apt_packages_file": APT_PACKAGES_FILE,
+        "python_packages_file": PYTHON_PACKAGES_FILE,
+        "constraints_file": CONSTRAINT_FILE,
+        "build_constraints_file": BUILD_CONSTRAINT_FILE,
+        "empty_dirs": EMPTY_DIRS,
+        "absent_paths": ABSENT_PATHS,
+        "tmp_leftovers": TMP_LEFTOVERS,
+        "site_packages": exp.python.site_packages,
+        "graft_packages": GRAFT_PACKAGES,
+        "graft_dirs": GRAFT_DIRS,
+        "tuned_configs": TUNED_CONFIGS,
+        "tuned_config_roots": TUNED_CONFIG_ROOTS,
+        "repinned_dist": REPINNED_PIN,
+        "check_tool": CHECK_TOOL,
+        "router": ROUTER,
+        "launcher": LAUNCHER,
+        "launcher_cases": [dataclasses.asdict(case) for case in exp.launcher_cases],
+        "secret_scan_roots": exp.secret_scan_roots,
+        "secret_scan_max_file_bytes": SECRET_SCAN_MAX_FILE_BYTES,
+    }
 
 
 def image_config() -> ImageConfig:

@@ -8,8 +8,10 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from imagebuild.image_files.imagebuild_check import GUARD_KEY
+from imagebuild.inputs.layout import BUILD_CONSTRAINT_FILE, CONSTRAINT_FILE, VERSIONS_FILE
 from imagebuild.verify.checks.support import expect, expectations
-from imagebuild.verify.expectations import parse_versions
+from imagebuild.verify.expectations import SETUPTOOLS_KEY, parse_versions
 
 EXP = expectations()
 
@@ -22,9 +24,9 @@ def _one_line(text: str) -> str:
 def test_constraint_file(facts: dict[str, Any]) -> None:
     found = facts["constraints"]
     expect(
-        found == EXP.constraints,
-        f"{EXP.constraints_file} must equal constraints/*.txt",
-        expected=_one_line(EXP.constraints),
+        found == EXP.constraint.constraints,
+        f"{CONSTRAINT_FILE} must equal constraints/*.txt",
+        expected=_one_line(EXP.constraint.constraints),
         found="no such file" if found is None else _one_line(found),
     )
 
@@ -32,21 +34,21 @@ def test_constraint_file(facts: dict[str, Any]) -> None:
 def test_build_constraint_file(facts: dict[str, Any]) -> None:
     found = facts["build_constraints"]
     expect(
-        found == EXP.build_constraints,
-        f"{EXP.build_constraints_file} must be constraints/*.txt plus the build dependencies locked in pylock.toml",
-        expected=_one_line(EXP.build_constraints),
+        found == EXP.constraint.build_constraints,
+        f"{BUILD_CONSTRAINT_FILE} must be constraints/*.txt plus the build dependencies locked in pylock.toml",
+        expected=_one_line(EXP.constraint.build_constraints),
         found="no such file" if found is None else _one_line(found),
     )
 
 
 def test_guard_setuptools(facts: dict[str, Any]) -> None:
     """The no-isolation build's setuptools: the image's own if it satisfied the constraint, else the locked one."""
-    lines = [rest for key, rest, _ in parse_versions(facts["versions"] or "") if key == EXP.guard_key]
-    spec = EXP.setuptools_specifier
+    lines = [rest for key, rest, _ in parse_versions(facts["versions"] or "") if key == GUARD_KEY]
+    spec = EXP.constraint.setuptools_specifier
     expect(
         bool(lines),
-        f"{EXP.versions_file}: a {EXP.guard_key} line (the setuptools guard before the no-isolation build)",
-        expected=f"{EXP.guard_key}=<version> satisfying setuptools{spec}",
+        f"{VERSIONS_FILE}: a {GUARD_KEY} line (the setuptools guard before the no-isolation build)",
+        expected=f"{GUARD_KEY}=<version> satisfying setuptools{spec}",
         found="no such line",
     )
     for line in lines:
@@ -63,28 +65,28 @@ def test_guard_setuptools(facts: dict[str, Any]) -> None:
         )
         if "locked" in line:
             expect(
-                word == EXP.guard_setuptools,
+                word == EXP.constraint.guard_setuptools,
                 "the guard installs exactly the setuptools pylock.toml locks (group guard)",
-                expected=str(EXP.guard_setuptools),
+                expected=str(EXP.constraint.guard_setuptools),
                 found=line,
             )
     last = lines[-1].split()[0]
     installed = facts["setuptools"]  # every setuptools on python3's path; the first imports
     expect(
         bool(installed) and installed[0]["version"] == last,
-        f"the image's setuptools is the one the last {EXP.guard_key} line records",
+        f"the image's setuptools is the one the last {GUARD_KEY} line records",
         expected=last,
         found=f"setuptools {installed[0]['version']} ({installed[0]['path']})" if installed else "none",
     )
 
 
 def test_build_setuptools_satisfies(facts: dict[str, Any]) -> None:
-    lines = [rest for key, rest, _ in parse_versions(facts["versions"] or "") if key == EXP.setuptools_key]
-    spec = EXP.setuptools_specifier
+    lines = [rest for key, rest, _ in parse_versions(facts["versions"] or "") if key == SETUPTOOLS_KEY]
+    spec = EXP.constraint.setuptools_specifier
     expect(
         len(lines) == 1,
-        f"{EXP.versions_file}: one {EXP.setuptools_key} line (the isolated-build constraint proof)",
-        expected=f"{EXP.setuptools_key}=<version> satisfying setuptools{spec}",
+        f"{VERSIONS_FILE}: one {SETUPTOOLS_KEY} line (the isolated-build constraint proof)",
+        expected=f"{SETUPTOOLS_KEY}=<version> satisfying setuptools{spec}",
         found=" | ".join(lines) or "no such line",
     )
     word = lines[0].split()[0] if lines[0].split() else ""
@@ -103,7 +105,7 @@ def test_build_setuptools_satisfies(facts: dict[str, Any]) -> None:
 def test_final_setuptools_satisfies(facts: dict[str, Any]) -> None:
     """The setuptools left in the image: a later no-isolation build (or a user's) imports it."""
     found = facts["setuptools"]
-    spec = EXP.setuptools_specifier
+    spec = EXP.constraint.setuptools_specifier
     if not found or not spec:
         pytest.skip(
             "no setuptools on python3's path" if not found else "constraints/ do not bound setuptools"

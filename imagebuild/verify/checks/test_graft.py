@@ -7,36 +7,45 @@ from typing import Any
 import pytest
 
 from imagebuild.verify.checks.support import expect, expectations
+from imagebuild.verify.expectations import (
+    GRAFT_DIRS,
+    GRAFT_PACKAGES,
+    REPINNED_PIN,
+    TUNED_CONFIG_ROOTS,
+    TUNED_CONFIGS,
+)
 
 EXP = expectations()
 
 
-@pytest.mark.parametrize("package", EXP.graft_packages)
+@pytest.mark.parametrize("package", GRAFT_PACKAGES)
 def test_package_present(facts: dict[str, Any], package: str) -> None:
     found = facts["graft"]["packages"][package]
     expect(
         found,
         f"{package} grafted into the base's site-packages",
-        expected=f"{EXP.site_packages}/{package}/",
+        expected=f"{EXP.python.site_packages}/{package}/",
         found="missing",
     )
 
 
-@pytest.mark.parametrize("path", EXP.graft_dirs)
+@pytest.mark.parametrize("path", GRAFT_DIRS)
 def test_graft_dir(facts: dict[str, Any], path: str) -> None:
     # Older AITER lacks it: "No module named 'aiter.ops.triton.conv'".
     found = facts["graft"]["dirs"][path]
-    expect(found, f"{path} (AITER >= 0.1.19)", expected=f"{EXP.site_packages}/{path}/", found="missing")
+    expect(
+        found, f"{path} (AITER >= 0.1.19)", expected=f"{EXP.python.site_packages}/{path}/", found="missing"
+    )
 
 
-@pytest.mark.parametrize("name", EXP.tuned_configs)
+@pytest.mark.parametrize("name", TUNED_CONFIGS)
 def test_tuned_config(facts: dict[str, Any], name: str) -> None:
     # Without them LLVM aborts: "Do not know how to expand this operator's operand!".
     found = facts["graft"]["configs"][name]
     expect(
         bool(found),
         f"K3-tuned MoE config {name}",
-        expected=f"{name} under {' or '.join(f'{EXP.site_packages}/{r}/' for r in EXP.tuned_config_roots)}",
+        expected=f"{name} under {' or '.join(f'{EXP.python.site_packages}/{r}/' for r in TUNED_CONFIG_ROOTS)}",
         found=", ".join(found) or "not found",
     )
 
@@ -44,9 +53,9 @@ def test_tuned_config(facts: dict[str, Any], name: str) -> None:
 def test_single_dist_info(facts: dict[str, Any]) -> None:
     infos = facts["graft"]["dist_infos"]
     expect(
-        len(infos) == 1 and infos[0]["path"].startswith(EXP.site_packages + "/"),
-        f"exactly one {EXP.repinned_dist} dist-info on sys.path, in the base's site-packages",
-        expected=f"{EXP.site_packages}/{EXP.repinned_dist}-{EXP.repinned_version}.dist-info",
+        len(infos) == 1 and infos[0]["path"].startswith(EXP.python.site_packages + "/"),
+        f"exactly one {REPINNED_PIN} dist-info on sys.path, in the base's site-packages",
+        expected=f"{EXP.python.site_packages}/{REPINNED_PIN}-{EXP.python.repinned_version}.dist-info",
         found=", ".join(f"{i['path']} ({i['version']})" for i in infos) or "none",
     )
 
@@ -54,9 +63,9 @@ def test_single_dist_info(facts: dict[str, Any]) -> None:
 def test_dist_version(facts: dict[str, Any]) -> None:
     versions = [i["version"] for i in facts["graft"]["dist_infos"]]
     expect(
-        versions == [EXP.repinned_version],
-        f"{EXP.repinned_dist} version (pin [{EXP.repinned_dist}] of {EXP.pins_path})",
-        expected=EXP.repinned_version,
+        versions == [EXP.python.repinned_version],
+        f"{REPINNED_PIN} version (pin [{REPINNED_PIN}] of {EXP.pins_path})",
+        expected=EXP.python.repinned_version,
         found=", ".join(versions) or "not installed",
     )
 
@@ -69,13 +78,11 @@ def test_record(facts: dict[str, Any]) -> None:
     tool_line = f"imagebuild-check check-record: exit {tool['rc']}: {tool_says[-1] if tool_says else ''}"
     expect(
         record is not None,
-        f"{EXP.repinned_dist} RECORD",
+        f"{REPINNED_PIN} RECORD",
         expected="one dist-info with a RECORD",
         found=f"none to check; {tool_line}",
     )
-    expect(
-        "error" not in record, f"{EXP.repinned_dist} RECORD", expected="a RECORD", found=record.get("error")
-    )
+    expect("error" not in record, f"{REPINNED_PIN} RECORD", expected="a RECORD", found=record.get("error"))
     problems = [
         f"{record[kind + '_count']} {kind}: {', '.join(record[kind])}"
         for kind in ("mismatched", "missing", "foreign")
@@ -83,7 +90,7 @@ def test_record(facts: dict[str, Any]) -> None:
     ]
     expect(
         not problems and tool["rc"] == 0,
-        f"every file of {EXP.repinned_dist} matches its RECORD, no foreign files in the package (the re-pin replaced the donor's tree)",
+        f"every file of {REPINNED_PIN} matches its RECORD, no foreign files in the package (the re-pin replaced the donor's tree)",
         expected=f"{record['files']} files as RECORDed, nothing else; imagebuild-check check-record exit 0",
         found="; ".join([*problems, tool_line]),
     )

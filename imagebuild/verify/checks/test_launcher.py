@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from imagebuild.inputs.layout import LAUNCHER
 from imagebuild.verify.checks.support import expect, expectations
 from imagebuild.verify.expectations import LauncherCase
 
@@ -14,7 +15,7 @@ EXP = expectations()
 
 
 def test_launcher_present(facts: dict[str, Any]) -> None:
-    expect(facts["launcher"]["exists"], "serve launcher", expected=EXP.launcher, found="missing")
+    expect(facts["launcher"]["exists"], "serve launcher", expected=LAUNCHER, found="missing")
 
 
 @pytest.mark.parametrize("case", EXP.launcher_cases, ids=lambda c: c.name)
@@ -23,7 +24,7 @@ def test_dry_run_argv(facts: dict[str, Any], case: LauncherCase) -> None:
     env = " ".join(f"{k}={v}" for k, v in case.env.items())
     expect(
         run["rc"] == 0 and run["argv"] is not None,
-        f"{env} {EXP.launcher} --dry-run --json",
+        f"{env} {LAUNCHER} --dry-run --json",
         expected="exit 0 with a JSON plan",
         found=f"exit {run['rc']}: {run['stderr'].strip()[-500:]}",
     )

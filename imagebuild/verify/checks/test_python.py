@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from imagebuild.verify.checks.support import expect, expectations
+from imagebuild.verify.expectations import GRAFT_PACKAGES
 
 EXP = expectations()
 
@@ -16,9 +17,9 @@ def test_python_version(facts: dict[str, Any]) -> None:
     words = py["python3_version"].split()
     found = ".".join(words[-1].split(".")[:2]) if words else ""
     expect(
-        found == EXP.python,
+        found == EXP.python.version,
         f"python3 --version (pin [base] python of {EXP.pins_path})",
-        expected=f"Python {EXP.python}.x",
+        expected=f"Python {EXP.python.version}.x",
         found=py["python3_version"] or "python3 --version printed nothing",
     )
 
@@ -26,17 +27,17 @@ def test_python_version(facts: dict[str, Any]) -> None:
 def test_site_packages_on_path(facts: dict[str, Any]) -> None:
     py = facts["python"]
     expect(
-        EXP.site_packages in py["sys_path"],
+        EXP.python.site_packages in py["sys_path"],
         "pin [base] site_packages on python3's sys.path (where the graft lands)",
-        expected=EXP.site_packages,
+        expected=EXP.python.site_packages,
         found=f"sys.path {py['sys_path']}, pip's purelib {py['purelib']}",
     )
 
 
-@pytest.mark.parametrize("package", EXP.graft_packages)
+@pytest.mark.parametrize("package", GRAFT_PACKAGES)
 def test_resolves_to_site_packages(facts: dict[str, Any], package: str) -> None:
     found = facts["python"]["locations"][package]
-    expected = f"{EXP.site_packages}/{package}"
+    expected = f"{EXP.python.site_packages}/{package}"
     expect(
         found == expected,
         f"python3 finds {package} in the grafted tree (not a shadowing copy elsewhere on sys.path)",

@@ -6,12 +6,11 @@ from typing import Any
 
 import pytest
 
-from imagebuild.verify.checks.support import expect, expectations
+from imagebuild.verify.checks.support import expect
+from imagebuild.verify.expectations import ABSENT_PATHS, EMPTY_DIRS, TMP_LEFTOVERS
 
-EXP = expectations()
 
-
-@pytest.mark.parametrize("path", EXP.empty_dirs)
+@pytest.mark.parametrize("path", EMPTY_DIRS)
 def test_empty_dir(facts: dict[str, Any], path: str) -> None:
     state = facts["empty_dirs"][path]
     found = (
@@ -26,7 +25,7 @@ def test_empty_dir(facts: dict[str, Any], path: str) -> None:
     )
 
 
-@pytest.mark.parametrize("pattern", EXP.absent_paths)
+@pytest.mark.parametrize("pattern", ABSENT_PATHS)
 def test_absent(facts: dict[str, Any], pattern: str) -> None:
     found = facts["absent"][pattern]
     expect(
@@ -39,6 +38,6 @@ def test_no_build_leftovers(facts: dict[str, Any]) -> None:
     expect(
         not found,
         "source trees and downloaded wheels must be removed by the step that used them",
-        expected=f"none of {', '.join(EXP.tmp_leftovers)} and no *.whl under /tmp",
+        expected=f"none of {', '.join(TMP_LEFTOVERS)} and no *.whl under /tmp",
         found=", ".join(found),
     )

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from imagebuild.inputs.layout import VERSIONS_FILE
 from imagebuild.secrets import SECRET_PATTERNS, find_secrets
-from imagebuild.verify.checks.support import expect, expectations, image_config
+from imagebuild.verify.checks.support import expect, image_config
 
-EXP = expectations()
 KINDS = ", ".join(p.kind for p in SECRET_PATTERNS)
 
 
@@ -42,7 +42,7 @@ def test_no_secrets_in_labels() -> None:
 
 def test_no_secrets_in_versions(facts: dict[str, Any]) -> None:
     lines = (facts["versions"] or "").splitlines()
-    _scan(EXP.versions_file, [(f"{EXP.versions_file}:{n}", line) for n, line in enumerate(lines, 1)])
+    _scan(VERSIONS_FILE, [(f"{VERSIONS_FILE}:{n}", line) for n, line in enumerate(lines, 1)])
 
 
 def test_no_secrets_in_files(facts: dict[str, Any]) -> None:

@@ -6,25 +6,26 @@ from typing import Any
 
 import pytest
 
+from imagebuild.inputs.layout import APT_PACKAGES_FILE, PYTHON_PACKAGES_FILE, VERSIONS_FILE
 from imagebuild.verify.checks.support import expect, expectations
-from imagebuild.verify.expectations import VersionLine, parse_versions
+from imagebuild.verify.expectations import REPINNED_PIN, VersionLine, parse_versions
 
 EXP = expectations()
 
 
 def _versions(facts: dict[str, Any]) -> str:
     text = facts["versions"]
-    expect(text is not None, f"{EXP.versions_file} must exist", expected="the file", found="no such file")
+    expect(text is not None, f"{VERSIONS_FILE} must exist", expected="the file", found="no such file")
     return str(text)
 
 
-@pytest.mark.parametrize("line", EXP.version_lines, ids=lambda line: line.key)
+@pytest.mark.parametrize("line", EXP.versions.lines, ids=lambda line: line.key)
 def test_version_line(facts: dict[str, Any], line: VersionLine) -> None:
     found = [text for key, _, text in parse_versions(_versions(facts)) if key == line.key]
     origin = f"pin [{line.pin}] of {EXP.pins_path}" if line.pin else line.step
     expect(
         found == [line.text],
-        f"{EXP.versions_file}: exactly one {line.key} line ({origin})",
+        f"{VERSIONS_FILE}: exactly one {line.key} line ({origin})",
         expected=line.text,
         found=" | ".join(found) or f"no {line.key} line",
     )
@@ -32,11 +33,11 @@ def test_version_line(facts: dict[str, Any], line: VersionLine) -> None:
 
 def test_no_forbidden_text(facts: dict[str, Any]) -> None:
     text = _versions(facts)
-    bad = [line for line in text.splitlines() if any(f in line for f in EXP.forbidden_version_text)]
+    bad = [line for line in text.splitlines() if any(f in line for f in EXP.versions.forbidden_text)]
     expect(
         not bad,
-        f"{EXP.versions_file} records a layer that must not be built (WITH_NIXL=0)",
-        expected=f"no line containing {' or '.join(EXP.forbidden_version_text)}",
+        f"{VERSIONS_FILE} records a layer that must not be built (WITH_NIXL=0)",
+        expected=f"no line containing {' or '.join(EXP.versions.forbidden_text)}",
         found=" | ".join(bad),
     )
 
@@ -44,7 +45,7 @@ def test_no_forbidden_text(facts: dict[str, Any]) -> None:
 @pytest.mark.parametrize("kind", ["apt", "python"])
 def test_installed_packages_are_recorded(facts: dict[str, Any], kind: str) -> None:
     """Step 17 lists what apt and Python installed, so imagebuild diff shows drift the pins do not cover."""
-    path = EXP.apt_packages_file if kind == "apt" else EXP.python_packages_file
+    path = APT_PACKAGES_FILE if kind == "apt" else PYTHON_PACKAGES_FILE
     text = facts["packages"][kind]
     expect(
         bool(text and text.strip()),
@@ -53,11 +54,11 @@ def test_installed_packages_are_recorded(facts: dict[str, Any], kind: str) -> No
         found="no such file" if text is None else "an empty file",
     )
     if kind == "python":
-        line = f"{EXP.repinned_dist}=={EXP.repinned_version}"
+        line = f"{REPINNED_PIN}=={EXP.python.repinned_version}"
         listed = str(text).splitlines()
         expect(
             line in listed,
-            f"{path} records the re-pinned {EXP.repinned_dist}",
+            f"{path} records the re-pinned {REPINNED_PIN}",
             expected=line,
-            found=" | ".join(x for x in listed if x.startswith(f"{EXP.repinned_dist}==")) or "no such line",
+            found=" | ".join(x for x in listed if x.startswith(f"{REPINNED_PIN}==")) or "no such line",
         )
