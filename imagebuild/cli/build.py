@@ -33,7 +33,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         iidfile=args.iidfile,
         normalize=not args.no_normalize,
     )
-    prepare_build(inputs, options)  # bad arguments and inputs are found before the engine is asked
+    # Bad arguments and inputs are found before the engine is asked; the build takes the result as it is.
+    prepared = prepare_build(project, inputs, options)
     progress = (
         BuildProgress.quiet()
         if args.quiet
@@ -41,7 +42,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     )
     engine = DockerEngine.from_env()
     try:
-        record = build_image(project, inputs, options, engine, progress=progress)
+        record = build_image(prepared, engine, progress=progress)
     finally:
         engine.close()
     cached = sum(t.cached for t in record.steps)
