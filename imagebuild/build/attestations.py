@@ -1,8 +1,9 @@
 """Write the SBOM and the provenance of a build next to its build record.
 
-The pure documents are made by :mod:`imagebuild.build.sbom` and :mod:`imagebuild.build.provenance`; this
-module gathers what they need: the sha256 of the input files, the pip inventory of the built
-image (read in a throw-away container) and the engine's version.
+The pure documents are made by :mod:`imagebuild.build.sbom` and :mod:`imagebuild.build.provenance`
+from the build's record (:mod:`imagebuild.build.record`, which holds the input files' digests taken
+before the build); this module asks the engine for the two facts the record cannot hold: the pip
+inventory of the built image (read in a throw-away container) and the engine's version.
 
 Two labels name them on the image. A label must be known before the build, so it cannot carry
 the image ID or a hash of the SBOM; it carries the SBOM's file name and the digest of the
@@ -14,27 +15,21 @@ provenance's subject is the image ID itself.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagebuild import __version__
+from imagebuild.build.record import BuildRecord
+from imagebuild.build.stream import RUNNING_MARK
 from imagebuild.engine.interface import Engine
 from imagebuild.errors import AttestationError
 from imagebuild.inputs.layout import sbom_file_name
-from imagebuild.inputs.python_lock import read_python_lock
-from imagebuild.project import Inputs, Project
-from imagebuild.render.context import inputs_digest
 from imagebuild.util.files import write_atomically
 
 if TYPE_CHECKING:
-    from imagebuild.build.provenance import FileDigest
     from imagebuild.build.sbom import InstalledDistribution
 
 # CycloneDX's schema validator takes about a second to import (jsonschema's format checkers
@@ -73,36 +68,31 @@ def load_attestation_modules_in_background() -> None:
     threading.Thread(target=load, name="imagebuild-attestation-import", daemon=True).start()
 
 
-def attestations_describe(paths: AttestationPaths, image_id: str, context: bytes) -> bool:
+class AttestationWarmup:
+    """Reads the build's output; the first time a step really runs, loads the attestation makers.
+
+    The classic builder starts a container only for a step its cache does not hold, so a new image,
+    and new documents, will follow: their makers load while the engine works. A fully cached
+    build never starts one, and never pays for the import.
+    """
+
+    def __init__(self) -> None:
+        self.started = False
+
+    def feed(self, text: str) -> None:
+        if not self.started and RUNNING_MARK in text:
+            self.started = True
+            load_attestation_modules_in_background()
+
+
+def attestations_describe(record: BuildRecord) -> bool:
     """Whether both documents exist and name this image and this inputs digest (a cached rebuild)."""
-    marks = (image_id.removeprefix("sha256:"), inputs_digest(context).removeprefix("sha256:"))
+    marks = (record.image_id.removeprefix("sha256:"), record.inputs_digest.removeprefix("sha256:"))
     try:
-        texts = [paths.sbom.read_text(encoding="utf-8"), paths.provenance.read_text(encoding="utf-8")]
+        texts = [record.sbom.read_text(encoding="utf-8"), record.provenance.read_text(encoding="utf-8")]
     except OSError:
         return False
     return all(mark in text for text in texts for mark in marks)
-
-
-def input_files(
-    project: Project, inputs: Inputs, dockerfile_text: str, context: bytes
-) -> tuple[FileDigest, ...]:
-    """Every file the build was made from, by sha256, named relative to the checkout."""
-
-    def name(path: Path) -> str:
-        return path.relative_to(project.root).as_posix() if path.is_relative_to(project.root) else str(path)
-
-    paths = [project.pins_path]
-    if project.python_lock_path.is_file():
-        paths.append(project.python_lock_path)
-    paths += sorted(project.stages_dir.glob("*.toml"))
-    paths.append(project.arch_dir / f"{inputs.arch.name}.toml")
-    paths += sorted(project.constraints_dir.glob("*.txt"))
-    from imagebuild.build.provenance import FileDigest
-
-    files = [FileDigest(name=name(p), sha256=hashlib.sha256(p.read_bytes()).hexdigest()) for p in paths]
-    files.append(FileDigest(name="Dockerfile", sha256=hashlib.sha256(dockerfile_text.encode()).hexdigest()))
-    files.append(FileDigest(name="build-context.tar", sha256=hashlib.sha256(context).hexdigest()))
-    return tuple(files)
 
 
 def read_inventory(engine: Engine, image: str) -> tuple[InstalledDistribution, ...]:
@@ -119,61 +109,13 @@ def read_inventory(engine: Engine, image: str) -> tuple[InstalledDistribution, .
     return tuple(InstalledDistribution(name=str(n), version=str(v)) for n, v in pairs)
 
 
-@dataclass(frozen=True, kw_only=True)
-class BuildFacts:
-    """What the build itself knows: the image, its inputs and when it ran."""
+def write_attestations(record: BuildRecord, engine: Engine) -> None:
+    """Make, validate and write both documents where the record names them; nothing unless both could be made."""
+    from imagebuild.build.provenance import provenance_text
+    from imagebuild.build.sbom import make_sbom
 
-    image_id: str
-    tag: str
-    started: datetime
-    finished: datetime
-    context: bytes
-    dockerfile_text: str
-    build_args: Mapping[str, str]
-    no_cache: bool
-    network: str | None
-    pushed: str | None = None
-
-
-def write_attestations(
-    project: Project, inputs: Inputs, facts: BuildFacts, engine: Engine, paths: AttestationPaths
-) -> None:
-    """Make, validate and write both documents; nothing is written unless both could be made."""
-    from imagebuild.build.provenance import ProvenanceInputs, provenance_text
-    from imagebuild.build.sbom import SbomInputs, make_sbom
-
-    lock = read_python_lock(project.python_lock_path)
-    sbom = make_sbom(
-        SbomInputs(
-            image_id=facts.image_id,
-            tag=facts.tag,
-            arch=inputs.arch.name,
-            finished=facts.finished,
-            inputs_digest=inputs_digest(facts.context),
-            tool_version=__version__,
-            pins=inputs.pins,
-            lock=lock,
-            inventory=read_inventory(engine, facts.tag),  # the engine's name for it on every store
-        )
-    )
-    provenance = provenance_text(
-        ProvenanceInputs(
-            image_id=facts.image_id,
-            tag=facts.tag,
-            arch=inputs.arch.name,
-            pushed=facts.pushed,
-            started=facts.started,
-            finished=facts.finished,
-            tool_version=__version__,
-            engine_version=engine.version(),
-            pins=inputs.pins,
-            lock=lock,
-            files=input_files(project, inputs, facts.dockerfile_text, facts.context),
-            build_args=facts.build_args,
-            no_cache=facts.no_cache,
-            network=facts.network,
-        )
-    )
-    paths.sbom.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(paths.sbom, sbom)
-    write_atomically(paths.provenance, provenance)
+    sbom = make_sbom(record, read_inventory(engine, record.tag))  # the engine's name for it on every store
+    provenance = provenance_text(record, engine_version=engine.version())
+    record.sbom.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(record.sbom, sbom)
+    write_atomically(record.provenance, provenance)

@@ -1,4 +1,9 @@
-"""`imagebuild build`: render, make the context, build through the engine, tag only on success.
+"""`imagebuild build`: send the prepared context to the engine, normalise, tag only on success, record.
+
+``build_image`` takes a build ``prepare_build`` (imagebuild.build.prepare) made, and does its jobs in
+order, one function each: the places it writes, the names to tag, the request (the checkout's labels
+as build args), --pull, the build streamed into its log, normalisation, tagging, the one record of
+the build's facts, and the SBOM and provenance derived from that record.
 
 The context is the one ``imagebuild render`` writes to docker/ARCH/ (imagebuild.render.context), made
 by the same function: the build sends those files, plus build args for the labels a committed
@@ -14,38 +19,36 @@ a file and tags nothing.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from imagebuild import __version__
 from imagebuild.build.attestations import (
     AttestationPaths,
-    BuildFacts,
+    AttestationWarmup,
     attestations_describe,
-    load_attestation_modules_in_background,
     write_attestations,
 )
 from imagebuild.build.checkout_labels import checkout_build_args, checkout_labels, image_labels
+from imagebuild.build.prepare import BuildOptions, PreparedBuild, check_build_args, prepare_build
 from imagebuild.build.progress import TICK_S, BuildProgress
+from imagebuild.build.record import BuildRecord
 from imagebuild.build.stream import StepTiming, StepTracker
 from imagebuild.engine.interface import BuildRequest, Engine
-from imagebuild.errors import AttestationError, BuildError, ConfigError, EngineError
+from imagebuild.errors import AttestationError, BuildError, EngineError
 from imagebuild.inputs.layout import build_log_path, build_record_path, default_tag
-from imagebuild.inputs.schema import suggest
-from imagebuild.inputs.values import ENV_NAME, TUNABLE
-from imagebuild.normalize.after_build import normalize_build
-from imagebuild.project import Inputs, Project
-from imagebuild.render import ConstraintMode, Dockerfile, RenderOptions, render_inputs
-from imagebuild.render.context import build_context
-from imagebuild.secrets import redact, secret_reason
+from imagebuild.normalize.after_build import Normalization, normalize_build
+from imagebuild.project import Inputs
+from imagebuild.render import Dockerfile
+from imagebuild.secrets import redact
 from imagebuild.util.clock import Clock, SystemClock
 from imagebuild.util.files import write_atomically
-
-RUNNING_MARK = "---> Running in "  # the classic builder starts a container: no cache hit
 
 __all__ = [
     "BuildOptions",
     "BuildRecord",
+    "PreparedBuild",
     "StepTiming",
     "build_image",
     "check_build_args",
@@ -55,78 +58,34 @@ __all__ = [
 
 
 @dataclass(frozen=True, kw_only=True)
-class BuildOptions:
-    arch: str
-    tag: str | None = None  # default imagebuild.inputs.layout.default_tag(arch); the record's tag
-    extra_tags: tuple[str, ...] = ()  # tagged too, on success
-    pull: bool = False  # pull the base and donor images even when the engine has them
-    iidfile: Path | None = None  # the image ID (sha256:...) written here, as docker build --iidfile does
-    no_cache: bool = False
-    network: str | None = None
-    build_args: dict[str, str] = field(default_factory=dict)
-    record_path: Path | None = None  # default build/<arch>.build.json
-    log_path: Path | None = None  # default build/<arch>.build.log
-    constraint_mode: ConstraintMode = ConstraintMode.ON
-    normalize: bool = True  # clamp timestamps to SOURCE_DATE_EPOCH after the build (imagebuild.normalize)
+class BuildPlaces:
+    """Where a build writes: its log, its record, and the SBOM and provenance beside the record."""
+
+    log: Path
+    record: Path
+    attestations: AttestationPaths
+
+    @classmethod
+    def of(cls, prepared: PreparedBuild) -> BuildPlaces:
+        """The options' paths, else build/ARCH.* in the checkout; their directories made."""
+        arch, root = prepared.inputs.arch.name, prepared.project.root
+        log = prepared.options.log_path or build_log_path(root, arch)
+        record = prepared.options.record_path or build_record_path(root, arch)
+        for directory in {log.parent, record.parent}:
+            directory.mkdir(parents=True, exist_ok=True)
+        return cls(log=log, record=record, attestations=AttestationPaths.beside(record, arch))
 
 
 @dataclass(frozen=True, kw_only=True)
-class BuildRecord:
-    image_id: str
-    tag: str
-    tags: list[str]  # every name tagged, the record's tag first
-    arch: str
-    labels: dict[str, str]
-    pins: dict[str, str]
-    steps: list[StepTiming]
-    total_seconds: float
-    all_cached: bool
-    log: str
-    started_at: str  # ISO 8601, UTC
-    finished_at: str
-    sbom: str  # CycloneDX 1.6 JSON, next to the record
-    provenance: str  # in-toto Statement with a SLSA v1 provenance predicate
-    source_date_epoch: int  # of the last step: the normalised image's created time
-    normalization: dict[str, object] | None  # None with --no-normalize
+class Started:
+    """When the engine was asked to build: by the steady clock (durations) and the wall clock (records)."""
 
-    def to_json(self) -> dict[str, object]:
-        return asdict(self)
-
-
-def check_build_args(build_args: dict[str, str], inputs: Inputs) -> None:
-    """A build arg overrides a tunable of stages/image.toml, and is no secret (args are in the history)."""
-    spec = inputs.definition.spec
-    tunables = dict(spec.args)
-    for name, value in build_args.items():
-        ENV_NAME.check(name, "--build-arg", name)
-        reason = secret_reason(name, value)
-        if reason:
-            msg = f"--build-arg {name}: refused, {reason}; build args are recorded in the image history"
-            raise ConfigError(msg)
-        if name not in tunables:
-            hint = (
-                "change the pins file instead"
-                if name in inputs.pins.build_args()
-                else f"tunables: {', '.join(tunables)}"
-            )
-            msg = (
-                f"--build-arg {name}: not a build tunable of {spec.source}.{suggest(name, tunables)} ({hint})"
-            )
-            raise ConfigError(msg)
-        # A tunable may be expanded unquoted by a stage (make -j${MAX_JOBS}): its kind is narrow.
-        TUNABLE.check(value, "--build-arg", name)
-
-
-def prepare_build(inputs: Inputs, options: BuildOptions) -> Dockerfile:
-    """Check the build's arguments and render its Dockerfile: all that can fail before the engine is asked."""
-    check_build_args(options.build_args, inputs)
-    return render_inputs(inputs, RenderOptions(constraint_mode=options.constraint_mode))
+    steady: float
+    wall: datetime
 
 
 def build_image(
-    project: Project,
-    inputs: Inputs,
-    options: BuildOptions,
+    prepared: PreparedBuild,
     engine: Engine,
     *,
     progress: BuildProgress | None = None,
@@ -134,110 +93,72 @@ def build_image(
 ) -> BuildRecord:
     """Build and tag the image; BuildError (nothing tagged) when a step fails.
 
-    The engine is the caller's: it is neither opened nor closed here.
+    ``prepared`` is ``prepare_build``'s: nothing is read from the checkout again. The engine is the
+    caller's: it is neither opened nor closed here.
     """
-    dockerfile = prepare_build(inputs, options)
     show = progress or BuildProgress.quiet()
     steady = clock or SystemClock()
-    tag = options.tag or default_tag(inputs.arch.name)
-    tags = list(dict.fromkeys((tag, *options.extra_tags)))
-    log_path = options.log_path or build_log_path(project.root, inputs.arch.name)
-    record_path = options.record_path or build_record_path(project.root, inputs.arch.name)
-    attestations = AttestationPaths.beside(record_path, inputs.arch.name)
-    for directory in {log_path.parent, record_path.parent}:
-        directory.mkdir(parents=True, exist_ok=True)
-    # The same files `imagebuild render` writes to docker/ARCH/; the checkout's labels come as build args.
-    built = build_context(dockerfile, inputs)
-    checkout = checkout_labels(project, inputs.arch.name)
-    labels = built.labels | checkout
-    build_args = checkout_build_args(checkout) | options.build_args
-    context = built.tar()
+    options, arch = prepared.options, prepared.inputs.arch.name
+    places = BuildPlaces.of(prepared)
+    tags = names_to_tag(options, arch)
+    labels, request = build_request(prepared)
     show.message(
-        f"building {tag} for {inputs.arch.name} on {engine.address} ({len(context) // 1024} KiB context)"
+        f"building {tags[0]} for {arch} on {engine.address} ({len(request.context) // 1024} KiB context)"
     )
-
     if options.pull:
-        _pull_images(inputs, engine, show)
-    tracker = StepTracker(dockerfile, steady, show)
-    started = steady.now()
-    started_at = datetime.now(UTC)
-    # The labels are in the context's Dockerfile (one LABEL instruction), not build options.
-    request = BuildRequest(
-        context=context, build_args=build_args, network_mode=options.network, no_cache=options.no_cache
-    )
-    # Heartbeats come from a timer: a step may print nothing for many minutes.
-    timer = steady.every(TICK_S, tracker.tick)
-    try:
-        image_id, error = _stream(engine, request, tracker, log_path)
-    except EngineError as e:
-        where = _where(dockerfile, inputs, tracker, "was interrupted")
-        msg = f"{where}: {e}; nothing was tagged (log: {log_path})"
-        raise EngineError(msg) from e
-    finally:
-        timer.cancel()
-        show.close()
-    if error is not None or image_id is None:
-        raise BuildError(
-            _failure_message(
-                dockerfile, inputs, tracker, error or "the build ended without an image", log_path
-            )
-        )
-    tracker.finish()
-    normalization = None
+        pull_images(prepared.inputs, engine, show)
+    tracker = StepTracker(prepared.dockerfile, steady, show)
+    started = Started(steady=steady.now(), wall=datetime.now(UTC))
+    image_id = run_build(prepared, engine, request, tracker, clock=steady, show=show, log_path=places.log)
+    normalized = None
     if options.normalize:
-        normalization = normalize_build(
-            engine,
-            image_id,
-            tag=tag,
-            base_ref=inputs.pins.image(inputs.definition.base_pin).reference,
-            dockerfile=dockerfile,
-            spool_dir=record_path.parent,
-            record_path=record_path,
-        )
-        show.message(normalization.summary())
-        image_id = normalization.image_id
-    finished_at = datetime.now(UTC)
+        normalized = normalize_image(prepared, engine, image_id, tag=tags[0], places=places, show=show)
+        image_id = normalized.image_id
+    finished = datetime.now(UTC)
     # On the containerd image store the engine knows the image by its manifest digest, not its identity.
-    engine_ref = normalization.engine_id if normalization else image_id
-    for name in tags:
-        engine.tag(engine_ref, name)
-    if options.iidfile is not None:
-        write_atomically(options.iidfile, image_id)  # docker's format: the ID, no newline
-    record = BuildRecord(
+    tag_image(engine, normalized.engine_id if normalized else image_id, tags, identity=image_id, iidfile=options.iidfile)
+    record = build_record(
+        prepared,
         image_id=image_id,
-        tag=tag,
         tags=tags,
-        arch=inputs.arch.name,
         labels=labels,
-        pins={p.name: p.require_identity() for p in inputs.pins},
-        steps=tracker.timings,
-        total_seconds=round(steady.now() - started, 3),
-        all_cached=all(t.cached for t in tracker.timings) and len(tracker.timings) == len(dockerfile.steps),
-        log=str(log_path),
-        started_at=started_at.isoformat(),
-        finished_at=finished_at.isoformat(),
-        sbom=str(attestations.sbom),
-        provenance=str(attestations.provenance),
-        source_date_epoch=dockerfile.steps[-1].source_date_epoch,
-        normalization=normalization.result.to_json() if normalization else None,
+        request=request,
+        tracker=tracker,
+        started=started,
+        finished=finished,
+        total_seconds=round(steady.now() - started.steady, 3),
+        normalized=normalized,
+        places=places,
     )
-    write_atomically(record_path, json.dumps(record.to_json(), indent=2) + "\n")
-    facts = BuildFacts(
-        image_id=image_id,
-        tag=tag,
-        started=started_at,
-        finished=finished_at,
-        context=built.inputs_tar,
-        dockerfile_text=built.dockerfile,
-        build_args=build_args,
-        no_cache=options.no_cache,
-        network=options.network,
-    )
-    _attest(project, inputs, facts, engine, paths=attestations, show=show)
+    write_atomically(places.record, json.dumps(record.to_json(), indent=2) + "\n")
+    attest(record, engine, show=show)
     return record
 
 
-def _pull_images(inputs: Inputs, engine: Engine, show: BuildProgress) -> None:
+def names_to_tag(options: BuildOptions, arch: str) -> list[str]:
+    """Every name to tag on success, the record's first (the default tag when none is given)."""
+    return list(dict.fromkeys((options.tag or default_tag(arch), *options.extra_tags)))
+
+
+def build_request(prepared: PreparedBuild) -> tuple[dict[str, str], BuildRequest]:
+    """The image's labels, and the request that sends the prepared context.
+
+    The same files `imagebuild render` writes to docker/ARCH/; the checkout's labels, which a
+    committed file cannot hold, come as build args. The labels are in the context's Dockerfile
+    (one LABEL instruction), not build options.
+    """
+    checkout = checkout_labels(prepared.project, prepared.inputs.arch.name)
+    options = prepared.options
+    request = BuildRequest(
+        context=prepared.context.tar(),
+        build_args=checkout_build_args(checkout) | options.build_args,
+        network_mode=options.network,
+        no_cache=options.no_cache,
+    )
+    return prepared.context.labels | checkout, request
+
+
+def pull_images(inputs: Inputs, engine: Engine, show: BuildProgress) -> None:
     """--pull: the base and donor images from their registries, even when the engine has them.
 
     By digest when locked, so a pull never changes what is built, only where it comes from.
@@ -248,41 +169,52 @@ def _pull_images(inputs: Inputs, engine: Engine, show: BuildProgress) -> None:
         show.message(f"pulled {pin.reference}: {image_id[:19]}")
 
 
-def _attest(
-    project: Project,
-    inputs: Inputs,
-    facts: BuildFacts,
+def run_build(
+    prepared: PreparedBuild,
     engine: Engine,
+    request: BuildRequest,
+    tracker: StepTracker,
     *,
-    paths: AttestationPaths,
+    clock: Clock,
     show: BuildProgress,
-) -> None:
-    """Write the SBOM and provenance, unless the ones there already describe this image from these inputs.
+    log_path: Path,
+) -> str:
+    """Stream the build into its log and the tracker; the built image's ID.
 
-    A fully cached rebuild makes no new image: its documents stand, and making
-    them again (a container run and schema validation) would cost a cached
-    build most of its time.
+    A failed step is a BuildError, a lost engine an EngineError, each naming the step and the log.
     """
-    if attestations_describe(paths, facts.image_id, facts.context):
-        show.message(
-            f"SBOM and provenance of {facts.image_id[:19]} are current: {paths.sbom}, {paths.provenance}"
-        )
-        return
+    # Heartbeats come from a timer: a step may print nothing for many minutes.
+    timer = clock.every(TICK_S, tracker.tick)
     try:
-        write_attestations(project, inputs, facts, engine, paths)
-    except AttestationError as e:
-        msg = f"{facts.tag} ({facts.image_id}) was built and tagged, but its SBOM and provenance were not written: {e}"
-        raise AttestationError(msg) from e
-    show.message(f"SBOM: {paths.sbom}; provenance: {paths.provenance}")
+        image_id, error = stream_build(engine, request, tracker, log_path)
+    except EngineError as e:
+        where = _where(prepared.dockerfile, prepared.inputs, tracker, "was interrupted")
+        msg = f"{where}: {e}; nothing was tagged (log: {log_path})"
+        raise EngineError(msg) from e
+    finally:
+        timer.cancel()
+        show.close()
+    if error is not None or image_id is None:
+        raise BuildError(
+            _failure_message(
+                prepared.dockerfile,
+                prepared.inputs,
+                tracker,
+                error or "the build ended without an image",
+                log_path,
+            )
+        )
+    tracker.finish()
+    return image_id
 
 
-def _stream(
+def stream_build(
     engine: Engine, request: BuildRequest, tracker: StepTracker, log_path: Path
 ) -> tuple[str | None, str | None]:
     """Run the build, writing the full log; (image id, error) as the engine reported them."""
     image_id: str | None = None
     error: str | None = None
-    working = False
+    warmup = AttestationWarmup()
     with log_path.open("w", encoding="utf-8") as log:
         for event in engine.build(request):
             if event.text:
@@ -290,17 +222,109 @@ def _stream(
                 text = redact(event.text)
                 log.write(text)
                 tracker.feed(text)
-                if not working and RUNNING_MARK in event.text:
-                    # A step really runs, so a new image and new attestations will follow: load their
-                    # makers while the engine works. A fully cached build never gets here.
-                    working = True
-                    load_attestation_modules_in_background()
+                warmup.feed(event.text)
             if event.error:
                 error = redact(event.error)
                 log.write(f"ERROR: {error}\n")
             if event.image_id:
                 image_id = event.image_id
     return image_id, error
+
+
+def normalize_image(
+    prepared: PreparedBuild,
+    engine: Engine,
+    image_id: str,
+    *,
+    tag: str,
+    places: BuildPlaces,
+    show: BuildProgress,
+) -> Normalization:
+    """Clamp the built image's timestamps to SOURCE_DATE_EPOCH (imagebuild.normalize)."""
+    inputs = prepared.inputs
+    normalized = normalize_build(
+        engine,
+        image_id,
+        tag=tag,
+        base_ref=inputs.pins.image(inputs.definition.base_pin).reference,
+        dockerfile=prepared.dockerfile,
+        spool_dir=places.record.parent,
+        record_path=places.record,
+    )
+    show.message(normalized.summary())
+    return normalized
+
+
+def tag_image(engine: Engine, engine_id: str, tags: list[str], *, identity: str, iidfile: Path | None) -> None:
+    """Tag the image (``engine_id``: the engine's name for it) with every name, and write --iidfile
+    (``identity``: the same on every engine): only once the build has succeeded."""
+    for name in tags:
+        engine.tag(engine_id, name)
+    if iidfile is not None:
+        write_atomically(iidfile, identity)  # docker's format: the ID, no newline
+
+
+def build_record(
+    prepared: PreparedBuild,
+    *,
+    image_id: str,
+    tags: list[str],
+    labels: dict[str, str],
+    request: BuildRequest,
+    tracker: StepTracker,
+    started: Started,
+    finished: datetime,
+    total_seconds: float,
+    normalized: Normalization | None,
+    places: BuildPlaces,
+) -> BuildRecord:
+    """The one record of the build's facts, from which its record file, SBOM and provenance are made."""
+    inputs, dockerfile = prepared.inputs, prepared.dockerfile
+    return BuildRecord(
+        image_id=image_id,
+        tag=tags[0],
+        tags=tags,
+        arch=inputs.arch.name,
+        labels=labels,
+        pins=inputs.pins,
+        lock=inputs.python_lock,
+        inputs_digest=prepared.context.inputs_digest,
+        files=prepared.files,
+        build_args=request.build_args,
+        no_cache=request.no_cache,
+        network=request.network_mode,
+        source_date_epoch=dockerfile.steps[-1].source_date_epoch,
+        tool_version=__version__,
+        started=started.wall,
+        finished=finished,
+        steps=tracker.timings,
+        total_seconds=total_seconds,
+        all_cached=all(t.cached for t in tracker.timings) and len(tracker.timings) == len(dockerfile.steps),
+        normalization=normalized.result.to_json() if normalized else None,
+        log=places.log,
+        sbom=places.attestations.sbom,
+        provenance=places.attestations.provenance,
+    )
+
+
+def attest(record: BuildRecord, engine: Engine, *, show: BuildProgress) -> None:
+    """Write the SBOM and provenance, unless the ones there already describe this image from these inputs.
+
+    A fully cached rebuild makes no new image: its documents stand, and making
+    them again (a container run and schema validation) would cost a cached
+    build most of its time.
+    """
+    if attestations_describe(record):
+        show.message(
+            f"SBOM and provenance of {record.image_id[:19]} are current: {record.sbom}, {record.provenance}"
+        )
+        return
+    try:
+        write_attestations(record, engine)
+    except AttestationError as e:
+        msg = f"{record.tag} ({record.image_id}) was built and tagged, but its SBOM and provenance were not written: {e}"
+        raise AttestationError(msg) from e
+    show.message(f"SBOM: {record.sbom}; provenance: {record.provenance}")
 
 
 def _where(dockerfile: Dockerfile, inputs: Inputs, tracker: StepTracker, what: str) -> str:

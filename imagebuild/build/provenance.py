@@ -1,4 +1,4 @@
-"""SLSA v1 provenance of a built image, as an in-toto Statement v1: a pure function.
+"""SLSA v1 provenance of a built image, as an in-toto Statement v1: a pure function of its build record.
 
 subject: the image ID (what ``docker inspect`` shows locally) and, once published, the pushed
 repository digest. resolvedDependencies: every pin with its identity, every locked python package
@@ -12,43 +12,18 @@ Same inputs, same bytes: golden-tested in tests/unit/test_provenance.py.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from imagebuild.build.record import BuildRecord
 from imagebuild.build.sbom import pin_component
 from imagebuild.inputs.python_lock import PythonLock
-from imagebuild.pins import Pin, PinSet
+from imagebuild.pins import Pin
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "urn:imagebuild:buildtype:dockerfile-classic-builder:v1"
 BUILDER_ID = "urn:imagebuild:builder:docker-classic"
-
-
-@dataclass(frozen=True, kw_only=True)
-class FileDigest:
-    name: str  # relative to the checkout, e.g. stages/04-mori.toml
-    sha256: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProvenanceInputs:
-    image_id: str  # sha256:...
-    tag: str
-    arch: str
-    pushed: str | None  # repository@sha256:... once published
-    started: datetime
-    finished: datetime
-    tool_version: str
-    engine_version: str
-    pins: PinSet
-    lock: PythonLock | None
-    files: tuple[FileDigest, ...]
-    build_args: Mapping[str, str] = field(default_factory=dict)
-    no_cache: bool = False
-    network: str | None = None
 
 
 def _time(moment: datetime) -> str:
@@ -73,18 +48,20 @@ def _pin(pin: Pin, lock: PythonLock | None) -> dict[str, Any]:
     return entry
 
 
-def _subjects(inputs: ProvenanceInputs) -> list[dict[str, Any]]:
-    subjects = [{"name": inputs.tag, "digest": {"sha256": _hex(inputs.image_id)}}]
-    if inputs.pushed:
-        repository, _, digest = inputs.pushed.partition("@")
+def _subjects(record: BuildRecord) -> list[dict[str, Any]]:
+    subjects = [{"name": record.tag, "digest": {"sha256": _hex(record.image_id)}}]
+    if record.pushed:
+        repository, _, digest = record.pushed.partition("@")
         subjects.append({"name": repository, "digest": {"sha256": _hex(digest)}})
     return subjects
 
 
-def make_provenance(inputs: ProvenanceInputs) -> dict[str, Any]:
-    dependencies = [_pin(p, inputs.lock) for p in inputs.pins]
-    if inputs.lock is not None:
-        components = (pin_component(p, inputs.lock) for p in inputs.pins)
+def make_provenance(record: BuildRecord, *, engine_version: str) -> dict[str, Any]:
+    """The statement; ``engine_version`` is the engine's own (Engine.version), which the build does not know."""
+    lock = record.lock
+    dependencies = [_pin(p, lock) for p in record.pins]
+    if lock is not None:
+        components = (pin_component(p, lock) for p in record.pins)
         pinned = {c.purl.name for c in components if c.purl and c.purl.type == "pypi"}
         dependencies += [
             {
@@ -93,36 +70,36 @@ def make_provenance(inputs: ProvenanceInputs) -> dict[str, Any]:
                 "digest": {"sha256": p.sha256},
                 "annotations": {"version": p.version, "groups": ",".join(p.groups)},
             }
-            for p in inputs.lock.packages
+            for p in lock.packages
             if p.name not in pinned
         ]
-    dependencies += [{"name": f.name, "digest": {"sha256": f.sha256}} for f in inputs.files]
+    dependencies += [{"name": f.name, "digest": {"sha256": f.sha256}} for f in record.files]
     return {
         "_type": STATEMENT_TYPE,
-        "subject": _subjects(inputs),
+        "subject": _subjects(record),
         "predicateType": PREDICATE_TYPE,
         "predicate": {
             "buildDefinition": {
                 "buildType": BUILD_TYPE,
                 "externalParameters": {
-                    "arch": inputs.arch,
-                    "tag": inputs.tag,
-                    "buildArgs": dict(sorted(inputs.build_args.items())),
-                    "noCache": inputs.no_cache,
-                    "network": inputs.network,
+                    "arch": record.arch,
+                    "tag": record.tag,
+                    "buildArgs": dict(sorted(record.build_args.items())),
+                    "noCache": record.no_cache,
+                    "network": record.network,
                 },
                 "resolvedDependencies": dependencies,
             },
             "runDetails": {
                 "builder": {
                     "id": BUILDER_ID,
-                    "version": {"imagebuild": inputs.tool_version, "docker-engine": inputs.engine_version},
+                    "version": {"imagebuild": record.tool_version, "docker-engine": engine_version},
                 },
-                "metadata": {"startedOn": _time(inputs.started), "finishedOn": _time(inputs.finished)},
+                "metadata": {"startedOn": _time(record.started), "finishedOn": _time(record.finished)},
             },
         },
     }
 
 
-def provenance_text(inputs: ProvenanceInputs) -> str:
-    return json.dumps(make_provenance(inputs), indent=2, sort_keys=True) + "\n"
+def provenance_text(record: BuildRecord, *, engine_version: str) -> str:
+    return json.dumps(make_provenance(record, engine_version=engine_version), indent=2, sort_keys=True) + "\n"

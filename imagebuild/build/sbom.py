@@ -1,4 +1,4 @@
-"""The CycloneDX 1.6 SBOM of a built image: a pure function of the build's inputs and record.
+"""The CycloneDX 1.6 SBOM of a built image: a pure function of its build record and pip inventory.
 
 Components, each with a package URL and the hash that identifies it:
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 
 from cyclonedx.model import (
     ExternalReference,
@@ -40,9 +39,10 @@ from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
+from imagebuild.build.record import BuildRecord
 from imagebuild.errors import AttestationError
 from imagebuild.inputs.python_lock import LockedPackage, PythonLock
-from imagebuild.pins import PYPI_SIMPLE, Pin, PinSet
+from imagebuild.pins import PYPI_SIMPLE, Pin
 
 PROPERTY = "imagebuild"  # namespace of our CycloneDX properties
 
@@ -53,19 +53,6 @@ class InstalledDistribution:
 
     name: str
     version: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class SbomInputs:
-    image_id: str  # sha256:...
-    tag: str
-    arch: str
-    finished: datetime  # the build's finish: the SBOM's timestamp
-    inputs_digest: str  # sha256 of the build context, also an image label
-    tool_version: str
-    pins: PinSet
-    lock: PythonLock | None
-    inventory: tuple[InstalledDistribution, ...]
 
 
 def _prop(name: str, value: str) -> Property:
@@ -144,17 +131,16 @@ def _python_identity(c: Component) -> tuple[str, str] | None:
     return canonicalize_name(purl.name), c.version
 
 
-def components(inputs: SbomInputs) -> list[Component]:
+def components(record: BuildRecord, inventory: Iterable[InstalledDistribution]) -> list[Component]:
     """Every component of the image, pins first (file order), then the lock, then the inventory."""
-    found = [pin_component(pin, inputs.lock) for pin in inputs.pins]
+    lock = record.lock
+    found = [pin_component(pin, lock) for pin in record.pins]
     pinned = {identity[0] for c in found if (identity := _python_identity(c))}
-    if inputs.lock is not None:
-        found += [
-            locked_component(p, inputs.lock.index) for p in inputs.lock.packages if p.name not in pinned
-        ]
+    if lock is not None:
+        found += [locked_component(p, lock.index) for p in lock.packages if p.name not in pinned]
     by_identity = {identity: c for c in found if (identity := _python_identity(c))}
     installed: set[tuple[str, str]] = set()
-    for dist in _unique(inputs.inventory):
+    for dist in _unique(inventory):
         key: tuple[str, str] = (canonicalize_name(dist.name), dist.version)
         known = by_identity.get(key)
         if known is not None:
@@ -182,24 +168,25 @@ def _unique(inventory: Iterable[InstalledDistribution]) -> list[InstalledDistrib
     return [seen[k] for k in sorted(seen)]
 
 
-def make_sbom(inputs: SbomInputs) -> str:
-    """The SBOM as CycloneDX 1.6 JSON text, validated."""
+def make_sbom(record: BuildRecord, inventory: Iterable[InstalledDistribution]) -> str:
+    """The SBOM as CycloneDX 1.6 JSON text, validated; ``inventory`` is what the built image's pip lists."""
     image = Component(
         type=ComponentType.CONTAINER,
-        name=inputs.tag,
-        version=inputs.image_id,
+        name=record.tag,
+        version=record.image_id,
         bom_ref="image",
-        hashes=[_sha256(inputs.image_id)],
-        properties=[_prop("arch", inputs.arch), _prop("inputs-digest", inputs.inputs_digest)],
+        hashes=[_sha256(record.image_id)],
+        properties=[_prop("arch", record.arch), _prop("inputs-digest", record.inputs_digest)],
     )
     bom = Bom(
-        serial_number=uuid.uuid5(uuid.NAMESPACE_URL, f"imagebuild:{inputs.image_id}:{inputs.inputs_digest}"),
-        metadata=BomMetaData(timestamp=inputs.finished, component=image),
+        serial_number=uuid.uuid5(uuid.NAMESPACE_URL, f"imagebuild:{record.image_id}:{record.inputs_digest}"),
+        # The build's finish, not now: the same build gives the same document.
+        metadata=BomMetaData(timestamp=record.finished, component=image),
     )
     bom.metadata.tools.components.add(
-        Component(type=ComponentType.APPLICATION, name="imagebuild", version=inputs.tool_version)
+        Component(type=ComponentType.APPLICATION, name="imagebuild", version=record.tool_version)
     )
-    parts = components(inputs)
+    parts = components(record, inventory)
     for component in parts:
         bom.components.add(component)
     bom.register_dependency(image, parts)

@@ -22,6 +22,7 @@ from imagebuild.util.clock import Clock
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : ")
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # the classic builder paints stderr red
 LOG_TAIL_LINES = 40
+RUNNING_MARK = "---> Running in "  # the classic builder starts a container: no cache hit
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -49,14 +49,15 @@ def cmd_build(args: argparse.Namespace) -> int:
         iidfile=args.iidfile,
         normalize=not args.no_normalize,
     )
-    prepare_build(inputs, options)  # bad arguments and inputs are found before the engine is asked
+    # Bad arguments and inputs are found before the engine is asked; the build takes the result as it is.
+    prepared = prepare_build(project, inputs, options)
     progress = (
         BuildProgress.quiet()
         if args.quiet
         else make_progress(ProgressMode(args.progress or "auto"), sys.stderr, verbose=args.verbose > 0)
     )
     with DockerEngine.opened() as engine:
-        record = build_image(project, inputs, options, engine, progress=progress)
+        record = build_image(prepared, engine, progress=progress)
     cached = sum(t.cached for t in record.steps)
     logger.info(
         "built %s (%s) in %s, %d/%d steps cached",

@@ -173,9 +173,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         junit=args.junit,
         secret_scan_roots=tuple(args.scan_roots or SECRET_SCAN_ROOTS),
     )
-    prepare_verify(inputs, options)  # bad arguments and inputs are found before the engine is asked
+    # Bad arguments and inputs are found before the engine is asked; verify takes the result as it is.
+    prepared = prepare_verify(inputs, options)
     with DockerEngine.opened() as engine:
-        result = verify(inputs, options, engine, progress=logger.info)
+        result = verify(prepared, engine, progress=logger.info)
     if args.json:
         write_json(verify_document(result))
     else:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagebuild.importer.docker_api import stream_error
+
 
 @dataclass(frozen=True, kw_only=True)
 class BuildEvent:
@@ -193,13 +195,14 @@ def classic_build_events(chunks: Iterable[Mapping[str, Any]]) -> Iterator[BuildE
 
     The wire format of ``POST /build``: ``{"stream": text}`` (output, not split
     on line boundaries), ``{"aux": {"ID": image}}`` (the built image) and
-    ``{"error": ..., "errorDetail": {"message": ...}}`` (the build failed).
-    Shared by the Docker engine and the fake that replays recorded streams.
+    ``{"error": ..., "errorDetail": {"message": ...}}`` (the build failed, read as every stream's
+    error is: ``importer.docker_api.stream_error``). Shared by the Docker engine and the fake that
+    replays recorded streams.
     """
     for chunk in chunks:
-        if "error" in chunk:
-            detail = (chunk.get("errorDetail") or {}).get("message") or chunk["error"]
-            yield BuildEvent(error=str(detail).strip())
+        error = stream_error(chunk)
+        if error is not None:
+            yield BuildEvent(error=error)
             return
         if "stream" in chunk:
             yield BuildEvent(text=str(chunk["stream"]))

@@ -1,11 +1,13 @@
 """The Docker engine API's load and error messages, read the same way by both of imagebuild's engines.
 
-``imagebuild.engine.docker`` (docker-py) and ``socket_engine`` (http.client, on nodes without
-imagebuild) send the same requests; what the replies mean is decided once, here.
+``imagebuild.engine`` (docker-py: its build, push, pull and load streams) and ``socket_engine``
+(http.client, on nodes without imagebuild) send the same requests; what the replies mean is decided
+once, here. Standard library only, so the shipped importer carries it and the engine imports it.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable, Mapping
 
 ZSTD_LOAD_API = (1, 42)  # Docker 23.0 (API 1.42) is the first engine whose `load` reads zstd archives
@@ -25,6 +27,18 @@ def stream_error(message: Mapping[str, Any]) -> str | None:
         return None
     detail = (message.get("errorDetail") or {}).get("message") or message.get("error")
     return str(detail or "no detail").strip()
+
+
+def response_error(body: bytes) -> str:
+    """The message of an error response's body (``{"message": ...}``), or the start of its text."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return body.decode(errors="replace").strip()[:300] or "no detail"
+    if not isinstance(message, dict):
+        return str(message)
+    detail = message.get("message") or stream_error(message)
+    return str(detail or message).strip()
 
 
 def loaded_images(text: str, id_of: Callable[[str], str]) -> list[str]:

@@ -17,7 +17,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Iterable
 
-from .docker_api import loaded_images, loads_zstd, stream_error
+from .docker_api import loaded_images, loads_zstd, response_error, stream_error
 from .failures import EngineUnavailable
 
 
@@ -77,7 +77,7 @@ class SocketEngine:
         """The response body of a successful call; an error status becomes one line naming ``what``."""
         status, data = self._request(method, path, body, timeout=None if body is not None else 60)
         if status >= 300:
-            msg = f"the Docker engine at {self.address} refused to {what}: {_api_error(data)}"
+            msg = f"the Docker engine at {self.address} refused to {what}: {response_error(data)}"
             raise EngineUnavailable(msg)
         return data
 
@@ -89,7 +89,7 @@ class SocketEngine:
         if status == 404:
             return False
         if status >= 300:
-            msg = f"the Docker engine at {self.address} refused to inspect {image_id}: {_api_error(data)}"
+            msg = f"the Docker engine at {self.address} refused to inspect {image_id}: {response_error(data)}"
             raise EngineUnavailable(msg)
         return True
 
@@ -120,7 +120,7 @@ class SocketEngine:
     def remove_image(self, image_id: str) -> None:
         status, data = self._request("DELETE", f"/images/{image_id}")
         if status >= 300 and status != 404:
-            msg = f"the Docker engine at {self.address} refused to remove {image_id}: {_api_error(data)}"
+            msg = f"the Docker engine at {self.address} refused to remove {image_id}: {response_error(data)}"
             raise EngineUnavailable(msg)
 
 
@@ -138,19 +138,3 @@ class _UnixConnection(http.client.HTTPConnection):
             sock.close()
             raise
         self.sock = sock
-
-
-def _api_error(data: bytes) -> str:
-    """The message of an error response's body ({"message": ...}), or the start of its text."""
-    try:
-        message = json.loads(data)
-    except ValueError:
-        return data.decode(errors="replace").strip()[:300] or "no detail"
-    if isinstance(message, dict):
-        detail = (
-            message.get("message")
-            or (message.get("errorDetail") or {}).get("message")
-            or message.get("error")
-        )
-        return str(detail or message).strip()
-    return str(message)

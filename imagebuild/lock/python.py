@@ -173,9 +173,9 @@ def lock_index(pins: PinSet) -> str:
     return indexes[0] if indexes else PYPI
 
 
-def target_python(pins: PinSet) -> str:
-    base = pins.image("base")
-    return base.python
+def target_python(pins: PinSet, definition: ImageDefinition) -> str:
+    """The python of the final stage's base image, which the locked wheels must match."""
+    return pins.image(definition.base_pin).python
 
 
 def check_upgrade_names(
@@ -196,7 +196,7 @@ def check_python_options(options: PythonLockOptions) -> None:
     declared = {canonicalize_name(Requirement(r).name) for reqs in groups.values() for r in reqs}
     check_upgrade_names(options.upgrade_packages, read_python_lock(options.lock_path), declared)
     lock_index(options.pins)
-    target_python(options.pins)
+    target_python(options.pins, options.definition)
 
 
 def lock_python(options: PythonLockOptions, resolver: Resolver) -> PythonLockResult:
@@ -210,7 +210,7 @@ def lock_python(options: PythonLockOptions, resolver: Resolver) -> PythonLockRes
         groups=groups,
         constraints=options.constraints,
         index=lock_index(options.pins),
-        python=target_python(options.pins),
+        python=target_python(options.pins, options.definition),
         machine=options.arch.machine,
         previous=previous,
         upgrade=options.upgrade,

@@ -329,7 +329,7 @@ def build_expectations(
 
     recipes = recipes_dir or launcher_recipes_dir({})
     pins = inputs.pins
-    base = pins.image("base")
+    base = pins.image(inputs.definition.base_pin)
     repinned = pins.get(REPINNED_PIN)
     repinned_version = str(getattr(repinned, "version", ""))
     args = build_args(inputs)

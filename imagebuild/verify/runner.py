@@ -62,35 +62,53 @@ class VerifyOptions:
     secret_scan_roots: tuple[str, ...] = SECRET_SCAN_ROOTS  # whose files are scanned for credentials
 
 
-def prepare_verify(inputs: Inputs, options: VerifyOptions) -> Expectations:
+@dataclass(frozen=True, kw_only=True)
+class PreparedVerify:
+    """A verify run checked before the engine is asked: its options and what the image must hold."""
+
+    options: VerifyOptions
+    expectations: Expectations
+    arch: str
+    pins_path: Path  # what the expectations were made from, for the progress line
+
+
+def prepare_verify(inputs: Inputs, options: VerifyOptions) -> PreparedVerify:
     """What the image must hold, and the tools the checks need: all that can fail before the engine is asked."""
     if shutil.which("docker") is None:
         msg = "verify runs its checks with testinfra through the `docker` CLI (docker exec), which is not on PATH; install it (docker.io)"
         raise VerifyError(msg)
     for root in options.secret_scan_roots:
         ABSOLUTE_PATH.check(root, "--scan-root", "root")
-    return build_expectations(inputs, image=options.image, secret_scan_roots=options.secret_scan_roots)
+    return PreparedVerify(
+        options=options,
+        expectations=build_expectations(
+            inputs, image=options.image, secret_scan_roots=options.secret_scan_roots
+        ),
+        arch=inputs.arch.name,
+        pins_path=inputs.pins.path,
+    )
 
 
 def verify(
-    inputs: Inputs, options: VerifyOptions, engine: Engine, *, progress: Callable[[str], None] | None = None
+    prepared: PreparedVerify, engine: Engine, *, progress: Callable[[str], None] | None = None
 ) -> VerifyResult:
     """Check a built image against the inputs it was built from; the result says which checks failed and why.
 
-    The engine is the caller's (opened and closed by it, as for build). Raises
-    VerifyError only when the checks could not run at all (a failed check is a
-    result), EngineError when the image or a container is out of reach.
+    ``prepared`` is ``prepare_verify``'s, taken as it is. The engine is the caller's (opened and
+    closed by it, as for build). Raises VerifyError only when the checks could not run at all (a
+    failed check is a result), EngineError when the image or a container is out of reach.
     """
-    expectations = prepare_verify(inputs, options)
+    options, arch = prepared.options, prepared.arch
     say = progress or (lambda _: None)
     started = time.monotonic()
     info = engine.inspect_image(options.image)
-    arch = inputs.arch.name
-    say(f"verify: {options.image} ({info.id[:19]}) against {inputs.pins.path}, arch {arch}")
+    say(f"verify: {options.image} ({info.id[:19]}) against {prepared.pins_path}, arch {arch}")
     container = engine.start(info.id, network_mode="none")  # the checks need no network
     try:
         say(f"verify: container {container[:12]} started; running the checks")
-        results = run_checks(expectations=expectations, info=info, container=container, junit=options.junit)
+        results = run_checks(
+            expectations=prepared.expectations, info=info, container=container, junit=options.junit
+        )
     finally:
         engine.remove(container)
         say(f"verify: container {container[:12]} removed")

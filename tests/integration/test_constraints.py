@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.build.core import BuildOptions, build_image
+from imagebuild.build.core import BuildOptions, build_image, prepare_build
 from imagebuild.build.progress import BuildProgress
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
@@ -80,7 +80,7 @@ def build(pins: Path, mode: ConstraintMode, tmp_path: Path, engine: DockerEngine
         normalize=False,  # these check the constraint; test_reproducible checks normalisation
     )
     progress = BuildProgress(sys.stdout)  # shown by pytest when the test fails
-    record = build_image(project, project.load("gfx942"), options, engine, progress=progress)
+    record = build_image(prepare_build(project, project.load("gfx942"), options), engine, progress=progress)
     return record.tag
 
 

@@ -1,4 +1,4 @@
-"""Fixed inputs for the SBOM and provenance tests: the sample pins with every identity filled."""
+"""A fixed build record for the SBOM and provenance tests: the sample pins with every identity filled."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from imagebuild.build.sbom import InstalledDistribution, SbomInputs
+from imagebuild.build.record import BuildRecord, FileDigest
+from imagebuild.build.sbom import InstalledDistribution
 from imagebuild.inputs.python_lock import PythonLock, read_python_lock
 from imagebuild.pins import PinSet, parse_pins
 from tests import REPO
@@ -43,15 +44,41 @@ def lock() -> PythonLock:
     return found
 
 
-def sbom_inputs(pinset: PinSet | None = None) -> SbomInputs:
-    return SbomInputs(
+FILES = (
+    FileDigest(name="pins.toml", sha256="a" * 64),
+    FileDigest(name="pylock.toml", sha256="b" * 64),
+    FileDigest(name="stages/04-mori.toml", sha256="c" * 64),
+    FileDigest(name="Dockerfile", sha256="d" * 64),
+    FileDigest(name="build-context.tar", sha256="e" * 64),
+)
+
+
+def build_record(pinset: PinSet | None = None, *, pushed: str | None = None) -> BuildRecord:
+    """The record of a build of the sample pins, as the goldens were made from."""
+    tag = "imagebuild/kimi-k3:gfx942"
+    return BuildRecord(
         image_id=IMAGE_ID,
-        tag="imagebuild/kimi-k3:gfx942",
+        tag=tag,
+        tags=[tag],
         arch="gfx942",
-        finished=FINISHED,
-        inputs_digest=INPUTS,
-        tool_version="0.1.0",
+        labels={},
         pins=pinset or pins(),
         lock=lock(),
-        inventory=INVENTORY,
+        inputs_digest=INPUTS,
+        files=FILES,
+        build_args={"MAX_JOBS": "2"},
+        no_cache=False,
+        network="host",
+        source_date_epoch=1_700_000_000,
+        tool_version="0.1.0",
+        started=STARTED,
+        finished=FINISHED,
+        steps=[],
+        total_seconds=(FINISHED - STARTED).total_seconds(),
+        all_cached=False,
+        normalization=None,
+        log=Path("build/gfx942.build.log"),
+        sbom=Path("build/gfx942.sbom.cdx.json"),
+        provenance=Path("build/gfx942.provenance.intoto.json"),
+        pushed=pushed,
     )

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from imagebuild.build.attestations import INVENTORY_SCRIPT
-from imagebuild.build.core import BuildOptions, BuildRecord, build_image
+from imagebuild.build.core import BuildOptions, BuildRecord, build_image, prepare_build
 from imagebuild.build.progress import BuildProgress
 from imagebuild.project import find_project
 from imagebuild.testing import FakeClock, FakeEngine, Recording
@@ -90,7 +90,8 @@ def replay(tmp_path: Path) -> Replay:
                 **options_given,
             }
         )
-        record = build_image(project, project.load("gfx942"), options, engine, progress=progress, clock=clock)
+        prepared = prepare_build(project, project.load("gfx942"), options)
+        record = build_image(prepared, engine, progress=progress, clock=clock)
         return engine, record
 
     return run

@@ -1,11 +1,15 @@
-"""Gathering for the SBOM and provenance: the image's pip inventory, input files, labels."""
+"""Gathering for the SBOM and provenance: the image's pip inventory, input files taken before the build, labels."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import shutil
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
@@ -14,15 +18,21 @@ import pytest
 from imagebuild.build.attestations import (
     INVENTORY_SCRIPT,
     AttestationPaths,
-    input_files,
     read_inventory,
 )
+from imagebuild.build.core import BuildOptions, build_image, prepare_build
+from imagebuild.build.prepare import input_files
 from imagebuild.build.sbom import InstalledDistribution
 from imagebuild.engine.interface import BuildEvent, BuildRequest, Engine, ImageInfo, PushEvent
 from imagebuild.errors import AttestationError
 from imagebuild.inputs.layout import sbom_file_name
 from imagebuild.project import find_project
-from imagebuild.render.context import inputs_digest
+from imagebuild.render import RenderOptions, render_inputs
+from imagebuild.render.context import build_context, inputs_digest
+from imagebuild.testing import FakeClock, FakeEngine, Recording
+from tests import REPO
+
+BUILD_STREAMS = REPO / "tests" / "data" / "build_streams"
 
 
 class RunOnlyEngine(Engine):
@@ -116,9 +126,64 @@ def test_labels_carry_what_is_known_before_the_build(tmp_path: Path) -> None:
 
 def test_input_files_name_pins_lock_stages_arch_constraints_dockerfile_context(project: Path) -> None:
     found = find_project(project)
-    names = [f.name for f in input_files(found, found.load("gfx942"), "FROM x\n", b"tar")]
+    inputs = found.load("gfx942")
+    context = build_context(render_inputs(inputs, RenderOptions(allow_unpinned=True)), inputs)
+    names = [f.name for f in input_files(found, inputs, context)]
     assert names[:3] == ["pins.toml", "pylock.toml", "stages/01-base.toml"]
     assert "stages/image.toml" in names
     assert "stages/arch/gfx942.toml" in names
     assert "constraints/build.txt" in names
     assert names[-2:] == ["Dockerfile", "build-context.tar"]
+
+
+@dataclass
+class EditingEngine(FakeEngine):
+    """A FakeEngine that lets someone edit the checkout while the build runs, after its first message."""
+
+    edit_checkout: Path | None = None
+
+    def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
+        for number, event in enumerate(super().build(request)):
+            if number == 1 and self.edit_checkout is not None:
+                with (self.edit_checkout / "stages" / "07-vllm.toml").open("a") as stage:
+                    stage.write("# edited while the build ran\n")
+                (self.edit_checkout / "pylock.toml").unlink()
+            yield event
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_documents_describe_the_inputs_as_they_were_when_the_build_started(
+    project: Path, tmp_path: Path
+) -> None:
+    """A build can take an hour: a stage edited and the lock removed meanwhile change neither document."""
+    for name in ("pins.toml", "pylock.toml"):  # the recorded, locked sample pins
+        shutil.copy(BUILD_STREAMS / name, project / name)
+    stage, lock = project / "stages" / "07-vllm.toml", project / "pylock.toml"
+    rendered = {"stages/07-vllm.toml": sha256(stage), "pylock.toml": sha256(lock)}
+    locked = {p["name"] for p in tomllib.loads(lock.read_text())["packages"]}
+    checkout = find_project(project)
+    inventory = (BUILD_STREAMS / "inventory.txt").read_text()
+    clock = FakeClock()
+    engine = EditingEngine(
+        builds=[Recording.load(BUILD_STREAMS / "success.jsonl")],
+        clock=clock,
+        run_result=lambda _image, command: (0, inventory if INVENTORY_SCRIPT in command else ""),
+        edit_checkout=project,
+    )
+    options = BuildOptions(arch="gfx942", record_path=tmp_path / "out" / "r.json", normalize=False)
+    record = build_image(prepare_build(checkout, checkout.load("gfx942"), options), engine, clock=clock)
+
+    assert sha256(stage) != rendered["stages/07-vllm.toml"]  # the edits happened
+    assert not lock.exists()
+    statement = json.loads(record.provenance.read_text())
+    digests = {
+        d["name"]: d.get("digest") for d in statement["predicate"]["buildDefinition"]["resolvedDependencies"]
+    }
+    assert {name: digests[name] for name in rendered} == {name: {"sha256": h} for name, h in rendered.items()}
+    sbom = json.loads(record.sbom.read_text())
+    in_sbom = {c["name"] for c in sbom["components"] if c["bom-ref"].startswith("pylock:")}
+    assert in_sbom  # the lock as loaded, not as the disk holds it now
+    assert in_sbom <= locked

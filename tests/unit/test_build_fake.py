@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.build.checkout_labels import checkout_build_args, checkout_labels, image_labels, public_url
-from imagebuild.build.core import BuildOptions, BuildRecord, build_image
+from imagebuild.build.core import BuildOptions, BuildRecord, build_image, prepare_build
 from imagebuild.build.progress import BuildProgress
 from imagebuild.errors import BuildError, ConfigError, EngineError
 from imagebuild.inputs.layout import (
@@ -122,7 +122,7 @@ def test_failure_names_step_title_pins_and_tail_and_tags_nothing(
         arch="gfx942", tag=TAG, record_path=tmp_path / "r.json", log_path=tmp_path / "b.log"
     )
     with pytest.raises(BuildError) as e:
-        build_image(project, inputs, options, engine, clock=FakeClock())
+        build_image(prepare_build(project, inputs, options), engine, clock=FakeClock())
     message = str(e.value)
     first = message.splitlines()[0]
     assert first.startswith(

@@ -10,7 +10,7 @@ import pytest
 
 from imagebuild.build.sbom import make_sbom, validate_sbom
 from imagebuild.errors import AttestationError
-from tests.unit.attest_support import IMAGE_ID, INPUTS, lock, pin_data, pins, sbom_inputs
+from tests.unit.attest_support import IMAGE_ID, INPUTS, INVENTORY, build_record, lock, pin_data, pins
 
 GOLDEN = Path(__file__).parent / "golden" / "sbom.cdx.json"
 
@@ -24,11 +24,11 @@ def properties(component: dict[str, Any]) -> dict[str, str]:
 
 
 def test_sbom_is_valid_cyclonedx_16_and_deterministic() -> None:
-    text = make_sbom(sbom_inputs())
+    text = make_sbom(build_record(), INVENTORY)
     validate_sbom(text)
     doc = json.loads(text)
     assert (doc["bomFormat"], doc["specVersion"]) == ("CycloneDX", "1.6")
-    assert make_sbom(sbom_inputs()) == text
+    assert make_sbom(build_record(), INVENTORY) == text
     image = doc["metadata"]["component"]
     assert image["version"] == IMAGE_ID
     assert properties(image)["imagebuild:inputs-digest"] == INPUTS
@@ -39,13 +39,13 @@ def test_sbom_matches_the_golden_file() -> None:
     """Byte for byte: the golden file was made before each kind of pin described itself (Pin.describe).
 
     Regenerate it after an intended change with
-    PYTHONPATH=. python -c "from tests.unit.attest_support import sbom_inputs; from imagebuild.build.sbom import make_sbom; print(make_sbom(sbom_inputs()), end='')" > tests/unit/golden/sbom.cdx.json
+    PYTHONPATH=. python -c "from tests.unit.attest_support import INVENTORY, build_record; from imagebuild.build.sbom import make_sbom; print(make_sbom(build_record(), INVENTORY), end='')" > tests/unit/golden/sbom.cdx.json
     """
-    assert make_sbom(sbom_inputs()) == GOLDEN.read_text(encoding="utf-8")
+    assert make_sbom(build_record(), INVENTORY) == GOLDEN.read_text(encoding="utf-8")
 
 
 def test_every_pin_appears_with_its_identity() -> None:
-    found = components(make_sbom(sbom_inputs()))
+    found = components(make_sbom(build_record(), INVENTORY))
     pinset = pins()
     for pin in pinset:
         component = found[f"pin:{pin.name}"]
@@ -64,7 +64,7 @@ def test_every_pin_appears_with_its_identity() -> None:
 
 
 def test_every_locked_package_has_purl_and_sha256() -> None:
-    found = components(make_sbom(sbom_inputs()))
+    found = components(make_sbom(build_record(), INVENTORY))
     for package in lock().packages:
         if package.name == "flydsl":  # the pin's component, with the lock's groups
             assert properties(found["pin:flydsl"])["imagebuild:lock-groups"] == "15-flydsl-repin"
@@ -76,7 +76,7 @@ def test_every_locked_package_has_purl_and_sha256() -> None:
 
 
 def test_inventory_marks_what_the_image_holds() -> None:
-    found = components(make_sbom(sbom_inputs()))
+    found = components(make_sbom(build_record(), INVENTORY))
     assert properties(found["pylock:tqdm"])["imagebuild:installed"] == "true"
     assert properties(found["pylock:wheel"])["imagebuild:installed"] == "false"  # isolated builds only
     assert properties(found["pin:aiter"])["imagebuild:installed"] == "true"  # amd_aiter, normalised
@@ -95,16 +95,16 @@ def test_inventory_marks_what_the_image_holds() -> None:
     ],
 )
 def test_changing_one_pin_changes_exactly_that_component(pin: str, field: str, value: str) -> None:
-    before = components(make_sbom(sbom_inputs()))
+    before = components(make_sbom(build_record(), INVENTORY))
     data = pin_data()
     data[pin][field] = value
-    after = components(make_sbom(sbom_inputs(pins(data))))
+    after = components(make_sbom(build_record(pins(data)), INVENTORY))
     assert before.keys() == after.keys()
     assert [ref for ref in before if before[ref] != after[ref]] == [f"pin:{pin}"]
 
 
 def test_invalid_document_is_refused() -> None:
-    doc = json.loads(make_sbom(sbom_inputs()))
+    doc = json.loads(make_sbom(build_record(), INVENTORY))
     doc["components"][0]["type"] = "spaceship"
     with pytest.raises(AttestationError, match=r"not valid CycloneDX 1.6"):
         validate_sbom(json.dumps(doc))

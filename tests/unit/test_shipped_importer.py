@@ -15,7 +15,8 @@ import pytest
 from imagebuild import importer
 from imagebuild.distribute.export import ExportOptions, export_image
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, ZIP_TIME, importer_zipapp
-from imagebuild.importer.docker_api import loaded_images, loads_zstd, stream_error
+from imagebuild.engine.interface import BuildEvent, classic_build_events
+from imagebuild.importer.docker_api import loaded_images, loads_zstd, response_error, stream_error
 from imagebuild.testing import FakeEngine
 
 TAG = "imagebuild/kimi-k3:gfx942"
@@ -112,6 +113,27 @@ def test_a_stream_error_is_its_detail_and_other_messages_are_none() -> None:
     assert stream_error({"errorDetail": {"message": "unexpected EOF "}, "error": "EOF"}) == "unexpected EOF"
     assert stream_error({"error": "no space left on device"}) == "no space left on device"
     assert stream_error({"errorDetail": {}}) == "no detail"
+
+
+def test_an_error_response_body_is_its_message_or_the_start_of_its_text() -> None:
+    assert response_error(b'{"message": "No such image: x "}') == "No such image: x"
+    assert response_error(b'{"errorDetail": {"message": "denied"}, "error": "x"}') == "denied"
+    assert response_error(b"<html>bad gateway</html>") == "<html>bad gateway</html>"
+    assert response_error(b"") == "no detail"
+
+
+def test_the_build_stream_reads_its_error_as_every_other_stream_does() -> None:
+    """One decoder for build, load, push and pull: the engine's build events use stream_error too."""
+    chunks = [
+        {"stream": "Step 1/2 : FROM x\n"},
+        {"errorDetail": {"message": "exit code 1 "}, "error": "exit"},
+        {"stream": "never read\n"},
+    ]
+    assert list(classic_build_events(chunks)) == [
+        BuildEvent(text="Step 1/2 : FROM x\n"),
+        BuildEvent(error=stream_error(chunks[1])),
+    ]
+    assert list(classic_build_events([{"errorDetail": {}}])) == [BuildEvent(error="no detail")]
 
 
 def test_loaded_images_gives_ids_and_looks_up_loaded_names() -> None:

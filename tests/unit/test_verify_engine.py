@@ -9,7 +9,7 @@ import pytest
 from imagebuild.errors import EngineError, VerifyError
 from imagebuild.project import find_project
 from imagebuild.testing import FakeEngine, image_info
-from imagebuild.verify import VerifyOptions, runner, verify
+from imagebuild.verify import VerifyOptions, prepare_verify, runner, verify
 
 REPO = Path(__file__).resolve().parents[2]
 PINS = REPO / "tests" / "data" / "build_streams" / "pins.toml"
@@ -21,7 +21,7 @@ def test_a_missing_image_is_named_and_no_container_started() -> None:
     with pytest.raises(
         EngineError, match="no image 'imagebuild/kimi-k3:gfx942' in the Docker engine at fake://engine"
     ):
-        verify(inputs, VerifyOptions(image="imagebuild/kimi-k3:gfx942"), engine)
+        verify(prepare_verify(inputs, VerifyOptions(image="imagebuild/kimi-k3:gfx942")), engine)
     assert engine.started == []
     assert not engine.closed
 
@@ -36,7 +36,7 @@ def test_the_container_is_removed_when_the_checks_cannot_run(monkeypatch: pytest
     inputs = find_project(REPO, PINS).load("gfx942")
     said: list[str] = []
     with pytest.raises(VerifyError, match="could not run"):
-        verify(inputs, VerifyOptions(image="img"), engine, progress=said.append)
+        verify(prepare_verify(inputs, VerifyOptions(image="img")), engine, progress=said.append)
     assert engine.removed == engine.started == ["fake-container-1"]
     assert not engine.closed
     assert any(str(PINS) in line for line in said)
@@ -46,4 +46,4 @@ def test_verify_needs_the_docker_cli_for_testinfra(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("PATH", str(tmp_path))
     inputs = find_project(REPO, PINS).load("gfx942")
     with pytest.raises(VerifyError, match="through the `docker` CLI"):
-        verify(inputs, VerifyOptions(image="img"), FakeEngine())
+        verify(prepare_verify(inputs, VerifyOptions(image="img")), FakeEngine())

@@ -13,7 +13,7 @@ import pytest
 from imagebuild.engine.interface import Engine
 from imagebuild.inputs.layout import VERSIONS_FILE
 from imagebuild.project import find_project
-from imagebuild.verify import VerifyOptions, VerifyResult, verify
+from imagebuild.verify import VerifyOptions, VerifyResult, prepare_verify, verify
 from tests.verify.verify_support import REPO, GoodImage
 
 pytestmark = pytest.mark.docker
@@ -22,7 +22,7 @@ BUDGET_S = 20.0  # the whole verify against a built image
 
 def _verify(engine: Engine, good: GoodImage, image: str, junit: Path | None = None) -> VerifyResult:
     inputs = find_project(REPO, good.pins).load("gfx942")
-    return verify(inputs, VerifyOptions(image=image, junit=junit), engine)
+    return verify(prepare_verify(inputs, VerifyOptions(image=image, junit=junit)), engine)
 
 
 def _failed(result: VerifyResult) -> dict[str, str]:

@@ -40,7 +40,7 @@ REPO = HERE.parents[2]
 sys.path.insert(0, str(REPO))
 
 from imagebuild.build.attestations import INVENTORY_SCRIPT  # noqa: E402
-from imagebuild.build.core import BuildOptions, build_image  # noqa: E402
+from imagebuild.build.core import BuildOptions, build_image, prepare_build  # noqa: E402
 from imagebuild.cli import main as imagebuild_main  # noqa: E402
 from imagebuild.engine.docker import DockerEngine  # noqa: E402
 from imagebuild.engine.interface import BuildEvent, BuildRequest  # noqa: E402
@@ -101,7 +101,7 @@ def record(engine: RecordingEngine, pins: Path, name: str, note: str, *, no_cach
         normalize=False,  # only the build stream is recorded
     )
     try:
-        build_image(project, inputs, options, engine)
+        build_image(prepare_build(project, inputs, options), engine)
     except (BuildError, EngineError) as e:
         print(f"{name}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
     shutil.rmtree(work)

@@ -1,0 +1,112 @@
+"""A build prepared: its arguments checked, its Dockerfile and context made, its input files hashed.
+
+All that can fail before the engine is asked happens here, once: the command line calls
+``prepare_build`` before it opens the engine, and ``build_image`` takes the result as it is. The
+input files are hashed here too, before the build: a build can take an hour, and a stage file edited
+meanwhile must not be named in the provenance with a digest of what was not built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imagebuild.build.record import FileDigest
+from imagebuild.errors import ConfigError
+from imagebuild.inputs.schema import suggest
+from imagebuild.inputs.values import ENV_NAME, TUNABLE
+from imagebuild.project import Inputs, Project
+from imagebuild.render import ConstraintMode, Dockerfile, RenderOptions, render_inputs
+from imagebuild.render.context import BuildContext, build_context
+from imagebuild.secrets import secret_reason
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    arch: str
+    tag: str | None = None  # default imagebuild.inputs.layout.default_tag(arch); the record's tag
+    extra_tags: tuple[str, ...] = ()  # tagged too, on success
+    pull: bool = False  # pull the base and donor images even when the engine has them
+    iidfile: Path | None = None  # the image ID (sha256:...) written here, as docker build --iidfile does
+    no_cache: bool = False
+    network: str | None = None
+    build_args: dict[str, str] = field(default_factory=dict)
+    record_path: Path | None = None  # default build/<arch>.build.json
+    log_path: Path | None = None  # default build/<arch>.build.log
+    constraint_mode: ConstraintMode = ConstraintMode.ON
+    normalize: bool = True  # clamp timestamps to SOURCE_DATE_EPOCH after the build (imagebuild.normalize)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedBuild:
+    """Everything a build is made from, read and made before the engine is asked; nothing is read again."""
+
+    project: Project
+    inputs: Inputs
+    options: BuildOptions
+    dockerfile: Dockerfile
+    context: BuildContext  # the files `imagebuild render` writes to docker/ARCH/, and the fixed labels
+    files: tuple[FileDigest, ...]  # every input file by sha256, hashed now (see input_files)
+
+
+def check_build_args(build_args: dict[str, str], inputs: Inputs) -> None:
+    """A build arg overrides a tunable of stages/image.toml, and is no secret (args are in the history)."""
+    spec = inputs.definition.spec
+    tunables = dict(spec.args)
+    for name, value in build_args.items():
+        ENV_NAME.check(name, "--build-arg", name)
+        reason = secret_reason(name, value)
+        if reason:
+            msg = f"--build-arg {name}: refused, {reason}; build args are recorded in the image history"
+            raise ConfigError(msg)
+        if name not in tunables:
+            hint = (
+                "change the pins file instead"
+                if name in inputs.pins.build_args()
+                else f"tunables: {', '.join(tunables)}"
+            )
+            msg = (
+                f"--build-arg {name}: not a build tunable of {spec.source}.{suggest(name, tunables)} ({hint})"
+            )
+            raise ConfigError(msg)
+        # A tunable may be expanded unquoted by a stage (make -j${MAX_JOBS}): its kind is narrow.
+        TUNABLE.check(value, "--build-arg", name)
+
+
+def prepare_build(project: Project, inputs: Inputs, options: BuildOptions) -> PreparedBuild:
+    """Check the build's arguments, render its Dockerfile and context, hash its input files."""
+    check_build_args(options.build_args, inputs)
+    dockerfile = render_inputs(inputs, RenderOptions(constraint_mode=options.constraint_mode))
+    context = build_context(dockerfile, inputs)
+    return PreparedBuild(
+        project=project,
+        inputs=inputs,
+        options=options,
+        dockerfile=dockerfile,
+        context=context,
+        files=input_files(project, inputs, context),
+    )
+
+
+def input_files(project: Project, inputs: Inputs, context: BuildContext) -> tuple[FileDigest, ...]:
+    """Every file the build is made from, by sha256, named relative to the checkout.
+
+    The checkout's files (pins, python lock, stages, the arch profile, constraints), then the
+    rendered Dockerfile and the build context as sent.
+    """
+
+    def name(path: Path) -> str:
+        return path.relative_to(project.root).as_posix() if path.is_relative_to(project.root) else str(path)
+
+    paths = [project.pins_path]
+    if project.python_lock_path.is_file():
+        paths.append(project.python_lock_path)
+    paths += sorted(project.stages_dir.glob("*.toml"))
+    paths.append(project.arch_dir / f"{inputs.arch.name}.toml")
+    paths += sorted(project.constraints_dir.glob("*.txt"))
+    files = [FileDigest(name=name(p), sha256=hashlib.sha256(p.read_bytes()).hexdigest()) for p in paths]
+    dockerfile = context.dockerfile.encode()
+    files.append(FileDigest(name="Dockerfile", sha256=hashlib.sha256(dockerfile).hexdigest()))
+    files.append(FileDigest(name="build-context.tar", sha256=hashlib.sha256(context.inputs_tar).hexdigest()))
+    return tuple(files)
