@@ -18,10 +18,11 @@ from typing import Any
 from imagebuild.inputs.arch import ArchProfile
 from imagebuild.lock.committime import commit_time
 from imagebuild.lock.files import hash_url
-from imagebuild.lock.git import GitError, GitOptions, resolve_ref
-from imagebuild.lock.http import FetchError, Http
+from imagebuild.lock.git import GitOptions, resolve_ref
+from imagebuild.lock.http import Http
 from imagebuild.lock.pypi import NoMatchingWheel, choose_wheel, list_files, project_url, target_tags
 from imagebuild.lock.registry import RegistryClient, parse_image_name
+from imagebuild.lock.source_errors import SourceError, SourceFailure
 from imagebuild.pins import (
     COMMIT_RE,
     COMMITTED_RE,
@@ -34,17 +35,6 @@ from imagebuild.pins import (
     PypiPin,
     WheelPin,
 )
-
-
-class SourceError(Exception):
-    """One pin could not be resolved."""
-
-    def __init__(self, pin: Pin, url: str, cause: str, hint: str) -> None:
-        super().__init__(f"[{pin.name}] {url}: {cause}. {hint}")
-        self.pin = pin
-        self.url = url
-        self.cause = cause
-        self.hint = hint
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,8 +65,10 @@ def resolve_pin(pin: Pin, ctx: SourceContext) -> Resolved:
         raise AssertionError(msg)
     try:
         resolved = resolver(pin, ctx)
-    except (FetchError, GitError) as e:
-        raise SourceError(pin, e.url, e.cause, e.hint) from e
+    except SourceError:
+        raise
+    except SourceFailure as e:
+        raise SourceError.blaming(pin, e) from e
     _check_identity(pin, resolved)
     return resolved
 
@@ -171,3 +163,6 @@ RESOLVERS: dict[PinKind, Resolver] = {
     PinKind.WHEEL: _wheel,
     PinKind.PYPI: _pypi,
 }
+
+
+__all__ = ["RESOLVERS", "Resolved", "SourceContext", "SourceError", "resolve_pin", "source_url"]
