@@ -3,8 +3,9 @@
 Every field the lock sends somewhere (an image name and tag, a URL, a
 version, the target python) is checked by its kind when pins.toml is read
 (imagebuild.inputs.values, through the pin classes); what is left here is the
-lock's own: its options and the pin names to upgrade. A mistake is the
-user's to fix (exit 2, naming the flag or pin), reported before any request.
+lock's own: its options, the pin names to upgrade, and the target python. A
+mistake is the user's to fix (exit 2, naming the flag or pin), reported before
+any request.
 """
 
 from __future__ import annotations
@@ -30,9 +31,25 @@ def check_pins(pinset: PinSet, upgrade_pins: tuple[str, ...]) -> None:
         pinset.get(name)  # unknown name: ConfigError with a suggestion
 
 
-def target_python(pinset: PinSet) -> str | None:
-    """The base image's python, which PyPI wheels must match."""
+# The image pin whose python the locked wheels must match.
+BASE_PIN = "base"
+
+
+def target_python_if_any(pinset: PinSet) -> str | None:
+    """The base image's python, which PyPI wheels must match; None without an image pin 'base'.
+
+    For the pins lock: only the PyPI pins need it, and each of them fails alone without it
+    (sources.py says how to add one), so a pins file without a base image can still be locked.
+    """
     for pin in pinset:
-        if pin.name == "base" and isinstance(pin, ImagePin):
+        if pin.name == BASE_PIN and isinstance(pin, ImagePin):
             return pin.python
     return None
+
+
+def require_target_python(pinset: PinSet) -> str:
+    """The base image's python; ConfigError naming the pins file without an image pin 'base'.
+
+    For the python lock: every package it locks is matched to that python, so it cannot start without it.
+    """
+    return pinset.image(BASE_PIN).python
