@@ -84,10 +84,7 @@ def lock_project(
     ``resolver`` resolves the python packages (uv unless a test gives a fake);
     ``open_sources`` opens the pins' sources (the real ones unless a test gives a fake).
     """
-    try:
-        source = project.pins_path.read_bytes()  # before the parse: see LoadedPins
-    except OSError:
-        source = None  # project.load reports it
+    source = _read_before_parse(project.pins_path)
     inputs = project.load(request.arch)
     pin_names = set(inputs.pins.names())
     only_pins = request.only == "pins"
@@ -123,6 +120,18 @@ def lock_project(
         python_options = replace(python_options, pins=pins_result.pins)
     python_result = None if only_pins else lock_python(python_options, resolver or UvResolver())
     return ProjectLockResult(pins=pins_result, python=python_result)
+
+
+def _read_before_parse(path: Path) -> bytes | None:
+    """pins.toml's bytes, read just before project.load parses it (see LoadedPins).
+
+    None for anything but a readable regular file (reading a FIFO would block):
+    project.load reports it, and the pins lock then parses the file itself.
+    """
+    try:
+        return path.read_bytes() if path.is_file() else None
+    except OSError:
+        return None
 
 
 __all__ = ["LockRequest", "ProjectLockResult", "lock_project"]
