@@ -176,7 +176,7 @@ def bench_concurrency(sources: int, delay: float, jobs: int) -> float:
             path = Path(tmp) / "pins.toml"
             path.write_text(_pins(host, sources), encoding="utf-8")
             started = time.perf_counter()
-            result = lock(LockOptions(pins_path=path, arch=ARCH, jobs=jobs, timeout=10, deadline=60))
+            result = lock(LockOptions(pins_path=path, arch=ARCH, base_pin="base", jobs=jobs, timeout=10, deadline=60))
             elapsed = time.perf_counter() - started
             assert result.wrote
             assert len(result.changes) == sources

@@ -1,4 +1,5 @@
-"""Test doubles behind imagebuild's own interfaces: a fake engine that replays recorded builds, a fake clock.
+"""Test doubles behind imagebuild's own interfaces: a fake engine that replays recorded builds, a fake
+clock, and fake lock sources.
 
 Not mocks: ``FakeEngine`` is an ``Engine`` like ``DockerEngine``, and its
 builds replay streams recorded from a real classic builder (the sample-world
@@ -6,6 +7,9 @@ build; see tests/data/build_streams/ and the script there that records them),
 translated by the same code the Docker engine uses. ``FakeClock`` is a
 ``Clock`` whose timers fire when the test advances time, so a replay that
 reaches a recorded pause fires the heartbeats a real build would, at once.
+``FakeSources`` is the lock's ``Sources`` like ``RemoteSources``, answering
+from a table, so lock's policy is tested with no git daemon, registry or HTTP
+server (as pip-tools' ``FakeRepository``).
 
 It lives in the package, not under tests/, so any test imports it the same
 way whatever pytest's rootdir and import mode are.
@@ -44,6 +48,9 @@ from imagebuild.engine.interface import (
 )
 from imagebuild.errors import EngineError, RegistryError, UnknownImageError
 from imagebuild.inputs.layout import APP_DIR
+from imagebuild.lock.repository import Resolved, Sources, SourceSettings
+from imagebuild.lock.source_errors import SourceError, SourceFailure
+from imagebuild.pins import Pin
 from imagebuild.util.clock import Clock, Timer
 
 # Tools ---------------------------------------------------------------------------------------------
@@ -89,6 +96,41 @@ def free_port() -> int:
             return port
     msg = f"no free loopback port in 20000..{low}"
     raise RuntimeError(msg)
+
+
+# Lock sources --------------------------------------------------------------------------------------
+
+
+class FakeSources(Sources):
+    """The lock's sources, answering from a table: pin name -> identity, or a failure to raise.
+
+    Give ``open`` to the lock (``lock(options, open_sources=fake.open)``); afterwards ``asked`` holds
+    the pins it asked about, ``settings`` what it opened the sources with, ``closed`` whether it
+    closed them. A pin without an answer fails as a source would, naming it.
+    """
+
+    def __init__(self, answers: Mapping[str, Resolved | SourceFailure]) -> None:
+        self.answers = dict(answers)
+        self.asked: list[str] = []
+        self.settings: SourceSettings | None = None
+        self.closed = False
+
+    def open(self, settings: SourceSettings) -> FakeSources:
+        self.settings = settings
+        self.closed = False
+        return self
+
+    def resolve(self, pin: Pin) -> Resolved:
+        self.asked.append(pin.name)
+        answer = self.answers.get(pin.name)
+        if answer is None:
+            raise SourceError(pin, pin.source_url, "FakeSources has no answer for it", "Give the fake one")
+        if isinstance(answer, SourceFailure):
+            raise SourceError.blaming(pin, answer) from answer
+        return answer
+
+    def close(self) -> None:
+        self.closed = True
 
 
 # Clock ---------------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
 from imagebuild.cli.output import write_json
 from imagebuild.cli.verbs import Verb, Verbs, project_of
@@ -19,67 +18,34 @@ LOCK_DEADLINE = 600.0
 
 
 def cmd_lock(args: argparse.Namespace) -> int:
-    from imagebuild.lock import LockOptions, LockResult, lock
-    from imagebuild.lock.python import PythonLockOptions, PythonLockResult, check_python_options, lock_python
-    from imagebuild.lock.report import Mode
-    from imagebuild.lock.uv import UvResolver
+    from imagebuild.lock.run import LockRequest, lock_project
 
-    project = project_of(args)
-    inputs = project.load(args.arch)
-    pin_names = set(inputs.pins.names())
-    only_pins = args.only == "pins"
-    mode: Mode = "check" if args.check else "dry-run" if args.dry_run else "write"
-    options = LockOptions(
-        pins_path=project.pins_path,
-        arch=inputs.arch,
+    request = LockRequest(
+        arch=args.arch,
         upgrade=args.upgrade,
-        # With --only pins every name must be a pin (the pins lock says which are not).
-        upgrade_pins=tuple(n for n in args.upgrade_package if n in pin_names or only_pins),
-        dry_run=args.dry_run,
-        check=args.check,
+        upgrade_names=tuple(args.upgrade_package),
+        only=args.only,
+        mode="check" if args.check else "dry-run" if args.dry_run else "write",
         jobs=args.jobs,
         timeout=args.timeout,
         deadline=args.deadline,
     )
-    python_options = PythonLockOptions(
-        lock_path=project.python_lock_path,
-        definition=inputs.definition,
-        pins=inputs.pins,
-        arch=inputs.arch,
-        constraints=inputs.constraints,
-        upgrade=args.upgrade,
-        upgrade_packages=tuple(n for n in args.upgrade_package if n not in pin_names),
-        mode=mode,
+    result = lock_project(
+        project_of(args), request, progress=None if args.quiet else logger.info, verbose=logger.debug
     )
-    if not only_pins:
-        check_python_options(python_options)
-    results: list[LockResult | PythonLockResult] = []
-    if args.only != "python":
-        pins_result = lock(options, progress=None if args.quiet else logger.info, verbose=logger.debug)
-        results.append(pins_result)
-        # The python lock reads the base pin's python and the PyPI pins as they are now on disk.
-        if pins_result.wrote:
-            python_options = replace(python_options, pins=project.load(args.arch).pins)
-    if not only_pins:
-        results.append(lock_python(python_options, UvResolver()))
-    tables = "\n\n".join(r.format_table() for r in results) + "\n"
     if args.json:
-        data: dict[str, object] = {}
-        for r in results:
-            data.update(r.to_json() if isinstance(r, LockResult) else {"python": r.to_json()})
-        write_json(data)
+        write_json(result.to_json())
     elif args.dry_run:
         # The result of a dry run is the change itself: the diff of pins.toml (the python
         # lock's changes are listed in its table). The tables explain it, on stderr.
-        sys.stdout.writelines(r.diff for r in results if isinstance(r, LockResult))
+        sys.stdout.write(result.diff)
         if not args.quiet:
-            sys.stderr.write(tables)
+            sys.stderr.write(result.format_tables())
     else:
-        sys.stdout.write(tables)
-    stale = [r for r in results if r.stale]
+        sys.stdout.write(result.format_tables())
+    stale = result.stale_paths
     if args.check and stale:
-        names = [str(r.pins_path if isinstance(r, LockResult) else r.lock_path) for r in stale]
-        logger.error("%s stale or incomplete; run `imagebuild lock`", " and ".join(names))
+        logger.error("%s stale or incomplete; run `imagebuild lock`", " and ".join(map(str, stale)))
         return int(ExitCode.FAILED)
     return 0
 

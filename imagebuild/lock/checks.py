@@ -3,8 +3,9 @@
 Every field the lock sends somewhere (an image name and tag, a URL, a
 version, the target python) is checked by its kind when pins.toml is read
 (imagebuild.inputs.values, through the pin classes); what is left here is the
-lock's own: its options and the pin names to upgrade. A mistake is the
-user's to fix (exit 2, naming the flag or pin), reported before any request.
+lock's own: its options, the pin names to upgrade, and the target python. A
+mistake is the user's to fix (exit 2, naming the flag or pin), reported before
+any request.
 """
 
 from __future__ import annotations
@@ -30,9 +31,23 @@ def check_pins(pinset: PinSet, upgrade_pins: tuple[str, ...]) -> None:
         pinset.get(name)  # unknown name: ConfigError with a suggestion
 
 
-def target_python(pinset: PinSet) -> str | None:
-    """The base image's python, which PyPI wheels must match."""
+def target_python_if_any(pinset: PinSet, base_pin: str) -> str | None:
+    """The base image's python, which PyPI wheels must match; None without that image pin.
+
+    ``base_pin`` is the stage definition's (stages/image.toml's final stage FROM).
+
+    For the pins lock: only the PyPI pins need it, and each of them fails alone without it
+    (sources.py says how to add one), so a pins file without a base image can still be locked.
+    """
     for pin in pinset:
-        if pin.name == "base" and isinstance(pin, ImagePin):
+        if pin.name == base_pin and isinstance(pin, ImagePin):
             return pin.python
     return None
+
+
+def require_target_python(pinset: PinSet, base_pin: str) -> str:
+    """The base image's python; ConfigError naming the pins file without that image pin.
+
+    For the python lock: every package it locks is matched to that python, so it cannot start without it.
+    """
+    return pinset.image(base_pin).python

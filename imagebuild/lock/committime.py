@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import tempfile
 
-from imagebuild.lock.git import GitError, GitOptions, run_git
+from imagebuild.lock.git import GitOptions, run_git
+from imagebuild.lock.source_errors import GitError
 from imagebuild.pins.epoch import format_epoch
 
 

@@ -3,9 +3,15 @@
 Check, plan, resolve, write. Options and pins are checked before any
 request (checks.py); the pins to ask are chosen (plan.py) and asked
 concurrently by ``jobs`` worker threads (the work is network- and
-subprocess-bound); only when every source answered is the new text rendered
-and written atomically, by one writer at a time (turns.py). Any failure,
-Ctrl-C or the overall deadline leaves pins.toml byte-identical.
+subprocess-bound) of one :class:`~imagebuild.lock.repository.Sources` (the
+real ones unless a test gives a fake); only when every source answered is
+the new text rendered and written atomically, by one writer at a time
+(turns.py). Any failure, Ctrl-C or the overall deadline leaves pins.toml
+byte-identical.
+
+pins.toml is parsed once: the caller's PinSet is used as long as the file
+still holds the bytes it was parsed from (:class:`LoadedPins`), and the
+result carries the pins as written, for the python lock after it.
 
 Ctrl-C and the deadline stop the lock at once: the main thread stops
 waiting, kills the git process groups and returns; workers are daemon
@@ -20,24 +26,23 @@ import difflib
 import queue
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from imagebuild.errors import ConfigError, LockError
 from imagebuild.inputs.arch import ArchProfile
-from imagebuild.lock.checks import check_numbers, check_pins, target_python
-from imagebuild.lock.git import GitOptions, GitProcesses
-from imagebuild.lock.http import Http
+from imagebuild.lock.checks import check_numbers, check_pins, target_python_if_any
 from imagebuild.lock.plan import judge, kept, needs_resolution, updates_for
-from imagebuild.lock.registry import RegistryClient
-from imagebuild.lock.registry_auth import Credentials
 from imagebuild.lock.report import LockResult, Mode, short_identity
-from imagebuild.lock.sources import Resolved, SourceContext, SourceError, resolve_pin, source_url
+from imagebuild.lock.repository import OpenSources, Resolved, Sources, SourceSettings
+from imagebuild.lock.source_errors import SourceError
+from imagebuild.lock.sources import RemoteSources, source_url
 from imagebuild.lock.turns import writer_turn
 from imagebuild.pins import Pin, PinSet, load_pins, render_updates
 from imagebuild.util.files import write_atomically
-from imagebuild.util.retry import Cancelled, Deadline, RetryPolicy
+from imagebuild.util.retry import Cancelled, Deadline
 
 Progress = Callable[[str], None]
 
@@ -48,6 +53,7 @@ class LockOptions:
 
     pins_path: Path
     arch: ArchProfile
+    base_pin: str  # the final stage's FROM pin (the stage definition's): its python is the wheels' target
     jobs: int  # sources asked at once
     timeout: float  # seconds to connect, and between the bytes of an answer
     deadline: float  # seconds for the whole lock
@@ -61,39 +67,66 @@ class LockOptions:
         return "check" if self.check else "dry-run" if self.dry_run else "write"
 
 
+@dataclass(frozen=True, kw_only=True)
+class LoadedPins:
+    """pins.toml as the caller parsed it, with the bytes it read just before that parse.
+
+    The lock uses ``pins`` while the file still holds ``source``; it parses the file
+    again only when it changed since (another `imagebuild lock` wrote it while this
+    one waited for its turn), so it never writes over what another writer wrote.
+    """
+
+    pins: PinSet
+    source: bytes
+
+
 def lock(
-    options: LockOptions, progress: Progress | None = None, verbose: Progress | None = None
+    options: LockOptions,
+    progress: Progress | None = None,
+    verbose: Progress | None = None,
+    *,
+    loaded: LoadedPins | None = None,
+    open_sources: OpenSources = RemoteSources,
 ) -> LockResult:
     """Resolve every pin of ``options.pins_path``; write it if anything was filled or upgraded.
 
     ``progress`` gets one line per source as it resolves; ``verbose`` the retries.
+    ``loaded`` spares a parse of pins.toml the caller already made; ``open_sources``
+    opens what the pins are asked about (a fake, in tests).
     """
     check_numbers(jobs=options.jobs, timeout=options.timeout, deadline=options.deadline)
     path = options.pins_path
     _read_bytes(path)  # a missing or unreadable file is reported as such, before a lock file is made
-    deadline = Deadline.after(options.deadline)
+    run = _Run(options=options, deadline=Deadline.after(options.deadline), open_sources=open_sources)
     say = progress or (lambda _msg: None)
     if options.mode != "write":
-        return _lock(options, deadline, say, verbose)
+        return _lock(run, loaded, say, verbose)
     waiting = f"waiting for another `imagebuild lock` of {path} to finish"
-    with writer_turn(path, wait=deadline.remaining(), on_wait=lambda: say(waiting)):
-        return _lock(options, deadline, say, verbose)
+    with writer_turn(path, wait=run.deadline.remaining(), on_wait=lambda: say(waiting)):
+        return _lock(run, loaded, say, verbose)
 
 
-def _lock(options: LockOptions, deadline: Deadline, say: Progress, verbose: Progress | None) -> LockResult:
+@dataclass(frozen=True, kw_only=True)
+class _Run:
+    """One lock's options, deadline and sources."""
+
+    options: LockOptions
+    deadline: Deadline
+    open_sources: OpenSources
+
+
+def _lock(run: _Run, loaded: LoadedPins | None, say: Progress, verbose: Progress | None) -> LockResult:
+    options = run.options
     path = options.pins_path
     original = _read_bytes(path)
-    pinset = load_pins(path)
+    pinset = loaded.pins if loaded is not None and loaded.source == original else load_pins(path)
 
     def upgrading(pin: Pin) -> bool:
         return options.upgrade or pin.name in options.upgrade_pins
 
     todo = [p for p in pinset if needs_resolution(p, upgrade=upgrading(p))]
     check_pins(pinset, options.upgrade_pins)
-    credentials = _credentials(todo)
-    resolved = _resolve_all(
-        todo, pinset, options=options, deadline=deadline, credentials=credentials, say=say, verbose=verbose
-    )
+    resolved = _resolve_all(todo, pinset, run=run, say=say, verbose=verbose)
     changes = tuple(
         judge(p, r.fields, upgrade=upgrading(p), detail=r.detail, yanked=r.yanked)
         if (r := resolved.get(p.name))
@@ -113,13 +146,24 @@ def _lock(options: LockOptions, deadline: Deadline, say: Progress, verbose: Prog
         wrote = True
     stale = any(c.pending and not (c.applied and wrote) for c in changes)
     return LockResult(
-        pins_path=path,
+        path=path,
         changes=changes,
         wrote=wrote,
         stale=stale,
         mode=options.mode,
+        pins=_updated(pinset, updates) if wrote else pinset,
         diff=_diff(path, old_text, new_text),
     )
+
+
+def _updated(pinset: PinSet, updates: Mapping[str, Mapping[str, str | int]]) -> PinSet:
+    """The pins with the identity fields just written (as parsing the written file gives them)."""
+
+    def with_fields(pin: Pin) -> Pin:
+        fields: dict[str, Any] = {k: None if v == "" else v for k, v in updates.get(pin.name, {}).items()}
+        return replace(pin, **fields)
+
+    return PinSet(pinset.path, tuple(with_fields(pin) for pin in pinset))
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -137,60 +181,36 @@ def _diff(path: Path, old: str, new: str) -> str:
     return "".join(lines)
 
 
-def _credentials(todo: list[Pin]) -> dict[str, Credentials]:
-    """docker's credentials for each registry the lock will ask; read before any request."""
-    registries = {p.registry for p in todo if p.registry is not None}
-    if not registries:
-        return {}
-    from imagebuild.engine.credentials import registry_credentials  # docker-py loads only when needed
-
-    found = {registry: registry_credentials(registry) for registry in sorted(registries)}
-    return {registry: creds for registry, creds in found.items() if creds is not None}
-
-
 def _resolve_all(
-    todo: list[Pin],
-    pinset: PinSet,
-    *,
-    options: LockOptions,
-    deadline: Deadline,
-    credentials: dict[str, Credentials],
-    say: Progress,
-    verbose: Progress | None,
+    todo: list[Pin], pinset: PinSet, *, run: _Run, say: Progress, verbose: Progress | None
 ) -> dict[str, Resolved]:
     """Ask every source at once (bounded); collect every failure into one LockError."""
     if not todo:
         return {}
-    cancel = threading.Event()
-    processes = GitProcesses()
+    options = run.options
 
     def on_retry(e: Exception, attempt: int, wait: float) -> None:
         if verbose is not None:
             verbose(f"retrying in {wait:.2f}s after attempt {attempt}: {e}")
 
+    settings = SourceSettings(
+        arch=options.arch,
+        python=target_python_if_any(pinset, options.base_pin),
+        timeout=options.timeout,
+        deadline=run.deadline,
+        registries=frozenset(p.registry for p in todo if p.registry is not None),
+        on_retry=on_retry,
+    )
+    sources = run.open_sources(settings)  # the real ones read docker's credentials here
     jobs = min(options.jobs, len(todo))
     say(
         f"locking {pinset.path}: asking {len(todo)} source(s), {jobs} at once "
         f"(--timeout {options.timeout:g}s, --deadline {options.deadline:g}s)"
     )
-    with Http(timeout=options.timeout, deadline=deadline, cancel=cancel, on_retry=on_retry) as http:
-        ctx = SourceContext(
-            http=http,
-            registry=RegistryClient(http, credentials),
-            git=GitOptions(
-                timeout=options.timeout,
-                deadline=deadline,
-                policy=RetryPolicy(),
-                cancel=cancel,
-                processes=processes,
-                on_retry=on_retry,
-            ),
-            arch=options.arch,
-            python=target_python(pinset),
-        )
-        results, failures = _run_workers(
-            todo, ctx, jobs=jobs, deadline=deadline, cancel=cancel, processes=processes, say=say
-        )
+    try:
+        results, failures = _run_workers(todo, sources, jobs=jobs, deadline=run.deadline, say=say)
+    finally:
+        sources.close()  # done, failed, deadline or Ctrl-C: nothing may keep running, git least of all
     unanswered = [p for p in todo if p.name not in results and all(f.pin is not p for f in failures)]
     failures += [
         SourceError(
@@ -210,20 +230,14 @@ Outcome = Resolved | BaseException
 
 
 def _run_workers(
-    todo: list[Pin],
-    ctx: SourceContext,
-    *,
-    jobs: int,
-    deadline: Deadline,
-    cancel: threading.Event,
-    processes: GitProcesses,
-    say: Progress,
+    todo: list[Pin], sources: Sources, *, jobs: int, deadline: Deadline, say: Progress
 ) -> tuple[dict[str, Resolved], list[SourceError]]:
     """Resolve ``todo`` on ``jobs`` daemon threads until done, the deadline, or Ctrl-C."""
     work: queue.SimpleQueue[Pin] = queue.SimpleQueue()
     for pin in todo:
         work.put(pin)
     done: queue.SimpleQueue[tuple[Pin, Outcome]] = queue.SimpleQueue()
+    cancel = threading.Event()
 
     def worker() -> None:
         while not cancel.is_set():
@@ -232,7 +246,7 @@ def _run_workers(
             except queue.Empty:
                 return
             try:
-                outcome: Outcome = resolve_pin(pin, ctx)
+                outcome: Outcome = sources.resolve(pin)
             except Cancelled:
                 return
             except BaseException as e:  # SourceError; anything else is a bug, re-raised below
@@ -261,9 +275,7 @@ def _run_workers(
                 new = short_identity(str(next(iter(outcome.fields.values()), "")))
                 say(f"[{pin.name}] {pin.tracked}: {new} ({elapsed:.1f}s)")
     finally:
-        # Done, failed, deadline or Ctrl-C: nothing may keep running, git least of all.
-        cancel.set()
-        processes.kill_all()
+        cancel.set()  # workers take no more pins; ``sources.close`` stops the ones still asking
     return results, failures
 
 
@@ -279,4 +291,4 @@ def _failure_message(failures: list[SourceError], pinset: PinSet, asked: int) ->
     return "\n".join(lines)
 
 
-__all__ = ["LockOptions", "lock"]
+__all__ = ["LoadedPins", "LockOptions", "lock"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from imagebuild.errors import CommandError
 from imagebuild.lock.http import DEADLINE_HINT
+from imagebuild.lock.source_errors import GitError
 from imagebuild.util.retry import (
     NO_DEADLINE,
     Cancelled,
@@ -29,17 +30,6 @@ from imagebuild.util.retry import (
     retry_call,
 )
 from imagebuild.util.run import Failure, ProcessGroup, run_command
-
-
-class GitError(Exception):
-    """A git command failed: the URL, the cause and what to check."""
-
-    def __init__(self, url: str, cause: str, hint: str, *, transient: bool = False) -> None:
-        super().__init__(f"{url}: {cause}. {hint}")
-        self.url = url
-        self.cause = cause
-        self.hint = hint
-        self.transient = transient
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,8 +6,8 @@ are not documented as thread-safe), a connect/read timeout on every call
 (``--timeout``, never past the overall ``--deadline``), retries with backoff
 through :func:`imagebuild.util.retry.retry_call` on transient failures
 (connection reset, 5xx, 429, a body cut short), honouring Retry-After up to
-a cap, and a :class:`FetchError` that names the URL, the cause (DNS, TLS,
-404, 401/403, timeout, ...) and what to check next.
+a cap, and a :class:`FetchError` (source_errors.py) that names the URL, the
+cause (DNS, TLS, 404, 401/403, timeout, ...) and what to check next.
 
 A timeout is not retried: a server that accepted the connection and sent
 nothing for ``--timeout`` seconds fails the lock after that long, not after
@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import requests
 from requests.auth import AuthBase
 
+from imagebuild.lock.source_errors import FetchError
 from imagebuild.util.retry import (
     NO_DEADLINE,
     Cancelled,
@@ -42,28 +43,6 @@ USER_AGENT = "imagebuild-lock (+requests)"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 RETRY_AFTER_CAP = 60.0  # the longest Retry-After the lock waits out
 DEADLINE_HINT = "Raise --deadline if the sources are just slow, or check the network"
-
-
-class FetchError(Exception):
-    """A URL could not be fetched: the URL, the cause, and what to check."""
-
-    def __init__(
-        self,
-        url: str,
-        cause: str,
-        hint: str,
-        *,
-        status: int | None = None,
-        transient: bool = False,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(f"{url}: {cause}. {hint}")
-        self.url = url
-        self.cause = cause
-        self.hint = hint
-        self.status = status
-        self.transient = transient
-        self.retry_after = retry_after
 
 
 class Http:

@@ -13,6 +13,8 @@ move only when the stages ask for it or ``--upgrade`` / ``--upgrade-pin NAME``
 does. A locked wheel whose bytes changed on the index under the same name is
 MOVED: kept as recorded (the file stays stale, ``--check`` fails) until an
 upgrade of that package accepts it.
+
+Its result (PythonLockResult, PackageChange) has the pins lock's shape: report.py.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -29,13 +30,13 @@ from imagebuild.errors import ConfigError, LockError
 from imagebuild.inputs.arch import ArchProfile
 from imagebuild.inputs.python_lock import LockedPackage, PythonLock, read_python_lock, render_python_lock
 from imagebuild.inputs.stage_model import ImageDefinition
-from imagebuild.lock.report import Mode
+from imagebuild.lock.checks import require_target_python
+from imagebuild.lock.report import Mode, PackageChange, PackageStatus, PythonLockResult
 from imagebuild.lock.uv import Resolver, ResolveRequest
 from imagebuild.pins import PinSet, PypiPin
 from imagebuild.util.files import write_atomically
 
 PYPI = "https://pypi.org/simple/"
-PackageStatus = Literal["unchanged", "added", "removed", "updated", "regrouped", "moved"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,90 +50,6 @@ class PythonLockOptions:
     upgrade_packages: tuple[str, ...] = ()
     mode: Mode = "write"
     timeout: float = 120.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class PackageChange:
-    name: str
-    old: str | None  # "version (sha256 prefix)"
-    new: str | None
-    status: PackageStatus
-    applied: bool
-    groups: tuple[str, ...]
-
-    @property
-    def pending(self) -> bool:
-        return self.status != "unchanged"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "old": self.old,
-            "new": self.new,
-            "status": self.status,
-            "applied": self.applied,
-            "groups": list(self.groups),
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class PythonLockResult:
-    lock_path: Path
-    changes: tuple[PackageChange, ...]
-    wrote: bool
-    stale: bool
-    mode: Mode
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "lock_path": str(self.lock_path),
-            "mode": self.mode,
-            "wrote": self.wrote,
-            "stale": self.stale,
-            "changes": [c.to_json() for c in self.changes],
-        }
-
-    def format_table(self) -> str:
-        rows = [("PACKAGE", "LOCKED", "GROUPS", "STATUS")]
-        for c in self.changes:
-            locked = c.new if c.old == c.new else f"{c.old or '(none)'} -> {c.new or '(none)'}"
-            status: str = "MOVED !!" if c.status == "moved" else c.status
-            if c.pending and not c.applied:
-                status += f" (kept: needs --upgrade-pin {c.name})"
-            elif c.pending and self.mode != "write":
-                status += f" (not written: {self.mode})"
-            rows.append((c.name, locked or "", ", ".join(c.groups), status))
-        widths = [max(len(r[i]) for r in rows) for i in range(3)]
-        lines = [
-            "  ".join(cell.ljust(w) for cell, w in zip(r[:3], widths, strict=True)) + "  " + r[3]
-            for r in rows
-        ]
-        for c in self.changes:
-            if c.status == "moved":
-                lines.append(
-                    f"!! MOVED: {c.name} {c.old} is now served with sha256 {c.new}: a wheel replaced under "
-                    "the same name is a supply-chain signal; find out why before accepting it"
-                    + ("" if c.applied else f" with `imagebuild lock --upgrade-pin {c.name}`")
-                    + "."
-                )
-        lines += ["", self.summary()]
-        return "\n".join(lines)
-
-    def summary(self) -> str:
-        pending = [c for c in self.changes if c.pending]
-        applied = [c for c in pending if c.applied]
-        if self.wrote:
-            head = f"wrote {self.lock_path}: {len(applied)} package(s) changed"
-        elif self.mode == "dry-run":
-            head = f"dry run: {self.lock_path} left untouched ({len(applied)} package(s) would change)"
-        elif self.mode == "check":
-            head = f"check: {self.lock_path} is {'STALE' if self.stale else 'up to date'}"
-        else:
-            head = f"{self.lock_path} not rewritten"
-        kept = [c.name for c in pending if not c.applied]
-        if kept:
-            head += f"; STALE: {', '.join(kept)} kept as recorded (accept with `imagebuild lock --upgrade-pin NAME`)"
-        return head
 
 
 def declared_groups(definition: ImageDefinition, pins: PinSet) -> dict[str, tuple[str, ...]]:
@@ -173,11 +90,6 @@ def lock_index(pins: PinSet) -> str:
     return indexes[0] if indexes else PYPI
 
 
-def target_python(pins: PinSet, definition: ImageDefinition) -> str:
-    """The python of the final stage's base image, which the locked wheels must match."""
-    return pins.image(definition.base_pin).python
-
-
 def check_upgrade_names(
     names: tuple[str, ...], previous: PythonLock | None, declared: Collection[str]
 ) -> None:
@@ -196,7 +108,7 @@ def check_python_options(options: PythonLockOptions) -> None:
     declared = {canonicalize_name(Requirement(r).name) for reqs in groups.values() for r in reqs}
     check_upgrade_names(options.upgrade_packages, read_python_lock(options.lock_path), declared)
     lock_index(options.pins)
-    target_python(options.pins, options.definition)
+    require_target_python(options.pins, options.definition.base_pin)
 
 
 def lock_python(options: PythonLockOptions, resolver: Resolver) -> PythonLockResult:
@@ -210,7 +122,7 @@ def lock_python(options: PythonLockOptions, resolver: Resolver) -> PythonLockRes
         groups=groups,
         constraints=options.constraints,
         index=lock_index(options.pins),
-        python=target_python(options.pins, options.definition),
+        python=require_target_python(options.pins, options.definition.base_pin),
         machine=options.arch.machine,
         previous=previous,
         upgrade=options.upgrade,
@@ -243,7 +155,7 @@ def lock_python(options: PythonLockOptions, resolver: Resolver) -> PythonLockRes
         wrote = True
     kept = any(c.pending and not c.applied for c in changes)
     stale = kept or (differs and not wrote)
-    return PythonLockResult(lock_path=path, changes=changes, wrote=wrote, stale=stale, mode=options.mode)
+    return PythonLockResult(path=path, changes=changes, wrote=wrote, stale=stale, mode=options.mode)
 
 
 def _check_pins_agree(packages: tuple[LockedPackage, ...], pins: PinSet) -> None:

@@ -1,45 +1,128 @@
-"""What a lock found, per pin, as data; rendered as a table or as JSON.
+"""What a lock found, per pin or package, as data; rendered as a table or as JSON.
 
-Pure functions of the result: no printing here, the CLI decides where text goes.
+Both locks (pins.toml and the python lock, pylock.toml) report in one shape: a
+:class:`FileLockResult` of :class:`Change` items, each with its old and new
+identity, a status, and whether the file takes it. What differs (a pin's kind
+and identity fields, a package's dependency groups, the table's columns) is in
+the subclasses. Pure functions of the result: no printing here, the CLI decides
+where text goes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar
+
+from imagebuild.pins import PinSet
 
 Status = Literal["unchanged", "filled", "updated", "moved"]
+PackageStatus = Literal["unchanged", "added", "removed", "updated", "regrouped", "moved"]
 IdentityFields = Mapping[str, str | int]
 Mode = Literal["write", "dry-run", "check"]
 
+S = TypeVar("S", bound=str)
+
 
 @dataclass(frozen=True, kw_only=True)
-class PinChange:
-    """One pin's outcome. ``old``/``new`` are the display identities.
+class Change(ABC, Generic[S]):
+    """One locked item's outcome. ``old``/``new`` are the display identities.
 
-    ``applied`` says whether ``new_fields`` go into pins.toml (or would, on a
+    ``applied`` says whether the new identity goes into the file (or would, on a
     dry run or check); a change that is not applied leaves the file stale.
     """
 
     name: str
-    kind: str
-    tracked: str
     old: str | None
     new: str | None
-    status: Status
+    status: S
     applied: bool
-    checked: bool  # False when the recorded identity was kept without asking the source
-    old_fields: IdentityFields = field(default_factory=dict)
-    new_fields: IdentityFields = field(default_factory=dict)
-    detail: str = ""
-    yanked: str | None = None  # the index yanked the chosen file: its reason ("" if none given)
 
     @property
     def pending(self) -> bool:
         """A difference the file does not (yet) carry."""
         return self.status != "unchanged"
+
+    @abstractmethod
+    def to_json(self) -> dict[str, Any]: ...
+
+
+C = TypeVar("C", bound=Change[Any])
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileLockResult(ABC, Generic[C]):
+    """What locking one file did: its changes, whether it was written, whether it is stale."""
+
+    UNIT: ClassVar[str]  # what a change is, counted: "pin(s)"
+    PATH_KEY: ClassVar[str]  # the file's key in JSON
+
+    path: Path
+    changes: tuple[C, ...]
+    wrote: bool
+    stale: bool
+    mode: Mode = "write"
+
+    def change(self, name: str) -> C:
+        for c in self.changes:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    @property
+    def moved(self) -> tuple[C, ...]:
+        return tuple(c for c in self.changes if c.status == "moved")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            self.PATH_KEY: str(self.path),
+            "mode": self.mode,
+            "wrote": self.wrote,
+            "stale": self.stale,
+            **self._more_json(),
+            "changes": [c.to_json() for c in self.changes],
+        }
+
+    def _more_json(self) -> dict[str, Any]:
+        return {}
+
+    @abstractmethod
+    def format_table(self) -> str: ...
+
+    def summary(self) -> str:
+        pending = [c for c in self.changes if c.pending]
+        applied = [c for c in pending if c.applied]
+        if self.wrote:
+            head = f"wrote {self.path}: {len(applied)} {self.UNIT} changed"
+        elif self.mode == "dry-run":
+            head = f"dry run: {self.path} left untouched ({len(applied)} {self.UNIT} would change)"
+        elif self.mode == "check":
+            head = f"check: {self.path} is {'STALE' if self.stale else 'up to date'}"
+        else:
+            head = f"{self.path} not rewritten"
+        kept = [c.name for c in pending if not c.applied]
+        if kept:
+            head += self._kept_note(kept)
+        return head
+
+    @abstractmethod
+    def _kept_note(self, names: list[str]) -> str:
+        """The summary's note on the changes kept as recorded (the file stays stale)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PinChange(Change[Status]):
+    """One pin's outcome; ``new_fields`` are what goes into pins.toml when applied."""
+
+    kind: str
+    tracked: str
+    checked: bool  # False when the recorded identity was kept without asking the source
+    old_fields: IdentityFields = field(default_factory=dict)
+    new_fields: IdentityFields = field(default_factory=dict)
+    detail: str = ""
+    yanked: str | None = None  # the index yanked the chosen file: its reason ("" if none given)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,33 +143,21 @@ class PinChange:
 
 
 @dataclass(frozen=True, kw_only=True)
-class LockResult:
-    pins_path: Path
-    changes: tuple[PinChange, ...]
-    wrote: bool
-    stale: bool
-    mode: Mode = "write"
+class LockResult(FileLockResult[PinChange]):
+    """The pins lock's result; ``pins`` are the pins as pins.toml holds them after it."""
+
+    UNIT: ClassVar[str] = "pin(s)"
+    PATH_KEY: ClassVar[str] = "pins_path"
+
+    pins: PinSet = field(compare=False, repr=False)
     diff: str = ""  # unified diff of pins.toml: what was (or, on a dry run, would be) written
 
-    def change(self, name: str) -> PinChange:
-        for c in self.changes:
-            if c.name == name:
-                return c
-        raise KeyError(name)
-
     @property
-    def moved(self) -> tuple[PinChange, ...]:
-        return tuple(c for c in self.changes if c.status == "moved")
+    def pins_path(self) -> Path:
+        return self.path
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "pins_path": str(self.pins_path),
-            "mode": self.mode,
-            "wrote": self.wrote,
-            "stale": self.stale,
-            "diff": self.diff,
-            "changes": [c.to_json() for c in self.changes],
-        }
+    def _more_json(self) -> dict[str, Any]:
+        return {"diff": self.diff}
 
     @property
     def yanked(self) -> tuple[PinChange, ...]:
@@ -98,11 +169,7 @@ class LockResult:
             (c.name, c.kind, _clip(c.tracked, 40), _identity_cell(c), _status_cell(c, self.mode))
             for c in self.changes
         ]
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        lines = [
-            "  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
-            for row in rows
-        ]
+        lines = _columns(rows)
         for c in self.changes:
             if c.status == "moved":
                 lines.append("")
@@ -127,24 +194,75 @@ class LockResult:
         lines.append(self.summary())
         return "\n".join(lines)
 
-    def summary(self) -> str:
-        pending = [c for c in self.changes if c.pending]
-        applied = [c for c in pending if c.applied]
-        unapplied = [c.name for c in pending if not c.applied]
-        if self.wrote:
-            head = f"wrote {self.pins_path}: {len(applied)} pin(s) changed"
-        elif self.mode == "dry-run":
-            head = f"dry run: {self.pins_path} left untouched ({len(applied)} pin(s) would change)"
-        elif self.mode == "check":
-            head = f"check: {self.pins_path} is {'STALE' if self.stale else 'up to date'}"
-        else:
-            head = f"{self.pins_path} not rewritten"
-        if unapplied:
-            head += (
-                f"; STALE: {', '.join(unapplied)} changed upstream and stay as recorded "
-                f"(accept with `imagebuild lock -P NAME`)"
-            )
-        return head
+    def _kept_note(self, names: list[str]) -> str:
+        return (
+            f"; STALE: {', '.join(names)} changed upstream and stay as recorded "
+            f"(accept with `imagebuild lock -P NAME`)"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackageChange(Change[PackageStatus]):
+    """One locked python package's outcome; ``old``/``new`` are "version (sha256 prefix)"."""
+
+    groups: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "old": self.old,
+            "new": self.new,
+            "status": self.status,
+            "applied": self.applied,
+            "groups": list(self.groups),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class PythonLockResult(FileLockResult[PackageChange]):
+    """The python lock's result (pylock.toml)."""
+
+    UNIT: ClassVar[str] = "package(s)"
+    PATH_KEY: ClassVar[str] = "lock_path"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path
+
+    def format_table(self) -> str:
+        rows = [("PACKAGE", "LOCKED", "GROUPS", "STATUS")]
+        for c in self.changes:
+            locked = c.new if c.old == c.new else f"{c.old or '(none)'} -> {c.new or '(none)'}"
+            status: str = "MOVED !!" if c.status == "moved" else c.status
+            if c.pending and not c.applied:
+                status += f" (kept: needs --upgrade-pin {c.name})"
+            elif c.pending and self.mode != "write":
+                status += f" (not written: {self.mode})"
+            rows.append((c.name, locked or "", ", ".join(c.groups), status))
+        lines = _columns(rows)
+        for c in self.changes:
+            if c.status == "moved":
+                lines.append(
+                    f"!! MOVED: {c.name} {c.old} is now served with sha256 {c.new}: a wheel replaced under "
+                    "the same name is a supply-chain signal; find out why before accepting it"
+                    + ("" if c.applied else f" with `imagebuild lock --upgrade-pin {c.name}`")
+                    + "."
+                )
+        lines += ["", self.summary()]
+        return "\n".join(lines)
+
+    def _kept_note(self, names: list[str]) -> str:
+        return (
+            f"; STALE: {', '.join(names)} kept as recorded (accept with `imagebuild lock --upgrade-pin NAME`)"
+        )
+
+
+def _columns(rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Rows as lines, every column but the last padded to its widest cell."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] for r in rows
+    ]
 
 
 _UNCHECKED = {

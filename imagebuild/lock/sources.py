@@ -5,12 +5,14 @@ file hasher or the package index, and turns their errors into a
 :class:`SourceError` that names the pin, the URL, the cause and what to check.
 Every identity a source returns is checked against the form pins.toml
 requires before it is used, so a source that answers garbage is blamed, not
-the pins file it would corrupt.
+the pins file it would corrupt. :class:`RemoteSources` is this, behind the
+lock's :class:`~imagebuild.lock.repository.Sources` interface.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,10 +20,13 @@ from typing import Any
 from imagebuild.inputs.arch import ArchProfile
 from imagebuild.lock.committime import commit_time
 from imagebuild.lock.files import hash_url
-from imagebuild.lock.git import GitError, GitOptions, resolve_ref
-from imagebuild.lock.http import FetchError, Http
+from imagebuild.lock.git import GitOptions, GitProcesses, resolve_ref
+from imagebuild.lock.http import Http
 from imagebuild.lock.pypi import NoMatchingWheel, choose_wheel, list_files, project_url, target_tags
 from imagebuild.lock.registry import RegistryClient, parse_image_name
+from imagebuild.lock.registry_auth import Credentials
+from imagebuild.lock.repository import Resolved, Sources, SourceSettings
+from imagebuild.lock.source_errors import SourceError, SourceFailure
 from imagebuild.pins import (
     COMMIT_RE,
     COMMITTED_RE,
@@ -34,24 +39,6 @@ from imagebuild.pins import (
     PypiPin,
     WheelPin,
 )
-
-
-class SourceError(Exception):
-    """One pin could not be resolved."""
-
-    def __init__(self, pin: Pin, url: str, cause: str, hint: str) -> None:
-        super().__init__(f"[{pin.name}] {url}: {cause}. {hint}")
-        self.pin = pin
-        self.url = url
-        self.cause = cause
-        self.hint = hint
-
-
-@dataclass(frozen=True, kw_only=True)
-class Resolved:
-    fields: dict[str, str | int]
-    detail: str = ""
-    yanked: str | None = None  # a PyPI file's yank reason ("" when none given); None: not yanked
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,8 +62,10 @@ def resolve_pin(pin: Pin, ctx: SourceContext) -> Resolved:
         raise AssertionError(msg)
     try:
         resolved = resolver(pin, ctx)
-    except (FetchError, GitError) as e:
-        raise SourceError(pin, e.url, e.cause, e.hint) from e
+    except SourceError:
+        raise
+    except SourceFailure as e:
+        raise SourceError.blaming(pin, e) from e
     _check_identity(pin, resolved)
     return resolved
 
@@ -171,3 +160,60 @@ RESOLVERS: dict[PinKind, Resolver] = {
     PinKind.WHEEL: _wheel,
     PinKind.PYPI: _pypi,
 }
+
+
+class RemoteSources(Sources):
+    """The real sources: git, registries, file servers and package indexes, for one lock run."""
+
+    def __init__(self, settings: SourceSettings) -> None:
+        self.cancel = threading.Event()
+        self.processes = GitProcesses()
+        self.http = Http(
+            timeout=settings.timeout,
+            deadline=settings.deadline,
+            cancel=self.cancel,
+            on_retry=settings.on_retry,
+        )
+        self.context = SourceContext(
+            http=self.http,
+            registry=RegistryClient(self.http, _credentials(settings.registries)),
+            git=GitOptions(
+                timeout=settings.timeout,
+                deadline=settings.deadline,
+                cancel=self.cancel,
+                processes=self.processes,
+                on_retry=settings.on_retry,
+            ),
+            arch=settings.arch,
+            python=settings.python,
+        )
+
+    def resolve(self, pin: Pin) -> Resolved:
+        return resolve_pin(pin, self.context)
+
+    def close(self) -> None:
+        # Done, failed, deadline or Ctrl-C: nothing may keep running, git least of all.
+        self.cancel.set()
+        self.processes.kill_all()
+        self.http.close()
+
+
+def _credentials(registries: frozenset[str]) -> dict[str, Credentials]:
+    """docker's credentials for each registry the lock will ask; read before any request."""
+    if not registries:
+        return {}
+    from imagebuild.engine.credentials import registry_credentials  # docker-py loads only when needed
+
+    found = {registry: registry_credentials(registry) for registry in sorted(registries)}
+    return {registry: creds for registry, creds in found.items() if creds is not None}
+
+
+__all__ = [
+    "RESOLVERS",
+    "RemoteSources",
+    "Resolved",
+    "SourceContext",
+    "SourceError",
+    "resolve_pin",
+    "source_url",
+]

@@ -73,7 +73,7 @@ def options(path: Path, arch: ArchProfile, **kw: Any) -> LockOptions:
     kw.setdefault("jobs", 8)
     kw.setdefault("timeout", 5.0)
     kw.setdefault("deadline", 60.0)
-    return LockOptions(pins_path=path, arch=arch, **kw)
+    return LockOptions(pins_path=path, arch=arch, base_pin="base", **kw)  # the sample definition's
 
 
 # --- a tiny threaded HTTP server ---------------------------------------------

@@ -1,0 +1,138 @@
+"""``imagebuild lock`` of a checkout: the pins lock, then the python lock, as one result.
+
+The command line says what to lock (:class:`LockRequest`); this module loads
+the checkout's inputs once, splits ``-P NAME`` between pins and python
+packages, checks the python lock's arguments before the pins lock asks any
+source, runs the pins lock (core.py) and hands its pins, as written, to the
+python lock (python.py). The CLI prints the :class:`ProjectLockResult`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from imagebuild.lock.core import LoadedPins, LockOptions, Progress, lock
+from imagebuild.lock.python import PythonLockOptions, check_python_options, lock_python
+from imagebuild.lock.report import FileLockResult, LockResult, Mode, PythonLockResult
+from imagebuild.lock.repository import OpenSources
+from imagebuild.lock.sources import RemoteSources
+from imagebuild.lock.uv import Resolver, UvResolver
+from imagebuild.project import Project
+
+Only = Literal["pins", "python"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockRequest:
+    """What to lock and how, as the command line asked for it."""
+
+    arch: str
+    jobs: int  # sources asked at once
+    timeout: float  # seconds to connect, and between the bytes of an answer
+    deadline: float  # seconds for the whole pins lock
+    upgrade: bool = False  # re-resolve everything
+    upgrade_names: tuple[str, ...] = ()  # pins or locked python packages to re-resolve (-P NAME)
+    only: Only | None = None  # lock only pins.toml or only pylock.toml
+    mode: Mode = "write"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectLockResult:
+    """Both locks' results; a part is None when ``--only`` left its file out."""
+
+    pins: LockResult | None
+    python: PythonLockResult | None
+
+    @property
+    def parts(self) -> tuple[FileLockResult[Any], ...]:
+        return tuple(part for part in (self.pins, self.python) if part is not None)
+
+    @property
+    def diff(self) -> str:
+        """The unified diff of pins.toml (the python lock's changes are listed in its table)."""
+        return self.pins.diff if self.pins is not None else ""
+
+    @property
+    def stale_paths(self) -> tuple[Path, ...]:
+        """The files left stale or incomplete (what ``--check`` fails on)."""
+        return tuple(part.path for part in self.parts if part.stale)
+
+    def format_tables(self) -> str:
+        return "\n\n".join(part.format_table() for part in self.parts) + "\n"
+
+    def to_json(self) -> dict[str, Any]:
+        """The pins lock's keys at the top, the python lock's under "python"."""
+        data: dict[str, Any] = self.pins.to_json() if self.pins is not None else {}
+        if self.python is not None:
+            data["python"] = self.python.to_json()
+        return data
+
+
+def lock_project(
+    project: Project,
+    request: LockRequest,
+    *,
+    resolver: Resolver | None = None,
+    progress: Progress | None = None,
+    verbose: Progress | None = None,
+    open_sources: OpenSources = RemoteSources,
+) -> ProjectLockResult:
+    """Lock the checkout's pins file and the python lock beside it, as ``request`` says.
+
+    ``resolver`` resolves the python packages (uv unless a test gives a fake);
+    ``open_sources`` opens the pins' sources (the real ones unless a test gives a fake).
+    """
+    source = _read_before_parse(project.pins_path)
+    inputs = project.load(request.arch)
+    pin_names = set(inputs.pins.names())
+    only_pins = request.only == "pins"
+    options = LockOptions(
+        pins_path=project.pins_path,
+        arch=inputs.arch,
+        base_pin=inputs.definition.base_pin,
+        upgrade=request.upgrade,
+        # With --only pins every name must be a pin (the pins lock says which are not).
+        upgrade_pins=tuple(n for n in request.upgrade_names if n in pin_names or only_pins),
+        dry_run=request.mode == "dry-run",
+        check=request.mode == "check",
+        jobs=request.jobs,
+        timeout=request.timeout,
+        deadline=request.deadline,
+    )
+    python_options = PythonLockOptions(
+        lock_path=project.python_lock_path,
+        definition=inputs.definition,
+        pins=inputs.pins,
+        arch=inputs.arch,
+        constraints=inputs.constraints,
+        upgrade=request.upgrade,
+        upgrade_packages=tuple(n for n in request.upgrade_names if n not in pin_names),
+        mode=request.mode,
+    )
+    if not only_pins:
+        check_python_options(python_options)  # before the pins lock asks any source
+    pins_result = None
+    if request.only != "python":
+        loaded = LoadedPins(pins=inputs.pins, source=source) if source is not None else None
+        pins_result = lock(options, progress, verbose, loaded=loaded, open_sources=open_sources)
+        # The python lock reads the base pin's python and the PyPI pins as pins.toml now holds them.
+        python_options = replace(python_options, pins=pins_result.pins)
+    python_result = None if only_pins else lock_python(python_options, resolver or UvResolver())
+    return ProjectLockResult(pins=pins_result, python=python_result)
+
+
+def _read_before_parse(path: Path) -> bytes | None:
+    """pins.toml's bytes, read just before project.load parses it (see LoadedPins).
+
+    None for anything but a readable regular file (reading a FIFO would block):
+    project.load reports it, and the pins lock then parses the file itself.
+    """
+    try:
+        return path.read_bytes() if path.is_file() else None
+    except OSError:
+        return None
+
+
+__all__ = ["LockRequest", "ProjectLockResult", "lock_project"]
