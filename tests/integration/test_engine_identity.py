@@ -98,3 +98,28 @@ def test_a_cached_rebuild_on_the_containerd_store_gives_the_same_identity(
 
 def test_the_containerd_store_gives_the_graph_driver_identity(builds: dict[str, dict[str, object]]) -> None:
     assert builds["docker26-containerd"]["image_id"] == builds["main"]["image_id"]
+
+
+@pytest.mark.parametrize("name", ["docker26-overlay2", "docker26-containerd"])
+def test_verify_passes_on_the_engine_that_built_it(
+    builds: dict[str, dict[str, object]], docker_engine_matrix: list[MatrixEngine], locked_pins: Path, name: str
+) -> None:
+    assert builds[name]["image_id"]
+    with docker_host(engine_named(docker_engine_matrix, name)), contextlib.chdir(REPO):
+        assert main(["verify", TAG, "--pins", str(locked_pins)]) == 0
+
+
+def test_diff_finds_the_containerd_image_identical_to_the_graph_drivers(
+    builds: dict[str, dict[str, object]],
+    docker_engine_matrix: list[MatrixEngine],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Entry by entry, mtimes included: the containerd store's image, saved, against the main engine's."""
+    saved = tmp_path / "containerd.tar"
+    with docker_host(engine_named(docker_engine_matrix, "docker26-containerd")) as engine, saved.open("wb") as out:
+        for chunk in engine.save(TAG):
+            out.write(chunk)
+    capsys.readouterr()
+    assert main(["diff", str(builds["main"]["image_id"]), str(saved), "--mtime", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["identical"] is True
