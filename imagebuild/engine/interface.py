@@ -57,6 +57,7 @@ class StoredImage:
 
 
 GRAPH_DRIVER, CONTAINERD = "graph driver", "containerd"  # the two image stores a Docker engine may use
+PODMAN = "podman"  # Podman's Docker-compatible API in front of containers/storage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,19 +68,31 @@ class EngineStore:
     the image's config. On the containerd image store (Docker 29's default for fresh installs) it is
     the digest of the image's manifest; the config digest, imagebuild's identity, is not an engine
     reference there, so imagebuild tags and inspects by the manifest digest it loaded.
+    Podman (``podman system service``) answers the same API in front of containers/storage: its
+    image ID is the config's digest, but its load takes no archive that leaves a layer out.
     """
 
     version: str = "unknown"
-    kind: str = GRAPH_DRIVER  # GRAPH_DRIVER or CONTAINERD
-    driver: str = "unknown"  # overlay2, vfs; overlayfs (a containerd snapshotter)
+    kind: str = GRAPH_DRIVER  # GRAPH_DRIVER, CONTAINERD or PODMAN
+    driver: str = "unknown"  # overlay2, vfs; overlayfs (a containerd snapshotter); overlay (podman)
+    api_version: str = ""  # the Docker API version the engine serves (1.41)
 
     @property
     def ids_are_manifests(self) -> bool:
         return self.kind == CONTAINERD
 
+    @property
+    def name(self) -> str:
+        """The engine, as a refusal names it: ``Docker 26.1.5``, ``Podman 4.3.1 (Docker API 1.41)``."""
+        if self.kind == PODMAN:
+            return f"Podman {self.version} (Docker API {self.api_version or 'unknown'})"
+        return f"Docker {self.version}"
+
     def describe(self) -> str:
+        if self.kind == PODMAN:
+            return f"{self.name}, containers/storage ({self.driver})"
         store = "the containerd image store" if self.kind == CONTAINERD else "the graph-driver store"
-        return f"Docker {self.version}, {store} ({self.driver})"
+        return f"{self.name}, {store} ({self.driver})"
 
 
 @dataclass(frozen=True, kw_only=True)
