@@ -6,11 +6,17 @@ tests/data/podman/ holds what Debian bookworm's podman 4.3.1 answered: ``GET /in
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 from pathlib import Path
 
 from imagebuild.engine.docker import engine_store
 from imagebuild.engine.interface import GRAPH_DRIVER, PODMAN, EngineStore
+from imagebuild.normalize.core import _load_archive
+from imagebuild.normalize.load_archive import OCI_LAYER
+from tests.unit.imagetars import config, digest, saved
+from tests.unit.test_normalize import BASE, built, normalize
 
 DATA = Path(__file__).parents[1] / "data" / "podman"
 PODMAN_4_3 = EngineStore(version="4.3.1", kind=PODMAN, driver="overlay", api_version="1.41")
@@ -34,3 +40,22 @@ def test_docker_stays_docker() -> None:
     version = {"ApiVersion": "1.45", "Components": [{"Name": "Engine", "Version": "26.1.5+dfsg1"}]}
     store = engine_store(info, version)
     assert (store.kind, store.describe()) == (GRAPH_DRIVER, "Docker 26.1.5+dfsg1, the graph-driver store (overlay2)")
+
+
+def test_podman_loads_an_oci_layout_naming_the_base_layers_it_holds(tmp_path: Path) -> None:
+    """Podman refuses a legacy archive without every layer ("Some layer tarfiles are missing in the
+    tarball"); an OCI layout naming the base's layers by diffID, uncompressed, it loads from its own."""
+    layers = BASE + built()
+    result = normalize(saved(layers, config(layers)), tmp_path, layers)  # a legacy save, as podman's
+    engine_id, chunks = _load_archive(result, PODMAN_4_3, "test image")
+    assert engine_id == result.image_id
+    with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+        blobs = {name.removeprefix("blobs/sha256/") for name in tar.getnames() if name.startswith("blobs/")}
+        index = json.load(tar.extractfile("index.json"))  # type: ignore[arg-type]
+        manifest = json.load(tar.extractfile(f"blobs/sha256/{index['manifests'][0]['digest'][7:]}"))  # type: ignore[arg-type]
+    assert manifest["config"]["digest"] == result.image_id
+    assert manifest["layers"][: len(BASE)] == [
+        {"mediaType": OCI_LAYER, "digest": digest(d), "size": len(d)} for d in BASE
+    ]
+    assert {digest(d)[7:] for d in BASE}.isdisjoint(blobs)  # not sent: podman has them
+    assert {layer.diff_id[7:] for layer in result.layers} <= blobs
