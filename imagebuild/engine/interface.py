@@ -7,6 +7,7 @@ these types, so the build and verify logic is tested with a fake engine
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -224,16 +225,23 @@ def classic_build_events(chunks: Iterable[Mapping[str, Any]]) -> Iterator[BuildE
             yield BuildEvent(image_id=str(aux["ID"]))
 
 
+PUSHED_STATUS = re.compile(r"^\S+: digest: (sha256:[0-9a-f]{64}) size: \d+$")
+
+
 def push_event(message: Mapping[str, Any]) -> PushEvent:
     """One message of a push stream that is not an error, as a PushEvent.
 
     The wire format of ``POST /images/{name}/push``: ``{"id": layer, "status": ...,
     "progressDetail": {"current": n, "total": n}}`` for a layer, and ``{"aux": {"Tag": ...,
-    "Digest": "sha256:...", "Size": n}}`` once the manifest is pushed.
+    "Digest": "sha256:...", "Size": n}}`` once the manifest is pushed. Podman 4.3 sends no ``aux``:
+    only the status line Docker sends before it, ``{"status": "TAG: digest: sha256:... size: n"}``.
     """
     aux = message.get("aux")
     if isinstance(aux, dict) and aux.get("Digest"):
         return PushEvent(digest=str(aux["Digest"]))
+    pushed = PUSHED_STATUS.match(str(message.get("status") or ""))
+    if pushed:
+        return PushEvent(digest=pushed[1])
     progress = message.get("progressDetail") or {}
     return PushEvent(
         layer=str(message.get("id") or ""),
