@@ -1,7 +1,8 @@
 """Podman 4.3.1's Docker-compatible API (``podman system service``), from its recorded answers.
 
 tests/data/podman/ holds what Debian bookworm's podman 4.3.1 answered: ``GET /info``,
-``GET /version`` and a ``GET /images/{id}/get`` of the sample donor image.
+``GET /version`` and a ``GET /images/{id}/get`` of the sample donor image;
+and its ``POST /build`` stream of the sample build again, every step cached (build-cached.jsonl).
 """
 
 from __future__ import annotations
@@ -9,15 +10,19 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
+from imagebuild.build.core import BuildRecord
 from imagebuild.engine.docker import engine_store
 from imagebuild.engine.interface import GRAPH_DRIVER, PODMAN, EngineStore
 from imagebuild.normalize.core import _load_archive
 from imagebuild.normalize.load_archive import OCI_LAYER
+from imagebuild.testing import FakeEngine, Recording
 from tests.unit.imagetars import config, digest, saved
 from tests.unit.test_normalize import BASE, built, normalize
 
+Replay = Callable[..., tuple[FakeEngine, BuildRecord]]  # the replay fixture (tests/unit/conftest.py)
 DATA = Path(__file__).parents[1] / "data" / "podman"
 PODMAN_4_3 = EngineStore(version="4.3.1", kind=PODMAN, driver="overlay", api_version="1.41")
 
@@ -59,3 +64,12 @@ def test_podman_loads_an_oci_layout_naming_the_base_layers_it_holds(tmp_path: Pa
     ]
     assert {digest(d)[7:] for d in BASE}.isdisjoint(blobs)  # not sent: podman has them
     assert {layer.diff_id[7:] for layer in result.layers} <= blobs
+
+
+def test_buildahs_step_lines_map_onto_the_18_steps(replay: Replay) -> None:
+    """Podman's compat /build, recorded: "[2/2] STEP k/50: ..." per stage and "--> Using cache <id>"."""
+    _, record = replay(Recording.load(DATA / "build-cached.jsonl"))
+    assert [t.number for t in record.steps] == list(range(1, 19))
+    assert all(t.cached for t in record.steps)
+    assert record.all_cached
+    assert record.image_id == "sha256:a2d5fb400f216861f709e4abd9a83d45fe3392a89bb0992f8ae11a8cc11d51b6"
