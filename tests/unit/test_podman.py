@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from imagebuild.build.core import BuildRecord
 from imagebuild.engine.docker import engine_store
@@ -73,3 +76,25 @@ def test_buildahs_step_lines_map_onto_the_18_steps(replay: Replay) -> None:
     assert all(t.cached for t in record.steps)
     assert record.all_cached
     assert record.image_id == "sha256:a2d5fb400f216861f709e4abd9a83d45fe3392a89bb0992f8ae11a8cc11d51b6"
+
+
+class PodmanFake(FakeEngine):
+    def store(self) -> EngineStore:
+        return PODMAN_4_3
+
+
+def test_a_build_on_podman_says_first_that_its_identity_is_podmans_own(
+    replay: Replay, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="imagebuild"):
+        replay(Recording.load(DATA / "build-cached.jsonl"), engine=PodmanFake())
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("imagebuild: warning: Podman 4.3.1 (Docker API 1.41) builds with buildah")
+    assert "\n" not in warnings[0]
+
+
+def test_a_build_on_docker_says_nothing_of_it(replay: Replay, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="imagebuild"):
+        replay("cached")
+    assert not [r for r in caplog.records if "buildah" in r.getMessage()]
