@@ -114,6 +114,8 @@ def build_image(
     tracker = StepTracker(prepared.dockerfile, steady, show)
     started = Started(steady=steady.now(), wall=datetime.now(UTC))
     image_id = run_build(prepared, engine, request, tracker, clock=steady, show=show, log_path=places.log)
+    if store.kind == PODMAN:
+        check_labels(engine, store, image_id, labels, places.log)
     normalized = None
     if options.normalize:
         normalized = normalize_image(prepared, engine, image_id, tag=tags[0], places=places, show=show)
@@ -152,6 +154,24 @@ def podman_identity(store: EngineStore) -> str:
         "normalises, but its identity is not the one Docker engines give these inputs (no layer for WORKDIR, "
         "an empty /etc/hosts committed, buildah's history, label io.buildah.version); build on Docker for that identity"
     )
+
+
+def check_labels(engine: Engine, store: EngineStore, image_id: str, labels: dict[str, str], log: Path) -> None:
+    """BuildError (nothing tagged) when the built image's labels are not the ones asked for.
+
+    Buildah (Podman 4.3.1: 1.28.2) reuses a cached LABEL step whose ARGs now have other values
+    (containers/buildah#5501): a cached rebuild after a commit keeps the old commit's labels.
+    """
+    held = engine.inspect_image(image_id).labels
+    wrong = [name for name, value in labels.items() if held.get(name) != value]
+    if wrong:
+        name = wrong[0]
+        msg = (
+            f"{store.name} reused a cached step built with other build args: {image_id[:19]} has label "
+            f"{name}={held.get(name)!r}, not {labels[name]!r} ({len(wrong)} label(s) stale; buildah leaves "
+            f"ARG values out of a LABEL step's cache key); nothing was tagged; build again with --no-cache (log: {log})"
+        )
+        raise BuildError(msg)
 
 
 def names_to_tag(options: BuildOptions, arch: str) -> list[str]:

@@ -12,21 +12,25 @@ import json
 import logging
 import tarfile
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
-from imagebuild.build.core import BuildRecord
+from imagebuild.build.core import BuildOptions, BuildRecord, build_request, prepare_build
 from imagebuild.engine.docker import engine_store
-from imagebuild.engine.interface import GRAPH_DRIVER, PODMAN, EngineStore
+from imagebuild.engine.interface import GRAPH_DRIVER, PODMAN, EngineStore, ImageInfo
+from imagebuild.errors import BuildError
 from imagebuild.normalize.core import _load_archive
 from imagebuild.normalize.load_archive import OCI_LAYER
+from imagebuild.project import find_project
 from imagebuild.testing import FakeEngine, Recording
 from tests.unit.imagetars import config, digest, saved
 from tests.unit.test_normalize import BASE, built, normalize
 
 Replay = Callable[..., tuple[FakeEngine, BuildRecord]]  # the replay fixture (tests/unit/conftest.py)
-DATA = Path(__file__).parents[1] / "data" / "podman"
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "tests" / "data" / "podman"
 PODMAN_4_3 = EngineStore(version="4.3.1", kind=PODMAN, driver="overlay", api_version="1.41")
 
 
@@ -78,16 +82,31 @@ def test_buildahs_step_lines_map_onto_the_18_steps(replay: Replay) -> None:
     assert record.image_id == "sha256:a2d5fb400f216861f709e4abd9a83d45fe3392a89bb0992f8ae11a8cc11d51b6"
 
 
+def asked_labels() -> dict[str, str]:
+    """The labels a build of the recorded pins from this checkout asks for."""
+    project = find_project(REPO, REPO / "tests" / "data" / "build_streams" / "pins.toml")
+    labels, _ = build_request(prepare_build(project, project.load("gfx942"), BuildOptions(arch="gfx942")))
+    return labels
+
+
+@dataclass
 class PodmanFake(FakeEngine):
+    """Podman: its store, and the built image holding ``labels`` (as a cached LABEL step left them)."""
+
+    labels: dict[str, str] = field(default_factory=dict)
+
     def store(self) -> EngineStore:
         return PODMAN_4_3
+
+    def inspect_image(self, ref: str) -> ImageInfo:
+        return replace(super().inspect_image(ref), labels=self.labels)
 
 
 def test_a_build_on_podman_says_first_that_its_identity_is_podmans_own(
     replay: Replay, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="imagebuild"):
-        replay(Recording.load(DATA / "build-cached.jsonl"), engine=PodmanFake())
+        replay(Recording.load(DATA / "build-cached.jsonl"), engine=PodmanFake(labels=asked_labels()))
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert warnings[0].startswith("imagebuild: warning: Podman 4.3.1 (Docker API 1.41) builds with buildah")
@@ -98,3 +117,17 @@ def test_a_build_on_docker_says_nothing_of_it(replay: Replay, caplog: pytest.Log
     with caplog.at_level(logging.WARNING, logger="imagebuild"):
         replay("cached")
     assert not [r for r in caplog.records if "buildah" in r.getMessage()]
+
+
+def test_a_cached_label_step_with_stale_build_args_fails_the_build_untagged(replay: Replay) -> None:
+    """Measured: after a commit, Podman 4.3.1 reused the LABEL step of the commit before."""
+    stale = asked_labels() | {"org.opencontainers.image.revision": "e1c6ae68e849d4e57d354fd1f52a17e5674ce637-dirty"}
+    engine = PodmanFake(labels=stale)
+    with pytest.raises(BuildError) as failed:
+        replay(Recording.load(DATA / "build-cached.jsonl"), engine=engine)
+    message = str(failed.value)
+    assert message.startswith("Podman 4.3.1 (Docker API 1.41) reused a cached step built with other build args: ")
+    assert "org.opencontainers.image.revision='e1c6ae68e849d4e57d354fd1f52a17e5674ce637-dirty'" in message
+    assert "build again with --no-cache" in message
+    assert "\n" not in message
+    assert engine.tags == {}
