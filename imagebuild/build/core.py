@@ -35,9 +35,10 @@ from imagebuild.build.prepare import BuildOptions, PreparedBuild, check_build_ar
 from imagebuild.build.progress import TICK_S, BuildProgress
 from imagebuild.build.record import BuildRecord
 from imagebuild.build.stream import StepTiming, StepTracker
-from imagebuild.engine.interface import BuildRequest, Engine
+from imagebuild.engine.interface import PODMAN, BuildRequest, Engine, EngineStore
 from imagebuild.errors import AttestationError, BuildError, EngineError
 from imagebuild.inputs.layout import build_log_path, build_record_path, default_tag
+from imagebuild.log import logger
 from imagebuild.normalize.after_build import Normalization, normalize_build
 from imagebuild.project import Inputs
 from imagebuild.render import Dockerfile
@@ -105,11 +106,16 @@ def build_image(
     show.message(
         f"building {tags[0]} for {arch} on {engine.address} ({len(request.context) // 1024} KiB context)"
     )
+    store = engine.store()
+    if store.kind == PODMAN:
+        logger.warning("imagebuild: warning: %s", podman_identity(store))
     if options.pull:
         pull_images(prepared.inputs, engine, show)
     tracker = StepTracker(prepared.dockerfile, steady, show)
     started = Started(steady=steady.now(), wall=datetime.now(UTC))
     image_id = run_build(prepared, engine, request, tracker, clock=steady, show=show, log_path=places.log)
+    if store.kind == PODMAN:
+        check_labels(engine, store, image_id, labels, places.log)
     normalized = None
     if options.normalize:
         normalized = normalize_image(prepared, engine, image_id, tag=tags[0], places=places, show=show)
@@ -133,6 +139,39 @@ def build_image(
     write_atomically(places.record, json.dumps(record.to_json(), indent=2) + "\n")
     attest(record, engine, show=show)
     return record
+
+
+def podman_identity(store: EngineStore) -> str:
+    """What a build on Podman gives: the image, but not the identity Docker engines give the same inputs.
+
+    Measured on Podman 4.3.1 (buildah 1.28.2) against Docker 20.10 from one checkout: every layer from
+    the first RUN's on is the same bytes, but buildah commits no layer for WORKDIR (its directory goes
+    into the next layer), commits an empty /etc/hosts with the first RUN, words every history entry
+    its own way and labels the image io.buildah.version.
+    """
+    return (
+        f"{store.name} builds with buildah, not Docker's classic builder: the image builds, verifies and "
+        "normalises, but its identity is not the one Docker engines give these inputs (no layer for WORKDIR, "
+        "an empty /etc/hosts committed, buildah's history, label io.buildah.version); build on Docker for that identity"
+    )
+
+
+def check_labels(engine: Engine, store: EngineStore, image_id: str, labels: dict[str, str], log: Path) -> None:
+    """BuildError (nothing tagged) when the built image's labels are not the ones asked for.
+
+    Buildah (Podman 4.3.1: 1.28.2) reuses a cached LABEL step whose ARGs now have other values
+    (containers/buildah#5501): a cached rebuild after a commit keeps the old commit's labels.
+    """
+    held = engine.inspect_image(image_id).labels
+    wrong = [name for name, value in labels.items() if held.get(name) != value]
+    if wrong:
+        name = wrong[0]
+        msg = (
+            f"{store.name} reused a cached step built with other build args: {image_id[:19]} has label "
+            f"{name}={held.get(name)!r}, not {labels[name]!r} ({len(wrong)} label(s) stale; buildah leaves "
+            f"ARG values out of a LABEL step's cache key); nothing was tagged; build again with --no-cache (log: {log})"
+        )
+        raise BuildError(msg)
 
 
 def names_to_tag(options: BuildOptions, arch: str) -> list[str]:

@@ -6,6 +6,10 @@ rendered Dockerfile knows which of its steps each instruction belongs to, so
 the stream maps onto the 18 steps. The engine's text arrives in arbitrary
 pieces (a "Step" line and its newline are two messages; a long line may be
 split), so lines are put back together before they are read.
+
+Podman's compat ``/build`` runs buildah, which numbers the instructions of each stage on its own
+("[2/2] STEP k/M: RUN ...", no stage prefix for a single stage; global ARGs are not numbered) and
+says "--> Using cache <id>": the final stage's instructions are the last M the Dockerfile has.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from imagebuild.render import Dockerfile, LineKind
 from imagebuild.util.clock import Clock
 
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : ")
+BUILDAH_STEP_RE = re.compile(r"^(?:\[(\d+)/(\d+)\] )?STEP (\d+)/(\d+): ")
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # the classic builder paints stderr red
 LOG_TAIL_LINES = 40
 RUNNING_MARK = "---> Running in "  # the classic builder starts a container: no cache hit
@@ -118,11 +123,11 @@ class StepTracker:
     def _line(self, raw: str) -> None:
         text = raw.rstrip("\r")
         self.tail.append(display_text(text))
-        match = STEP_RE.match(text)
+        match = STEP_RE.match(text) or BUILDAH_STEP_RE.match(text)
         if match:
             self._end_instruction()
-            index = int(match[1]) - 1
-            step = self._step_of[index] if index < len(self._step_of) else None
+            index = self._instruction_index(match)
+            step = self._step_of[index] if 0 <= index < len(self._step_of) else None
             if step != self.current:
                 self._finish_step()
                 self.current, self._started, self._step_cached = step, self._clock.now(), True
@@ -131,12 +136,21 @@ class StepTracker:
                     self._listener.step_started(step, self.total, self._titles[step])
             # FROM has no cache entry of its own: it is as "cached" as its image reference.
             self._instruction_cached = text[match.end() :].startswith("FROM ")
-        elif text.strip() == "---> Using cache":
+        elif text.strip() == "---> Using cache" or text.startswith("--> Using cache "):
             self._instruction_cached = True
         shown = display_text(text).strip()
         if shown:
             self._last_line = shown
         self._listener.step_output(text)
+
+    def _instruction_index(self, match: re.Match[str]) -> int:
+        """The instruction's place among the Dockerfile's, from either builder's numbering; -1: none."""
+        if match.re is STEP_RE:
+            return int(match[1]) - 1
+        stage, stages, number, total = match[1] or "1", match[2] or "1", int(match[3]), int(match[4])
+        if stage != stages:  # an earlier stage (the donor's): not one of the steps
+            return -1
+        return len(self._step_of) - total + number - 1
 
     def _end_instruction(self) -> None:
         if self._instruction_cached is not None:

@@ -30,6 +30,7 @@ from imagebuild.engine.credentials import credentials_for, registry_failure
 from imagebuild.engine.interface import (
     CONTAINERD,
     GRAPH_DRIVER,
+    PODMAN,
     BuildEvent,
     BuildRequest,
     Engine,
@@ -125,11 +126,11 @@ class DockerEngine(Engine):
     def store(self) -> EngineStore:
         if self._store is None:
             try:
-                info = self._api.info()
+                info, version = self._api.info(), self._api.version()
             except docker.errors.DockerException as e:
                 msg = f"could not ask the Docker engine at {self._address} how it stores images: {plain_reason(e)}"
                 raise EngineError(msg) from e
-            self._store = engine_store(info)
+            self._store = engine_store(info, version)
         return self._store
 
     def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
@@ -356,14 +357,22 @@ class DockerEngine(Engine):
         return str(container["Id"])
 
 
-def engine_store(info: dict[str, Any]) -> EngineStore:
-    """An engine's ``GET /info`` as an EngineStore: the containerd store says so in DriverStatus."""
+def engine_store(info: dict[str, Any], version: dict[str, Any] | None = None) -> EngineStore:
+    """An engine's ``GET /info`` and ``GET /version`` as an EngineStore.
+
+    The containerd store says so in DriverStatus; Podman in ``/version``'s Components ("Podman
+    Engine"), its ``/info`` being Docker's fields with Podman's values (ServerVersion 4.3.1, Driver
+    overlay).
+    """
     status = {str(pair[0]): str(pair[1]) for pair in info.get("DriverStatus") or [] if len(pair) == 2}
     containerd = status.get("driver-type") == "io.containerd.snapshotter.v1"
+    components = {str(c.get("Name")) for c in (version or {}).get("Components") or [] if isinstance(c, dict)}
+    kind = PODMAN if "Podman Engine" in components else CONTAINERD if containerd else GRAPH_DRIVER
     return EngineStore(
         version=str(info.get("ServerVersion") or "unknown"),
-        kind=CONTAINERD if containerd else GRAPH_DRIVER,
+        kind=kind,
         driver=str(info.get("Driver") or "unknown"),
+        api_version=str((version or {}).get("ApiVersion") or ""),
     )
 
 

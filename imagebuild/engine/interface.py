@@ -7,6 +7,7 @@ these types, so the build and verify logic is tested with a fake engine
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ class StoredImage:
 
 
 GRAPH_DRIVER, CONTAINERD = "graph driver", "containerd"  # the two image stores a Docker engine may use
+PODMAN = "podman"  # Podman's Docker-compatible API in front of containers/storage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,19 +69,31 @@ class EngineStore:
     the image's config. On the containerd image store (Docker 29's default for fresh installs) it is
     the digest of the image's manifest; the config digest, imagebuild's identity, is not an engine
     reference there, so imagebuild tags and inspects by the manifest digest it loaded.
+    Podman (``podman system service``) answers the same API in front of containers/storage: its
+    image ID is the config's digest, but its load takes no archive that leaves a layer out.
     """
 
     version: str = "unknown"
-    kind: str = GRAPH_DRIVER  # GRAPH_DRIVER or CONTAINERD
-    driver: str = "unknown"  # overlay2, vfs; overlayfs (a containerd snapshotter)
+    kind: str = GRAPH_DRIVER  # GRAPH_DRIVER, CONTAINERD or PODMAN
+    driver: str = "unknown"  # overlay2, vfs; overlayfs (a containerd snapshotter); overlay (podman)
+    api_version: str = ""  # the Docker API version the engine serves (1.41)
 
     @property
     def ids_are_manifests(self) -> bool:
         return self.kind == CONTAINERD
 
+    @property
+    def name(self) -> str:
+        """The engine, as a refusal names it: ``Docker 26.1.5``, ``Podman 4.3.1 (Docker API 1.41)``."""
+        if self.kind == PODMAN:
+            return f"Podman {self.version} (Docker API {self.api_version or 'unknown'})"
+        return f"Docker {self.version}"
+
     def describe(self) -> str:
+        if self.kind == PODMAN:
+            return f"{self.name}, containers/storage ({self.driver})"
         store = "the containerd image store" if self.kind == CONTAINERD else "the graph-driver store"
-        return f"Docker {self.version}, {store} ({self.driver})"
+        return f"{self.name}, {store} ({self.driver})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,16 +225,23 @@ def classic_build_events(chunks: Iterable[Mapping[str, Any]]) -> Iterator[BuildE
             yield BuildEvent(image_id=str(aux["ID"]))
 
 
+PUSHED_STATUS = re.compile(r"^\S+: digest: (sha256:[0-9a-f]{64}) size: \d+$")
+
+
 def push_event(message: Mapping[str, Any]) -> PushEvent:
     """One message of a push stream that is not an error, as a PushEvent.
 
     The wire format of ``POST /images/{name}/push``: ``{"id": layer, "status": ...,
     "progressDetail": {"current": n, "total": n}}`` for a layer, and ``{"aux": {"Tag": ...,
-    "Digest": "sha256:...", "Size": n}}`` once the manifest is pushed.
+    "Digest": "sha256:...", "Size": n}}`` once the manifest is pushed. Podman 4.3 sends no ``aux``:
+    only the status line Docker sends before it, ``{"status": "TAG: digest: sha256:... size: n"}``.
     """
     aux = message.get("aux")
     if isinstance(aux, dict) and aux.get("Digest"):
         return PushEvent(digest=str(aux["Digest"]))
+    pushed = PUSHED_STATUS.match(str(message.get("status") or ""))
+    if pushed:
+        return PushEvent(digest=pushed[1])
     progress = message.get("progressDetail") or {}
     return PushEvent(
         layer=str(message.get("id") or ""),

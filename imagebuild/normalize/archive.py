@@ -2,7 +2,9 @@
 
 Two layouts exist: the legacy one (``manifest.json``, ``<config>.json``,
 ``<id>/layer.tar``; Docker before 25) and the OCI image layout Docker 25 and
-later also write (``index.json``, ``blobs/sha256/<hex>``). In both, which
+later also write (``index.json``, ``blobs/sha256/<hex>``). Podman writes the
+legacy one with each layer at the top as ``<diffID hex>.tar`` (the name
+manifest.json gives) and ``<id>/layer.tar`` a symlink to it. In both, which
 entry is which layer is only known from the manifest, which may come last,
 so each layer tar is handed to ``on_layer`` as it arrives (to be spooled or
 indexed, and hashed) and matched to the config's diffIDs by its sha256
@@ -87,6 +89,11 @@ def _is_tar(head: bytes) -> bool:
     return head[TAR_MAGIC_OFFSET : TAR_MAGIC_OFFSET + 8] in TAR_MAGICS or (bool(head) and not head.strip(b"\0"))
 
 
+def _is_top_level_tar(name: str) -> bool:
+    """Podman's legacy layout: a layer saved at the archive's top as ``<diffID hex>.tar``."""
+    return "/" not in name and name.endswith(".tar")
+
+
 def read_saved_image(
     stream: BinaryIO,
     on_layer: Callable[[str, BinaryIO], L],
@@ -107,7 +114,9 @@ def read_saved_image(
                     data = tar.extractfile(entry)
                     assert data is not None
                     head = data.read(tarfile.BLOCKSIZE)
-                    if name.endswith("/layer.tar") or (name.startswith("blobs/") and _is_tar(head)):
+                    if name.endswith("/layer.tar") or (
+                        (name.startswith("blobs/") or _is_top_level_tar(name)) and _is_tar(head)
+                    ):
                         reader = io.BufferedReader(_Prefixed(head, data), buffer_size=CHUNK)
                         layers[name] = on_layer(name, cast("BinaryIO", reader))
                     elif name.startswith("blobs/") and head.startswith(GZIP_MAGIC):

@@ -41,7 +41,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from imagebuild.engine.interface import EngineStore
+from imagebuild.engine.interface import PODMAN, EngineStore
 from imagebuild.log import logger
 from imagebuild.normalize.from_save import normalize_saved
 from imagebuild.normalize.from_store import normalize_stored
@@ -123,8 +123,13 @@ def normalize_image(
 
 
 def _load_archive(normalized: Normalized, engine: EngineStore, what: str) -> tuple[str, Iterator[bytes]]:
-    """(the ID the engine will give the image, the archive to load it from) for the engine's store."""
-    if not engine.ids_are_manifests:
+    """(the ID the engine will give the image, the archive to load it from) for the engine's store.
+
+    Podman refuses a legacy archive without every layer's file ("Some layer tarfiles are missing
+    in the tarball"), but loads an OCI layout whose base layers it already holds (it finds them by
+    their diffID, named as uncompressed layers), and its image ID is the config's digest.
+    """
+    if engine.kind != PODMAN and not engine.ids_are_manifests:
         return normalized.image_id, load_chunks(normalized)
     if len(normalized.base_descriptors) != len(normalized.diff_ids) - len(normalized.layers):
         msg = (
@@ -133,5 +138,5 @@ def _load_archive(normalized: Normalized, engine: EngineStore, what: str) -> tup
         )
         raise NormalizeFailure(msg)
     manifest = oci_manifest(normalized.config_bytes, normalized.base_descriptors, normalized.layers)
-    engine_id = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    engine_id = normalized.image_id if engine.kind == PODMAN else "sha256:" + hashlib.sha256(manifest).hexdigest()
     return engine_id, oci_chunks(normalized.config_bytes, manifest, normalized.layers)

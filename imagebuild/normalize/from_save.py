@@ -9,6 +9,7 @@ from typing import BinaryIO
 
 from imagebuild.normalize.archive import ArchiveError, read_saved_image
 from imagebuild.normalize.canonical import LayerReducer
+from imagebuild.normalize.load_archive import OCI_LAYER
 from imagebuild.normalize.lower import Digest, Meta, scan_layer
 from imagebuild.normalize.model import (
     LayerPlan,
@@ -94,7 +95,11 @@ def normalize_saved(saved: BinaryIO, plan: LayerPlan, workdir: Path, *, what: st
         spool_peak=spooled_bytes[1],
         read_seconds=round(read_done - started, 3),
         rewrite_seconds=round(time.monotonic() - read_done, 3),
-        base_descriptors=image.layer_descriptors[: plan.base_layers],
+        base_descriptors=image.layer_descriptors[: plan.base_layers]
+        or tuple(
+            {"mediaType": OCI_LAYER, "digest": layer.diff_id, "size": layer.size}
+            for layer in image.layers[: plan.base_layers]
+        ),
     )
 
 

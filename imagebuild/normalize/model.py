@@ -89,8 +89,9 @@ class Normalized:
     spool_peak: int  # most bytes the spool held at once
     read_seconds: float  # reading the saved stream (the build's layers spooled and hashed)
     rewrite_seconds: float
-    # The base's layers as the engine holds them (the saved OCI manifest's descriptors; () when the
-    # save had none): what a manifest of the image names them by, on the containerd store.
+    # The base's layers as the engine holds them (the saved OCI manifest's descriptors; from a legacy
+    # save, each as an uncompressed layer by its diffID): what a manifest of the image names them by,
+    # on the containerd store and on Podman.
     base_descriptors: tuple[dict[str, Any], ...] = ()
 
 

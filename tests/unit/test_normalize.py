@@ -79,6 +79,22 @@ def test_both_save_layouts_are_read_in_config_order(tmp_path: Path, oci: bool) -
     assert image.image_id == "sha256:" + hashlib.sha256(image.config_bytes).hexdigest()
 
 
+PODMAN_SAVE = Path(__file__).parents[1] / "data" / "podman" / "save-4.3.1-donor.tar"
+
+
+def test_podmans_save_layout_is_read(tmp_path: Path) -> None:
+    """Podman 4.3.1's GET /images/{id}/get, recorded: the layer is ``<diffID hex>.tar`` at the top.
+
+    Its ``<id>/layer.tar`` is only a symlink to that file; manifest.json names the top-level one.
+    """
+    with PODMAN_SAVE.open("rb") as stream:
+        image = read_saved_image(stream, spooled(tmp_path), what="x")
+    assert image.image_id == "sha256:6ea24ddf22f3c6ae82eac8a155a1de6bd016c7defce95980338229037d49c7d5"
+    assert [layer.diff_id for layer in image.layers] == [
+        "sha256:cf830f3e56b2a526a960595251d1ad44092323c84eab3214c5468a09fc7e2eb9"
+    ]
+
+
 def test_a_layer_whose_bytes_do_not_match_its_diff_id_is_refused(tmp_path: Path) -> None:
     layers = BASE + built()
     cfg = config(layers)

@@ -122,3 +122,16 @@ def test_push_stream_messages_become_layer_progress_then_the_digest() -> None:
     )
     done = {"progressDetail": {}, "aux": {"Tag": "t", "Digest": "sha256:" + "a" * 64, "Size": 1234}}
     assert push_event(done) == PushEvent(digest="sha256:" + "a" * 64)
+
+
+def test_podmans_push_stream_gives_the_digest_in_its_status_line() -> None:
+    """Podman 4.3.1's POST /images/{name}/push, recorded: two status lines and no aux."""
+    recorded = [
+        {"status": "The push refers to repository [127.0.0.1:55000/podman/kimi:test]"},
+        {"status": "test: digest: sha256:cbd2795b3ab3b95b0fe5cae52f889ed67268dd5f57ef9866afe4885cd37d490b size: 3678"},
+    ]
+    events = [push_event(message) for message in recorded]
+    assert [e.digest for e in events] == [
+        None,
+        "sha256:cbd2795b3ab3b95b0fe5cae52f889ed67268dd5f57ef9866afe4885cd37d490b",
+    ]
