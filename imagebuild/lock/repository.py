@@ -3,7 +3,7 @@
 :class:`Sources` is what the lock asks about a pin: its current immutable
 identity, or a :class:`~imagebuild.lock.source_errors.SourceError` naming the
 pin. The real one (``RemoteSources`` in sources.py) asks git, registries,
-file servers and package indexes; ``FakeSources`` in imagebuild/testing.py
+file servers and package indexes; ``FakeSources`` in imagebuild/testing/sources.py
 answers from a table, as pip-tools' ``FakeRepository`` stands behind its
 ``BaseRepository``. The lock opens one instance per run with the run's
 :class:`SourceSettings`, asks it from several threads, and closes it when it

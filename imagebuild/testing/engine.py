@@ -1,33 +1,11 @@
-"""Test doubles behind imagebuild's own interfaces: a fake engine that replays recorded builds, a fake
-clock, and fake lock sources.
-
-Not mocks: ``FakeEngine`` is an ``Engine`` like ``DockerEngine``, and its
-builds replay streams recorded from a real classic builder (the sample-world
-build; see tests/data/build_streams/ and the script there that records them),
-translated by the same code the Docker engine uses. ``FakeClock`` is a
-``Clock`` whose timers fire when the test advances time, so a replay that
-reaches a recorded pause fires the heartbeats a real build would, at once.
-``FakeSources`` is the lock's ``Sources`` like ``RemoteSources``, answering
-from a table, so lock's policy is tested with no git daemon, registry or HTTP
-server (as pip-tools' ``FakeRepository``).
-
-It lives in the package, not under tests/, so any test imports it the same
-way whatever pytest's rootdir and import mode are.
-"""
+"""FakeEngine: an Engine that replays recorded classic-builder streams, keeps images and loads archives."""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
-import heapq
 import io
-import itertools
 import json
-import os
-import random
-import shutil
-import socket
-import sys
 import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -48,133 +26,7 @@ from imagebuild.engine.interface import (
 )
 from imagebuild.errors import EngineError, RegistryError, UnknownImageError
 from imagebuild.inputs.layout import APP_DIR
-from imagebuild.lock.repository import Resolved, Sources, SourceSettings
-from imagebuild.lock.source_errors import SourceError, SourceFailure
-from imagebuild.pins import Pin
-from imagebuild.util.clock import Clock, Timer
-
-# Tools ---------------------------------------------------------------------------------------------
-
-
-def dev_tool(name: str) -> str:
-    """A dev tool (shellcheck, hadolint) installed beside this Python, or on PATH.
-
-    `.venv/bin/python -m pytest` runs without the venv's bin on PATH; the tool is there all the same.
-    """
-    found = shutil.which(
-        name, path=os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
-    )
-    if found is None:
-        msg = f"{name} is not installed; run `pip install -e '.[dev]'` (scripts/dev-env.sh does)"
-        raise RuntimeError(msg)
-    return found
-
-
-# Ports ---------------------------------------------------------------------------------------------
-
-EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on now, for a test to bind or to find refused.
-
-    Not `bind(0)`: that hands out a port from the kernel's ephemeral range, where any outgoing
-    connection on this busy machine may take it before the test binds it (seen here: a launcher
-    test's barrier port "held by another job"). So: a random free port below that range.
-    """
-    try:
-        low = int(EPHEMERAL_RANGE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    for _ in range(200):
-        port = random.randrange(20000, max(low, 20001))
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    msg = f"no free loopback port in 20000..{low}"
-    raise RuntimeError(msg)
-
-
-# Lock sources --------------------------------------------------------------------------------------
-
-
-class FakeSources(Sources):
-    """The lock's sources, answering from a table: pin name -> identity, or a failure to raise.
-
-    Give ``open`` to the lock (``lock(options, open_sources=fake.open)``); afterwards ``asked`` holds
-    the pins it asked about, ``settings`` what it opened the sources with, ``closed`` whether it
-    closed them. A pin without an answer fails as a source would, naming it.
-    """
-
-    def __init__(self, answers: Mapping[str, Resolved | SourceFailure]) -> None:
-        self.answers = dict(answers)
-        self.asked: list[str] = []
-        self.settings: SourceSettings | None = None
-        self.closed = False
-
-    def open(self, settings: SourceSettings) -> FakeSources:
-        self.settings = settings
-        self.closed = False
-        return self
-
-    def resolve(self, pin: Pin) -> Resolved:
-        self.asked.append(pin.name)
-        answer = self.answers.get(pin.name)
-        if answer is None:
-            raise SourceError(pin, pin.source_url, "FakeSources has no answer for it", "Give the fake one")
-        if isinstance(answer, SourceFailure):
-            raise SourceError.blaming(pin, answer) from answer
-        return answer
-
-    def close(self) -> None:
-        self.closed = True
-
-
-# Clock ---------------------------------------------------------------------------------------------
-
-
-class FakeClock(Clock):
-    """Time stands still until ``advance``; timers due on the way fire in order, synchronously."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self._now = start
-        self._timers: list[tuple[float, int, _FakeTimer]] = []
-        self._order = itertools.count()
-
-    def now(self) -> float:
-        return self._now
-
-    def every(self, interval: float, callback: Callable[[], None]) -> Timer:
-        timer = _FakeTimer(interval, callback)
-        heapq.heappush(self._timers, (self._now + interval, next(self._order), timer))
-        return timer
-
-    def advance(self, seconds: float) -> None:
-        self.advance_to(self._now + seconds)
-
-    def advance_to(self, when: float) -> None:
-        while self._timers and self._timers[0][0] <= when:
-            due, _, timer = heapq.heappop(self._timers)
-            if timer.cancelled:
-                continue
-            self._now = max(self._now, due)
-            timer.callback()
-            heapq.heappush(self._timers, (due + timer.interval, next(self._order), timer))
-        self._now = max(self._now, when)
-
-
-@dataclass
-class _FakeTimer(Timer):
-    interval: float
-    callback: Callable[[], None]
-    cancelled: bool = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
+from imagebuild.testing.clock import FakeClock
 
 # Recorded builds -------------------------------------------------------------------------------------
 
