@@ -50,7 +50,7 @@ def published(sample_image: dict[str, object], world: World) -> str:
             [
                 "publish",
                 str(sample_image["image_id"]),
-                "--repository",
+                "-t",
                 f"{world.registry}/imagebuild-test/kimi-k3",
             ]
         )

@@ -89,7 +89,7 @@ def test_publish_gives_a_digest_reference_that_pulls_the_same_image_on_a_fresh_e
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     repository = f"{world.registry}/imagebuild-test-distribute/kimi-k3"
-    assert main(["publish", IMAGE, "--repository", repository, "--record", str(built["record_path"])]) == 0
+    assert main(["publish", IMAGE, "-t", repository, "--record", str(built["record_path"])]) == 0
     reference = capsys.readouterr().out
     assert re.fullmatch(rf"{re.escape(repository)}@sha256:[0-9a-f]{{64}}\n", reference)
     reference = reference.strip()
@@ -194,7 +194,7 @@ def test_an_archive_of_another_image_is_refused_and_removed(
 
 def test_an_unknown_image_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", "imagebuild-test-distribute/absent:nope", "--output", str(tmp_path)]) == 2
-    assert main(["publish", "imagebuild-test-distribute/absent:nope", "--repository", "127.0.0.1:1/x"]) == 2
+    assert main(["publish", "imagebuild-test-distribute/absent:nope", "-t", "127.0.0.1:1/x"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert all("no image 'imagebuild-test-distribute/absent:nope'" in line for line in err)
     assert list(tmp_path.iterdir()) == []
@@ -204,7 +204,7 @@ def test_an_unreachable_registry_is_named(
     world: World, built: dict[str, object], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert (
-        main(["publish", world.donor_image, "--repository", "127.0.0.1:9/imagebuild-test-distribute/x"]) == 8
+        main(["publish", world.donor_image, "-t", "127.0.0.1:9/imagebuild-test-distribute/x"]) == 8
     )
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("imagebuild: error: push of 127.0.0.1:9/imagebuild-test-distribute/x:")

@@ -88,7 +88,7 @@ def test_refused_credentials_name_the_registry_and_docker_login(
             [
                 "publish",
                 world.donor_image,
-                "--repository",
+                "-t",
                 f"{locked_registry}/imagebuild-test-distribute/donor",
             ]
         )
@@ -112,7 +112,7 @@ def test_missing_credentials_say_to_log_in(
             [
                 "publish",
                 world.donor_image,
-                "--repository",
+                "-t",
                 f"{locked_registry}/imagebuild-test-distribute/donor",
             ]
         )
@@ -131,5 +131,5 @@ def test_docker_config_credentials_are_used(
 ) -> None:
     _config(tmp_path, monkeypatch, {locked_registry: _auth(USER, PASSWORD)})
     repository = f"{locked_registry}/imagebuild-test-distribute/donor"
-    assert main(["publish", world.donor_image, "--repository", repository]) == 0
+    assert main(["publish", world.donor_image, "-t", repository]) == 0
     assert capsys.readouterr().out.startswith(f"{repository}@sha256:")
