@@ -7,6 +7,7 @@ identity is the normalised config's digest, which each build record, iidfile and
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,10 +17,12 @@ import pytest
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from sampleworld.engine_matrix import MatrixEngine
-from tests.integration.conftest import CHECKOUT, REPO
 
 pytestmark = pytest.mark.docker
 
+REPO = Path(__file__).resolve().parents[2]
+# Per checkout: several checkouts share the main engine, and a shared tag would be overwritten.
+CHECKOUT = hashlib.sha256(str(REPO).encode()).hexdigest()[:8]
 TAG = f"imagebuild-test/engines:gfx942-{CHECKOUT}"
 
 
