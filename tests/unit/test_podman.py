@@ -26,7 +26,7 @@ from imagebuild.normalize.load_archive import OCI_LAYER
 from imagebuild.project import find_project
 from imagebuild.testing import FakeEngine, Recording
 from tests.unit.imagetars import config, digest, saved
-from tests.unit.test_normalize import BASE, built, normalize
+from tests.unit.normalize_support import BASE, built, normalize
 
 Replay = Callable[..., tuple[FakeEngine, BuildRecord]]  # the replay fixture (tests/unit/conftest.py)
 REPO = Path(__file__).resolve().parents[2]
