@@ -115,40 +115,36 @@ def node_engine(state: StateDir, name: str) -> NodeEngine:
     return NodeEngine(name=name, root=state.root / "engines" / name, run_dir=RUN_ROOT / key)
 
 
-def api_get(engine: NodeEngine, path: str, timeout: float = 10) -> Any:
-    """GET an engine API path on the engine's socket, decoded from JSON."""
+def _request(engine: NodeEngine, method: str, path: str, timeout: float) -> tuple[int, bytes]:
+    """(status, body) of one API request on the engine's socket; SampleWorldError when it does not answer."""
     conn = _UnixHTTPConnection(engine.socket, timeout)
     try:
-        conn.request("GET", path)
+        conn.request(method, path)
         response = conn.getresponse()
-        body = response.read()
+        return response.status, response.read()
     except OSError as e:
-        msg = f"engine {engine.name} does not answer GET {path} on {engine.socket}: {e}"
+        msg = f"engine {engine.name} does not answer {method} {path} on {engine.socket}: {e}"
         raise SampleWorldError(msg) from e
     finally:
         conn.close()
-    if response.status != 200:
-        msg = f"engine {engine.name}: GET {path} answered {response.status}: {body[:300]!r}"
+
+
+def api_get(engine: NodeEngine, path: str, timeout: float = 10) -> Any:
+    """GET an engine API path on the engine's socket, decoded from JSON."""
+    status, body = _request(engine, "GET", path, timeout)
+    if status != 200:
+        msg = f"engine {engine.name}: GET {path} answered {status}: {body[:300]!r}"
         raise SampleWorldError(msg)
     return cast(Any, json.loads(body))
 
 
 def api_post(engine: NodeEngine, path: str, timeout: float = 900) -> list[Any]:
     """POST to an engine API path that streams JSON lines (pull); fails on an error line."""
-    conn = _UnixHTTPConnection(engine.socket, timeout)
-    try:
-        conn.request("POST", path)
-        response = conn.getresponse()
-        body = response.read()
-    except OSError as e:
-        msg = f"engine {engine.name} does not answer POST {path} on {engine.socket}: {e}"
-        raise SampleWorldError(msg) from e
-    finally:
-        conn.close()
+    status, body = _request(engine, "POST", path, timeout)
     lines = [json.loads(line) for line in body.splitlines() if line.strip()]
     errors = [line for line in lines if isinstance(line, dict) and "error" in line]
-    if response.status != 200 or errors:
-        msg = f"engine {engine.name}: POST {path} answered {response.status}: {errors or body[:300]!r}"
+    if status != 200 or errors:
+        msg = f"engine {engine.name}: POST {path} answered {status}: {errors or body[:300]!r}"
         raise SampleWorldError(msg)
     return lines
 
