@@ -21,7 +21,7 @@ from imagebuild.diff.tree import index_layer
 from imagebuild.engine.interface import Engine
 from imagebuild.errors import ConfigError, EngineError
 from imagebuild.normalize.archive import ArchiveError, read_saved_image
-from imagebuild.normalize.streams import CHUNK, open_stream
+from imagebuild.util.streams import CHUNK, open_stream
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

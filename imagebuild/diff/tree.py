@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import BinaryIO
 
 from imagebuild.normalize.rewrite import ENCODING, ERRORS
-from imagebuild.normalize.streams import CHUNK, HashingReader, forget_members
+from imagebuild.util.streams import CHUNK, HashingReader, forget_members
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"

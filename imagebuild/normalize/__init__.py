@@ -10,7 +10,6 @@ load_archive what the normalised image is loaded from: legacy (graph drivers) or
 archive      reading an image from a ``docker save`` stream, one pass
 tar_split    a layer's tar rebuilt byte for byte from the engine's layer store
 rewrite      one layer tar with its timestamps clamped
-streams      byte streams with bounded memory
 
 May import: engine, pins, render, inputs and the packages below them.
 """

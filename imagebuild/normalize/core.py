@@ -56,7 +56,7 @@ from imagebuild.normalize.model import (
     NormalizeResult,
     StoreReadFailure,
 )
-from imagebuild.normalize.streams import open_stream
+from imagebuild.util.streams import open_stream
 
 
 def load_chunks(image: Normalized) -> Iterator[bytes]:

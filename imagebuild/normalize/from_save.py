@@ -20,7 +20,7 @@ from imagebuild.normalize.model import (
     lower_state,
 )
 from imagebuild.normalize.rewrite import LayerError, rewrite_layer
-from imagebuild.normalize.streams import spool
+from imagebuild.util.streams import spool
 
 
 @dataclass(frozen=True, kw_only=True)

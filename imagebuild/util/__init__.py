@@ -1,4 +1,5 @@
-"""Generic helpers with no knowledge of images: every subprocess (``run``), atomic file writes (``files``).
+"""Generic helpers with no knowledge of images: every subprocess (``run``), atomic file writes (``files``),
+byte streams with bounded memory and tar entries as chunks (``streams``).
 
 Nothing here imports the rest of imagebuild except ``errors`` and ``log``, so any module may use it.
 """
