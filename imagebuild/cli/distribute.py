@@ -147,18 +147,20 @@ def cmd_import(args: argparse.Namespace) -> int:
         if result.already_present
         else f"verified and loaded in {format_duration(result.seconds)}"
     )
-    logger.info("%s %s; tagged %s", result.image_id, how, ", ".join(result.tags) or "nothing")
+    named = "" if result.engine_id == result.image_id else f" (engine ID {result.engine_id})"
+    logger.info("%s%s %s; tagged %s", result.image_id, named, how, ", ".join(result.tags) or "nothing")
     if args.json:
         write_json(
             {
                 "image_id": result.image_id,
+                "engine_id": result.engine_id,
                 "tags": list(result.tags),
                 "already_present": result.already_present,
                 "seconds": round(result.seconds, 3),
             }
         )
     else:
-        sys.stdout.write(result.image_id + "\n")
+        sys.stdout.write(result.engine_id + "\n")  # what `docker run` takes on this engine
     return 0
 
 

@@ -1,16 +1,17 @@
-"""`imagebuild export`: stream an image out of the engine into a verified, content-addressed archive.
+"""`imagebuild export`: stream an image out of the engine into a verified archive every engine loads.
 
-One pass: the engine's `save` stream is compressed and hashed as it is written, in 1 MiB chunks, so
-memory stays bounded whatever the image size. The archive is named by the image ID
-(``kimi-k3-<id12>.tar.zst``): the ID is what every node checks after loading and the same for every
-compression and engine, while the archive's own sha256 is not known until the last byte is written and
-could not name a file that is being written. The image is saved by ID, so the archive carries no tags:
-loading it tags nothing until the importer has verified it.
+One pass: the engine's `save` stream is rearranged into the portable layout (``archive_layout``: its
+files as the engine gave them, with a legacy ``manifest.json`` for graph-driver stores and an OCI
+``index.json`` for the containerd store), compressed and hashed as it is written, in 1 MiB chunks, so
+memory stays bounded whatever the image size. The archive is named by the image's identity, the
+config digest (``kimi-k3-<id12>.tar.zst``): the same for every compression and engine, while the
+archive's own sha256 is not known until the last byte is written. The image is saved by its engine
+ID, so the archive carries no tags: loading it tags nothing until the importer has verified it.
 
 Files appear in this order, each complete (temporary name, fsync, rename): the archive, the importer
 (``imagebuild-import.pyz``, standard library only, for nodes without imagebuild; the same bytes from
-every export of one imagebuild), then the manifest (``<archive>.json``) last. A manifest therefore always names a complete archive, and an interrupted
-export leaves no file that looks complete.
+every export of one imagebuild), then the manifest (``<archive>.json``) last. A manifest therefore
+always names a complete archive, and an interrupted export leaves no file that looks complete.
 """
 
 from __future__ import annotations
@@ -21,16 +22,17 @@ import re
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from imagebuild import __version__
+from imagebuild.distribute.archive_layout import ArchiveLayoutError, portable_archive
 from imagebuild.distribute.compression import Compression, compressing
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
 from imagebuild.engine.interface import Engine, ImageInfo
-from imagebuild.errors import ConfigError
+from imagebuild.errors import ConfigError, EngineError
 from imagebuild.importer.manifest import Manifest, parse_manifest
 from imagebuild.secrets import secret_value_reason
 from imagebuild.util.files import atomic_file
@@ -91,11 +93,11 @@ def check_output_dir(output: Path) -> Path:
 
 
 def archive_name(info: ImageInfo, compression: Compression) -> str:
-    """``<name>-<id12><suffix>``: the last path part of the image's first tag, and its ID."""
+    """``<name>-<id12><suffix>``: the last path part of the image's first tag, and its identity."""
     tagged = [t for t in info.tags if t != "<none>:<none>"]
     stem = tagged[0].rsplit(":", 1)[0].rsplit("/", 1)[-1] if tagged else "image"
     stem = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip(".-") or "image"
-    return f"{stem}-{info.id.removeprefix('sha256:')[:12]}{compression.suffix}"
+    return f"{stem}-{(info.identity or info.id).removeprefix('sha256:')[:12]}{compression.suffix}"
 
 
 def image_manifest_fields(info: ImageInfo) -> tuple[dict[str, str], dict[str, str]]:
@@ -103,7 +105,7 @@ def image_manifest_fields(info: ImageInfo) -> tuple[dict[str, str], dict[str, st
     for name, value in info.labels.items():
         reason = secret_value_reason(value)
         if reason:
-            msg = f"image {info.id[:19]}: label {name} {reason}; refusing to copy it into a manifest on shared storage (rebuild without it)"
+            msg = f"image {info.described}: label {name} {reason}; refusing to copy it into a manifest on shared storage (rebuild without it)"
             raise ConfigError(msg)
     pins = {
         name.removeprefix(PIN_LABEL_PREFIX): value
@@ -119,26 +121,31 @@ def export_image(options: ExportOptions, engine: Engine, *, report: Callable[[st
     info = engine.inspect_image(options.image)
     pins, labels = image_manifest_fields(info)
     name = archive_name(info, options.compression)
-    report(f"exporting {options.image} ({info.id[:19]}) to {output / name}")
+    report(f"exporting {options.image} ({info.described}) from {engine.store().describe()} to {output / name}")
     # 0644 and 0755: the nodes' jobs may run as other users than the one exporting.
     with atomic_file(output / name, mode=0o644) as file:
         sink = _HashingSink(file)
-        next_report = time.monotonic() + PROGRESS_EVERY_S
-        saved = 0
+        progress = _SaveProgress(engine.save(info.id), sink, name, report)
         with compressing(options.compression, sink) as writer:
-            for chunk in engine.save(info.id):
-                writer.write(chunk)
-                saved += len(chunk)
-                if time.monotonic() >= next_report:
-                    next_report = time.monotonic() + PROGRESS_EVERY_S
-                    report(f"{name}: {saved / 1e9:.1f} GB saved, {sink.size / 1e9:.1f} GB written")
+            try:
+                layout = portable_archive(progress, writer)
+            except ArchiveLayoutError as e:
+                msg = f"cannot export {options.image} ({info.described}): {e}"
+                raise EngineError(msg) from e
+    if info.identity and layout.config_digest != info.identity:
+        msg = (
+            f"cannot export {options.image}: the engine saved config {layout.config_digest[:19]} for an image "
+            f"it reports as {info.described}; the engine changed the image while it was saved, export it again"
+        )
+        raise EngineError(msg)
     _write(output / IMPORTER_NAME, importer_zipapp(), mode=0o755)
     manifest = Manifest(
         archive=name,
         sha256=sink.hash.hexdigest(),
         size=sink.size,
         compression=options.compression.value,
-        image_id=info.id,
+        image_id=layout.config_digest,
+        manifest_digest=layout.manifest_digest,
         repo_tags=tuple(t for t in info.tags if t != "<none>:<none>"),
         pins=pins,
         labels=labels,
@@ -150,10 +157,27 @@ def export_image(options: ExportOptions, engine: Engine, *, report: Callable[[st
     _write(manifest_path, (json.dumps(manifest.to_json(), indent=2) + "\n").encode())
     seconds = time.monotonic() - started
     report(
-        f"wrote {name} ({sink.size / 1e9:.2f} GB from {saved / 1e9:.2f} GB, {options.compression}) "
+        f"wrote {name} ({sink.size / 1e9:.2f} GB from {progress.saved / 1e9:.2f} GB, {options.compression}) "
         f"in {seconds:.1f}s; manifest {manifest_path.name}"
     )
     return ExportResult(manifest_path=manifest_path, manifest=manifest, seconds=seconds)
+
+
+class _SaveProgress:
+    """The engine's save stream, counted, with a line every PROGRESS_EVERY_S seconds."""
+
+    def __init__(self, chunks: Iterable[bytes], sink: _HashingSink, name: str, report: Callable[[str], None]) -> None:
+        self._chunks, self._sink, self._name, self._report = chunks, sink, name, report
+        self.saved = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        next_report = time.monotonic() + PROGRESS_EVERY_S
+        for chunk in self._chunks:
+            self.saved += len(chunk)
+            if time.monotonic() >= next_report:
+                next_report = time.monotonic() + PROGRESS_EVERY_S
+                self._report(f"{self._name}: {self.saved / 1e9:.1f} GB saved, {self._sink.size / 1e9:.1f} GB written")
+            yield chunk
 
 
 def _write(path: Path, data: bytes, mode: int = 0o644) -> None:

@@ -70,7 +70,7 @@ def check_tag(text: str) -> str:
 def default_tag(info: ImageInfo) -> str:
     """``<arch>-<id12>``: unique per image, so a publish never moves a tag another image had."""
     arch = info.labels.get("io.imagebuild.arch", "image")
-    return f"{arch if TAG_RE.fullmatch(arch) else 'image'}-{info.id.removeprefix('sha256:')[:12]}"
+    return f"{arch if TAG_RE.fullmatch(arch) else 'image'}-{(info.identity or info.id).removeprefix('sha256:')[:12]}"
 
 
 class _PushProgress:
@@ -103,7 +103,7 @@ def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[
     info = engine.inspect_image(options.image)
     tag = check_tag(options.tag) if options.tag else default_tag(info)
     engine.tag(info.id, f"{repository}:{tag}")
-    report(f"pushing {options.image} ({info.id[:19]}) as {repository}:{tag}")
+    report(f"pushing {options.image} ({info.described}) from {engine.store().describe()} as {repository}:{tag}")
     started = time.monotonic()
     progress = _PushProgress(report)
     digest: str | None = None
@@ -115,11 +115,11 @@ def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[
         raise RegistryError(msg)
     report(f"pushed in {time.monotonic() - started:.1f}s: {progress.summary()}")
     reference = f"{repository}@{digest}"
-    recorded = _record(options.record_path, info.id, reference, report)
+    recorded = _record(options.record_path, info.identity or info.id, reference, report)
     return PublishResult(
         reference=reference,
         digest=digest,
-        image_id=info.id,
+        image_id=info.identity or info.id,
         repository=repository,
         tag=tag,
         recorded_in=recorded,

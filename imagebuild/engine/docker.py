@@ -26,6 +26,7 @@ import urllib3
 from docker.context import ContextAPI
 
 import docker
+from imagebuild.engine import containerd_store
 from imagebuild.engine.credentials import credentials_for, registry_failure
 from imagebuild.engine.interface import (
     CONTAINERD,
@@ -44,7 +45,7 @@ from imagebuild.engine.interface import (
 from imagebuild.engine.overlay2_store import stored_image
 from imagebuild.engine.unreachable import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, probe, unreachable
 from imagebuild.errors import ConfigError, EngineError, UnknownImageError
-from imagebuild.importer.docker_api import loaded_images, loads_zstd, stream_error
+from imagebuild.importer.docker_api import loaded_images, loads_zstd, names_images_by_manifest, stream_error
 
 PROBE_TIMEOUT_S = 10  # connecting to a live engine takes milliseconds; a filtered port never answers
 CHUNK_SIZE = 1 << 20  # save stream chunks: large enough for throughput, small enough to bound memory
@@ -193,7 +194,21 @@ class DockerEngine(Engine):
             workdir=config.get("WorkingDir") or "",
             history=tuple(str(h.get("CreatedBy", "")) for h in history),
             layers=tuple((data.get("RootFS") or {}).get("Layers") or ()),
+            **self._config_digest(str(data["Id"])),
         )
+
+    def _config_digest(self, image_id: str) -> dict[str, str]:
+        """ImageInfo's config_digest (or identity_unknown) where image IDs are not config digests."""
+        if not self.store().ids_are_manifests:
+            return {}
+        if not self._address.startswith("unix://"):
+            return {"identity_unknown": f"the containerd store of the engine at {self._address} is not on this machine"}
+        try:
+            root = str(self._api.info().get("DockerRootDir") or "")
+        except docker.errors.DockerException as e:
+            return {"identity_unknown": f"could not ask for the data root: {plain_reason(e)}"}
+        digest, reason = containerd_store.config_digest(image_id, data_root=root)
+        return {"config_digest": digest} if digest else {"identity_unknown": reason}
 
     def run(self, image: str, command: list[str], *, network_mode: str | None = None) -> tuple[int, str]:
         container_id = self._create(image, command, network_mode)
@@ -364,8 +379,7 @@ def engine_store(info: dict[str, Any], version: dict[str, Any] | None = None) ->
     Engine"), its ``/info`` being Docker's fields with Podman's values (ServerVersion 4.3.1, Driver
     overlay).
     """
-    status = {str(pair[0]): str(pair[1]) for pair in info.get("DriverStatus") or [] if len(pair) == 2}
-    containerd = status.get("driver-type") == "io.containerd.snapshotter.v1"
+    containerd = names_images_by_manifest(info)
     components = {str(c.get("Name")) for c in (version or {}).get("Components") or [] if isinstance(c, dict)}
     kind = PODMAN if "Podman Engine" in components else CONTAINERD if containerd else GRAPH_DRIVER
     return EngineStore(

@@ -37,6 +37,23 @@ class ImageInfo:
     workdir: str
     history: tuple[str, ...] = field(default=())  # created_by of every layer, newest first
     layers: tuple[str, ...] = field(default=())  # the layers' diffIDs (sha256:...), lowest first
+    # The config's digest, imagebuild's identity of the image, where ``id`` is not it (the containerd
+    # image store names images by their manifest); "" with ``identity_unknown`` saying why when the
+    # engine's store could not be read.
+    config_digest: str = ""
+    identity_unknown: str = ""
+
+    @property
+    def identity(self) -> str:
+        """The config's digest: the same for one image on every engine (the image ID on graph-driver stores)."""
+        return self.config_digest or ("" if self.identity_unknown else self.id)
+
+    @property
+    def described(self) -> str:
+        """``sha256:abc...`` or, where the engine names it otherwise, ``sha256:abc... (engine ID sha256:def...)``."""
+        if self.identity_unknown:
+            return f"engine ID {self.id[:19]} (identity unknown: {self.identity_unknown})"
+        return self.identity[:19] if self.identity == self.id else f"{self.identity[:19]} (engine ID {self.id[:19]})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,6 +204,11 @@ class Engine(ABC):
     @abstractmethod
     def loads_zstd(self) -> bool:
         """Whether ``load`` accepts zstd-compressed archives (Docker 23 and later)."""
+
+    @property
+    def ids_are_manifests(self) -> bool:
+        """Whether this engine names images by their manifest (the containerd store), not their config."""
+        return self.store().ids_are_manifests
 
     @abstractmethod
     def has_image(self, image_id: str) -> bool:

@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         print("imagebuild-import: interrupted; nothing was tagged", file=sys.stderr)
         return 130
     how = "already present" if result.already_present else f"verified and loaded in {result.seconds:.1f}s"
-    report(f"{result.image_id} {how}; tagged {', '.join(result.tags) or 'nothing'}")
-    print(result.image_id)
+    named = "" if result.engine_id == result.image_id else f" (engine ID {result.engine_id})"
+    report(f"{result.image_id}{named} {how}; tagged {', '.join(result.tags) or 'nothing'}")
+    print(result.engine_id)  # what `docker run` takes on this engine
     return 0

@@ -21,6 +21,15 @@ def loads_zstd(api_version: str) -> bool:
     return len(parts) == 2 and tuple(parts) >= ZSTD_LOAD_API
 
 
+def names_images_by_manifest(info: Mapping[str, Any]) -> bool:
+    """Whether the engine whose ``GET /info`` this is uses the containerd image store.
+
+    There an image ID is its manifest's digest; on graph-driver stores (and Podman) its config's.
+    """
+    status = {str(pair[0]): str(pair[1]) for pair in info.get("DriverStatus") or [] if len(pair) == 2}
+    return status.get("driver-type") == "io.containerd.snapshotter.v1"
+
+
 def stream_error(message: Mapping[str, Any]) -> str | None:
     """The error a JSON stream message (load, push, pull) reports, or None."""
     if "error" not in message and "errorDetail" not in message:

@@ -1,7 +1,11 @@
 """The manifest `imagebuild export` writes beside each archive: its one definition, read and checked.
 
 Everything a node trusts comes from here: the archive's file name (a bare name beside the manifest),
-its size and sha256, and the image ID the engine must report after loading it.
+its size and sha256, and the IDs the engine must report after loading it: the image's identity (its
+config digest: the image ID on graph-driver stores and Podman) and, for the containerd image store,
+which names images by their manifest, the digest of the manifest the archive's index.json names.
+Version 1 manifests (imagebuild before the portable archive) have no manifest digest: they import on
+graph-driver stores only.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from typing import Any
 from .failures import BadInput
 
 FORMAT = "imagebuild-image-archive"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+FORMAT_VERSIONS = (1, 2)  # read; version 1 lacks manifest_digest
 COMPRESSIONS = ("zstd", "gzip", "none")
 IMAGE_ID_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -39,12 +44,13 @@ class Manifest:
     sha256: str  # of the archive file as written (compressed bytes)
     size: int
     compression: str
-    image_id: str
+    image_id: str  # the identity: the config digest
     repo_tags: tuple[str, ...]
     pins: dict[str, str]
     labels: dict[str, str]
     imagebuild_version: str
     origin: str = ""  # host:directory it was exported to, for "copy it again from host:dir/archive"
+    manifest_digest: str = ""  # of the OCI manifest index.json names: the containerd store's image ID
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
 
@@ -67,7 +73,7 @@ def parse_manifest(data: object, where: str) -> Manifest:
         if not isinstance(value, kind) or isinstance(value, bool):
             msg = f"manifest {where}: '{key}' must be a {kind.__name__}, not {type(value).__name__}"
             raise BadInput(msg)
-    if data["format"] != FORMAT or data["format_version"] != FORMAT_VERSION:
+    if data["format"] != FORMAT or data["format_version"] not in FORMAT_VERSIONS:
         msg = (
             f"manifest {where}: format {data['format']!r} version {data['format_version']} is not "
             f"{FORMAT!r} version {FORMAT_VERSION}; use the importer shipped next to that archive"
@@ -80,12 +86,13 @@ def parse_manifest(data: object, where: str) -> Manifest:
     checks = (
         ("sha256", SHA256_RE.match(data["sha256"]), "64 lowercase hex digits"),
         ("image_id", IMAGE_ID_RE.match(data["image_id"]), "sha256: and 64 hex digits"),
+        ("manifest_digest", _manifest_digest_ok(data), "sha256: and 64 hex digits"),
         ("compression", data["compression"] in COMPRESSIONS, " or ".join(COMPRESSIONS)),
         ("size", data["size"] >= 0, "a byte count"),
     )
     for key, ok, expected in checks:
         if not ok:
-            msg = f"manifest {where}: '{key}' must be {expected}, not {data[key]!r}"
+            msg = f"manifest {where}: '{key}' must be {expected}, not {data.get(key)!r}"
             raise BadInput(msg)
     for tag in data["repo_tags"]:
         if not isinstance(tag, str) or not REPO_TAG_RE.match(tag):
@@ -100,8 +107,17 @@ def parse_manifest(data: object, where: str) -> Manifest:
         archive=name, sha256=data["sha256"], size=data["size"], compression=data["compression"],
         image_id=data["image_id"], repo_tags=tuple(data["repo_tags"]), pins=dict(data["pins"]),
         labels=dict(data["labels"]), imagebuild_version=data["imagebuild_version"],
-        origin=origin if isinstance(origin, str) else "",
+        origin=origin if isinstance(origin, str) else "", manifest_digest=str(data.get("manifest_digest", "")),
+        format_version=data["format_version"],
     )  # fmt: skip
+
+
+def _manifest_digest_ok(data: dict[str, Any]) -> bool:
+    """Required from version 2 on; version 1 manifests predate it."""
+    value = data.get("manifest_digest")
+    if value is None:
+        return bool(data["format_version"] == 1)
+    return isinstance(value, str) and IMAGE_ID_RE.match(value) is not None
 
 
 def read_manifest(path: Path) -> Manifest:

@@ -17,7 +17,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Iterable
 
-from .docker_api import loaded_images, loads_zstd, response_error, stream_error
+from .docker_api import loaded_images, loads_zstd, names_images_by_manifest, response_error, stream_error
 from .failures import EngineUnavailable
 
 
@@ -39,6 +39,7 @@ class SocketEngine:
             self._tls.load_cert_chain(str(certs / "cert.pem"), str(certs / "key.pem"))
         version = self._json("/version", "report its version").get("ApiVersion", "0.0")
         self.loads_zstd = loads_zstd(str(version))
+        self.ids_are_manifests = names_images_by_manifest(self._json("/info", "report how it stores images"))
 
     @classmethod
     def from_env(cls) -> SocketEngine:

@@ -1,9 +1,10 @@
 """Import an archive into an engine: one pass, its bytes hashed as they stream into the engine.
 
 The archive carries no tags (export saves by image ID), so a load tags nothing; the manifest's tags
-are applied only after the sha256 matched and the engine reported the manifest's image ID. A failed
-check removes the image the load created (never one that was there before). An image ID already
-present returns at once.
+are applied only after the sha256 matched and the engine reported the image the manifest names: its
+identity (the config digest) on graph-driver stores and Podman, the digest of the archive's OCI
+manifest (which names that config) on the containerd store. A failed check removes the image the
+load created (never one that was there before). An image already present returns at once.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class ImportEngine(Protocol):
     def address(self) -> str: ...
     @property
     def loads_zstd(self) -> bool: ...
+    @property
+    def ids_are_manifests(self) -> bool: ...
     def has_image(self, image_id: str) -> bool: ...
     def image_ids(self) -> frozenset[str]: ...
     def load(self, chunks: Iterable[bytes]) -> list[str]: ...
@@ -43,7 +46,8 @@ class ImportEngine(Protocol):
 
 @dataclass(frozen=True)
 class ImportResult:
-    image_id: str
+    image_id: str  # the identity (config digest)
+    engine_id: str  # what the engine calls it: the identity, or the manifest digest on the containerd store
     tags: tuple[str, ...]
     already_present: bool
     seconds: float
@@ -143,10 +147,11 @@ def import_archive(
     """Make the manifest's image present and tagged in ``engine``, or fail with nothing tagged."""
     started = time.monotonic()
     manifest = read_manifest(manifest_path)
-    if engine.has_image(manifest.image_id):
-        _tag(engine, manifest)
+    engine_id = expected_engine_id(manifest, manifest_path, engine)
+    if engine.has_image(engine_id):
+        _tag(engine, engine_id, manifest)
         return ImportResult(
-            image_id=manifest.image_id, tags=manifest.repo_tags, already_present=True,
+            image_id=manifest.image_id, engine_id=engine_id, tags=manifest.repo_tags, already_present=True,
             seconds=time.monotonic() - started,
         )  # fmt: skip
     archive = manifest_path.parent / manifest.archive
@@ -187,24 +192,39 @@ def import_archive(
         raise IntegrityFailure(msg)
     if engine_error is not None:
         raise engine_error
-    if loaded != [manifest.image_id]:
+    if loaded != [engine_id]:
         _remove_new(engine, loaded, before)
         got = ", ".join(loaded) or "nothing"
+        said = f"{manifest.image_id}" + (f" (manifest {engine_id})" if engine_id != manifest.image_id else "")
         msg = (
-            f"archive {archive}: the engine loaded {got}, but {manifest_path} says {manifest.image_id}: "
+            f"archive {archive}: the engine loaded {got}, but {manifest_path} says {said}: "
             "archive and manifest do not belong together; export the image again"
         )
         raise IntegrityFailure(msg)
-    _tag(engine, manifest)
+    _tag(engine, engine_id, manifest)
     return ImportResult(
-        image_id=manifest.image_id, tags=manifest.repo_tags, already_present=False,
+        image_id=manifest.image_id, engine_id=engine_id, tags=manifest.repo_tags, already_present=False,
         seconds=time.monotonic() - started,
     )  # fmt: skip
 
 
-def _tag(engine: ImportEngine, manifest: Manifest) -> None:
+def expected_engine_id(manifest: Manifest, manifest_path: Path, engine: ImportEngine) -> str:
+    """The ID the engine must report for the manifest's image: its identity, or its manifest's digest."""
+    if not engine.ids_are_manifests:
+        return manifest.image_id
+    if not manifest.manifest_digest:
+        msg = (
+            f"manifest {manifest_path}: format version {manifest.format_version} names no OCI manifest, which "
+            f"the containerd image store of the engine at {engine.address} names images by; export the "
+            "image again with this imagebuild (its archives load on every engine)"
+        )
+        raise BadInput(msg)
+    return manifest.manifest_digest
+
+
+def _tag(engine: ImportEngine, engine_id: str, manifest: Manifest) -> None:
     for name in manifest.repo_tags:
-        engine.tag(manifest.image_id, name)
+        engine.tag(engine_id, name)
 
 
 def _remove_new(engine: ImportEngine, loaded: list[str], before: frozenset[str]) -> None:

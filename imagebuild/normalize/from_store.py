@@ -14,8 +14,8 @@ from imagebuild.normalize.canonical import LayerReducer
 from imagebuild.normalize.lower import Digest, LowerState, file_digest, scan_layer
 from imagebuild.normalize.model import LayerPlan, Normalized, NormalizedLayer, StoreReadFailure, assemble
 from imagebuild.normalize.rewrite import LayerError, rewrite_layer
-from imagebuild.util.streams import HashingReader, open_stream
 from imagebuild.normalize.tar_split import TarSplitError, file_content, header_chunks, layer_chunks
+from imagebuild.util.streams import HashingReader, open_stream
 
 
 def normalize_stored(image: StoredImage, plan: LayerPlan, workdir: Path, *, what: str) -> Normalized:

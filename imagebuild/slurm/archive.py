@@ -23,5 +23,6 @@ def read_archive(manifest: Path) -> ArchivedImage:
             msg = f"--archive {manifest}: {what} {path.parent / name} is missing beside it; export the image again"
             raise ConfigError(msg)
     return ArchivedImage(
-        manifest=str(path), importer=str(path.parent / IMPORTER_NAME), image_id=checked.image_id
-    )
+        manifest=str(path), importer=str(path.parent / IMPORTER_NAME), image_id=checked.image_id,
+        manifest_digest=checked.manifest_digest,
+    )  # fmt: skip

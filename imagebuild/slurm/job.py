@@ -88,7 +88,8 @@ class ArchivedImage:
 
     manifest: str  # absolute path, as the nodes see it
     importer: str  # absolute path of the importer next to the manifest
-    image_id: str  # sha256:..., what the nodes run once imported
+    image_id: str  # sha256:..., the identity: what graph-driver nodes run once imported
+    manifest_digest: str = ""  # what nodes on the containerd image store run ("" from a version-1 manifest)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -326,6 +327,8 @@ def _check_source(image: PulledImage | ArchivedImage) -> PulledImage | ArchivedI
         check_path("--archive", image.manifest)
         check_path("--archive", image.importer)
         check_image_id(f"--archive {image.manifest}: image_id", image.image_id)
+        if image.manifest_digest:
+            check_image_id(f"--archive {image.manifest}: manifest_digest", image.manifest_digest)
     return image
 
 

@@ -72,8 +72,10 @@ def _image_settings(job: Job) -> str:
         "    # it (the nodes need only python3 and docker).\n"
         f"    ARCHIVE_MANIFEST={_q(job.image.manifest)}\n"
         f"    ARCHIVE_IMPORTER={_q(job.image.importer)}\n"
-        "    # The image ID the manifest records: what the nodes run once they imported it.\n"
-        f"    IMAGE={_q(job.image.image_id)}"
+        "    # The image the manifest records: its ID on graph-driver stores, and on the containerd image\n"
+        "    # store (which names images by their manifest) its manifest's digest.\n"
+        f"    IMAGE={_q(job.image.image_id)}\n"
+        f"    IMAGE_MANIFEST={_q(job.image.manifest_digest or job.image.image_id)}"
     )
 
 
@@ -133,7 +135,9 @@ fetch_image() {
     say "pulling $IMAGE"
     docker pull --quiet "$IMAGE" >/dev/null
     say "image present: $(docker image inspect --format '{{.Id}}' "$IMAGE")"
-}"""
+}
+
+node_image() { echo "$IMAGE"; }"""
     assert isinstance(job.image, ArchivedImage)
     return """\
 # Step 1, on every node: import the archive. The importer checks its size and sha256 while loading it,
@@ -142,7 +146,12 @@ fetch_image() {
     settings
     say "importing $ARCHIVE_MANIFEST"
     python3 "$ARCHIVE_IMPORTER" "$ARCHIVE_MANIFEST" >/dev/null
-    say "image present: $IMAGE"
+    say "image present: $(node_image)"
+}
+
+# What this node's engine calls the image: its ID, or (containerd image store) its manifest's digest.
+node_image() {
+    if docker image inspect "$IMAGE" >/dev/null 2>&1; then echo "$IMAGE"; else echo "$IMAGE_MANIFEST"; fi
 }"""
 
 
@@ -205,7 +214,8 @@ run_node() {
     local run=(docker run --name "$CONTAINER" --network host --ipc host --shm-size "$SHM_SIZE")
     # As the reference runs it: for profilers and ROCm's debugging tools.
     run+=(--cap-add SYS_PTRACE --security-opt seccomp=unconfined)
-    local limit lib var status=0 client
+    local limit lib var status=0 client image
+    image=$(node_image)
     for limit in "${ULIMITS[@]}"; do run+=(--ulimit "$limit"); done
     if ((GPU_DEVICES)); then
         run+=(--device /dev/kfd --device /dev/dri --group-add video)
@@ -229,7 +239,7 @@ run_node() {
     for var in "${EXTRA_ENV[@]}"; do run+=(--env "$var"); done
     # `--env NAME` without a value: docker copies it from this task's environment.
     for var in "${PASS_ENV[@]}"; do run+=(--env "$var"); done
-    run+=("${DOCKER_ARGS[@]}" "$IMAGE" python3 @LAUNCHER@)
+    run+=("${DOCKER_ARGS[@]}" "$image" python3 @LAUNCHER@)
 
     # A leftover of an earlier attempt of this job (a requeue) would make `docker run` fail on the name.
     remove_container "$CONTAINER"

@@ -16,13 +16,12 @@ way whatever pytest's rootdir and import mode are.
 """
 
 from imagebuild.testing.clock import FakeClock
-from imagebuild.testing.engine import SAVED_MAGIC, FakeEngine, RecordedMessage, Recording, image_info
+from imagebuild.testing.engine import FakeEngine, RecordedMessage, Recording, image_info
 from imagebuild.testing.ports import EPHEMERAL_RANGE, dev_tool, free_port
 from imagebuild.testing.sources import FakeSources
 
 __all__ = [
     "EPHEMERAL_RANGE",
-    "SAVED_MAGIC",
     "FakeClock",
     "FakeEngine",
     "FakeSources",

@@ -9,7 +9,7 @@ import json
 import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,11 @@ import zstandard
 
 from imagebuild.engine.interface import (
     BuildEvent,
+    CONTAINERD,
+    GRAPH_DRIVER,
     BuildRequest,
     Engine,
+    EngineStore,
     ImageInfo,
     PushEvent,
     StoredImage,
@@ -92,7 +95,6 @@ class Recording:
 
 # Engine ----------------------------------------------------------------------------------------------
 
-SAVED_MAGIC = b"FAKE-SAVED-IMAGE\n"
 
 
 @dataclass
@@ -124,6 +126,9 @@ class FakeEngine(Engine):
     refuse_pull: str | None = None
     loads: int = 0
     stored: dict[str, StoredImage] = field(default_factory=dict)  # image ID -> its layer store, when readable
+    # True: the containerd image store, which names an image by its manifest's digest (a load of an OCI
+    # layout reports the manifest index.json names); False: a graph-driver store (the config's digest).
+    manifest_ids: bool = False
 
     @property
     def address(self) -> str:
@@ -182,11 +187,23 @@ class FakeEngine(Engine):
     def add_saved_image(
         self, tag: str, *, size: int = 3 << 20, labels: Mapping[str, str] | None = None
     ) -> str:
-        """An image that `save` can stream (compressible bytes, like layers); returns its ID."""
+        """An image that `save` streams as Docker 20.10 does (legacy layout, one layer); returns its ID.
+
+        The layer holds ``size`` compressible bytes; the config names its diffID, so a damaged archive
+        loads as another image or not at all, as on a real engine.
+        """
         body = hashlib.shake_256(tag.encode()).digest(size // 2) * 2
-        payload = SAVED_MAGIC + body
-        image_id = "sha256:" + hashlib.sha256(payload).hexdigest()
-        self.saved[image_id] = payload
+        layer = _tar({"payload": body})
+        diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+        config = json.dumps(
+            {"config": {"Labels": dict(labels or {})}, "rootfs": {"type": "layers", "diff_ids": [diff_id]}},
+            sort_keys=True,
+        ).encode()
+        image_id = "sha256:" + hashlib.sha256(config).hexdigest()
+        manifest = [{"Config": f"{image_id[7:]}.json", "RepoTags": None, "Layers": [f"{diff_id[7:19]}/layer.tar"]}]
+        self.saved[image_id] = _tar(
+            {f"{diff_id[7:19]}/layer.tar": layer, f"{image_id[7:]}.json": config, "manifest.json": json.dumps(manifest).encode()}
+        )
         self.images.append(image_info(image_id, tags=[tag], labels=labels))
         self.tags[tag] = image_id
         return image_id
@@ -238,16 +255,18 @@ class FakeEngine(Engine):
         except (OSError, EOFError, zlib.error, zstandard.ZstdError) as e:
             msg = f"Error processing tar file: {e}"
             raise EngineError(msg) from e
-        if data.startswith(SAVED_MAGIC):
-            image_id = "sha256:" + hashlib.sha256(data).hexdigest()
-        elif (loaded := _archive_image_id(data)) is not None:
-            image_id = loaded  # a `docker load` archive (what normalisation loads): its config's digest
-        else:
+        loaded = _archive_image_id(data, manifest_ids=self.manifest_ids)
+        if loaded is None:
             raise EngineError(invalid)
+        image_id, config_digest = loaded
         self.saved[image_id] = data
         if not self.has_image(image_id):
-            self.images.append(image_info(image_id))
+            info = image_info(image_id)
+            self.images.append(replace(info, config_digest=config_digest) if config_digest != image_id else info)
         return [image_id]
+
+    def store(self) -> EngineStore:
+        return EngineStore(version=self.version(), kind=CONTAINERD if self.manifest_ids else GRAPH_DRIVER)
 
     @property
     def loads_zstd(self) -> bool:
@@ -267,15 +286,35 @@ class FakeEngine(Engine):
         self.closed = True
 
 
-def _archive_image_id(data: bytes) -> str | None:
-    """The ID of the image a ``docker load`` archive holds: the sha256 of the config its manifest names."""
+def _archive_image_id(data: bytes, *, manifest_ids: bool) -> tuple[str, str] | None:
+    """(the ID a ``docker load`` of this archive reports, the config digest), as the store names images.
+
+    Graph-driver stores read manifest.json: the digest of the config it names. The containerd store
+    reads index.json when there is an oci-layout: the digest of the manifest it names.
+    """
     try:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             manifest = json.load(tar.extractfile("manifest.json") or io.BytesIO(b"null"))
             config = tar.extractfile(manifest[0]["Config"])
-            return "sha256:" + hashlib.sha256(config.read()).hexdigest() if config else None
+            if config is None:
+                return None
+            config_digest = "sha256:" + hashlib.sha256(config.read()).hexdigest()
+            if manifest_ids and {"oci-layout", "index.json"} <= set(tar.getnames()):
+                index = json.load(tar.extractfile("index.json") or io.BytesIO(b"null"))
+                return str(index["manifests"][0]["digest"]), config_digest
+            return config_digest, config_digest
     except (tarfile.TarError, KeyError, IndexError, TypeError, ValueError):
         return None
+
+
+def _tar(files: Mapping[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
 
 
 def image_info(

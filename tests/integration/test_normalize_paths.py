@@ -20,11 +20,11 @@ from imagebuild.engine.interface import BuildRequest, StoredLayer
 from imagebuild.normalize.after_build import layer_plan
 from imagebuild.normalize.core import normalize_image
 from imagebuild.normalize.model import FROM_SAVE, FROM_STORE, LayerPlan
-from imagebuild.util.streams import open_stream
 from imagebuild.normalize.tar_split import layer_chunks
 from imagebuild.pins import load_pins
 from imagebuild.project import find_project
 from imagebuild.render import RenderOptions, render_inputs
+from imagebuild.util.streams import open_stream
 
 pytestmark = pytest.mark.docker
 

@@ -222,6 +222,7 @@ VALID = {
     "size": 10,
     "compression": "zstd",
     "image_id": "sha256:" + "1" * 64,
+    "manifest_digest": "sha256:" + "2" * 64,
     "repo_tags": ["imagebuild/kimi-k3:gfx942"],
     "pins": {},
     "labels": {},
@@ -247,7 +248,9 @@ VALID = {
         ({"repo_tags": ["UPPER/case:x"]}, r"repo tag 'UPPER/case:x' is not a repository:tag"),
         ({"repo_tags": ["no-tag"]}, r"repo tag 'no-tag' is not a repository:tag"),
         ({"pins": {"mori": 1}}, r"'pins' must map strings to strings"),
-        ({"format_version": 2}, r"version 2 is not 'imagebuild-image-archive' version 1"),
+        ({"format_version": 3}, r"version 3 is not 'imagebuild-image-archive' version 2"),
+        ({"manifest_digest": None}, r"'manifest_digest' must be sha256: and 64 hex digits, not None"),
+        ({"manifest_digest": 7}, r"'manifest_digest' must be sha256: and 64 hex digits, not 7"),
     ],
 )
 def test_a_malformed_manifest_is_bad_input_naming_the_key(
