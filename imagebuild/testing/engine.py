@@ -16,9 +16,9 @@ from typing import Any
 import zstandard
 
 from imagebuild.engine.interface import (
-    BuildEvent,
     CONTAINERD,
     GRAPH_DRIVER,
+    BuildEvent,
     BuildRequest,
     Engine,
     EngineStore,
