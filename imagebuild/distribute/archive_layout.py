@@ -252,7 +252,7 @@ def portable_archive(chunks: Iterable[bytes], out: Sink) -> PortableArchive:
     try:
         seen = _pass_through(chunks, writer)
     except tarfile.TarError as e:
-        msg = f"the engine's save stream is not a tar archive ({e})"
+        msg = f"the engine's save stream is not a complete tar archive ({e})"
         raise ArchiveLayoutError(msg) from e
     config_path, layer_paths, engine_manifest = _config_and_layers(seen)
     config = seen.blob(config_path, "config")

@@ -300,3 +300,36 @@ def test_the_shipped_importer_reports_bad_input_before_looking_for_an_engine(
 def test_the_shipped_importer_refuses_an_ssh_docker_host(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(failures.EngineUnavailable, match="only unix:// and tcp:// engines"):
         SocketEngine("ssh://user@node")
+
+
+def test_an_archive_imports_on_the_containerd_store_by_its_manifest_digest(tmp_path: Path) -> None:
+    source, manifest_path = _export(tmp_path)
+    manifest = _manifest(manifest_path)
+    node = FakeEngine(manifest_ids=True)  # Docker 29's default store: images are named by their manifest
+    result = import_manifest(manifest_path, node, report=lambda _: None)
+    assert result.image_id == source.tags[TAG] == manifest["image_id"]  # the identity, as exported
+    assert result.engine_id == manifest["manifest_digest"] != result.image_id
+    assert node.tags == {TAG: result.engine_id}
+    assert node.inspect_image(TAG).identity == result.image_id
+    again = import_manifest(manifest_path, node, report=lambda _: None)
+    assert again.already_present and node.loads == 1
+
+
+def test_a_version_1_manifest_imports_on_a_graph_driver_store_but_not_on_the_containerd_store(tmp_path: Path) -> None:
+    _, manifest_path = _export(tmp_path)
+    old = {k: v for k, v in _manifest(manifest_path).items() if k != "manifest_digest"}
+    manifest_path.write_text(json.dumps({**old, "format_version": 1}))
+    with pytest.raises(ConfigError, match=r"format version 1 names no OCI manifest, which the containerd image store"):
+        import_manifest(manifest_path, FakeEngine(manifest_ids=True), report=lambda _: None)
+    assert import_manifest(manifest_path, FakeEngine(), report=lambda _: None).engine_id == old["image_id"]
+
+
+def test_export_from_the_containerd_store_names_the_archive_by_the_identity(tmp_path: Path) -> None:
+    _, first = _export(tmp_path / "a")
+    node = FakeEngine(manifest_ids=True)
+    import_manifest(first, node, report=lambda _: None)
+    result = export_image(ExportOptions(image=TAG, output=tmp_path / "b"), node, report=lambda _: None)
+    again = _manifest(first)
+    assert result.manifest.image_id == again["image_id"]
+    assert result.manifest.manifest_digest == again["manifest_digest"]
+    assert result.manifest.archive.endswith(str(again["archive"]).rsplit("-", 1)[1])  # <name>-<identity 12>
