@@ -2,6 +2,8 @@
 
 The sample image is built once per engine (the main engine's is the session's shared build); the
 identity is the normalised config's digest, which each build record, iidfile and tag must agree on.
+Then each engine's export is imported on every other engine (the image removed there first, so the
+load is real), and a digest published from one engine is pulled on another.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +21,7 @@ import pytest
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from sampleworld.engine_matrix import MatrixEngine
+from sampleworld.world import World
 
 pytestmark = pytest.mark.docker
 
@@ -112,17 +117,112 @@ def test_verify_passes_on_the_engine_that_built_it(
         assert main(["verify", TAG, "--pins", str(locked_pins)]) == 0
 
 
-def test_diff_finds_the_containerd_image_identical_to_the_graph_drivers(
+ENGINES = ("main", "docker26-overlay2", "docker26-containerd")
+
+
+@pytest.fixture(scope="module")
+def exports(
+    builds: dict[str, dict[str, object]], docker_engine_matrix: list[MatrixEngine], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, object]]:
+    """Each engine's export of the image it built (zstd, the default): its manifest, read back."""
+    manifests: dict[str, dict[str, object]] = {}
+    for name in ENGINES:
+        output = tmp_path_factory.mktemp(f"export-{name}")
+        with docker_host(engine_named(docker_engine_matrix, name)), contextlib.chdir(REPO):
+            assert main(["export", str(builds[name]["tag"]), "-o", str(output)]) == 0
+        (path,) = output.glob("*.json")
+        manifests[name] = {**json.loads(path.read_text()), "path": str(path)}
+    return manifests
+
+
+def evict(engine: MatrixEngine, image: str) -> list[str]:
+    """Remove ``image`` from the engine so an import must load it; returns its tags, to put back."""
+    inspected = subprocess.run(
+        ["docker", "-H", engine.docker_host, "image", "inspect", "--format", "{{json .RepoTags}}", image],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if inspected.returncode != 0:
+        return []
+    tags: list[str] = json.loads(inspected.stdout) or []
+    subprocess.run(["docker", "-H", engine.docker_host, "image", "rm", "--force", image], capture_output=True, check=True)
+    return tags
+
+
+def test_every_engine_exports_the_same_identity(exports: dict[str, dict[str, object]], builds: dict[str, dict[str, object]]) -> None:
+    assert {str(m["image_id"]) for m in exports.values()} == {str(builds["main"]["image_id"])}
+    identity12 = str(builds["main"]["image_id"])[7:19]
+    assert all(str(m["archive"]).endswith(f"-{identity12}.tar.zst") for m in exports.values())  # named by the identity
+    # The containerd store's manifest travels with its archive: a node on that store names it the same.
+    assert exports["docker26-containerd"]["manifest_digest"] == builds["docker26-containerd"]["normalization"]["engine_id"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(("source", "target"), [(a, b) for a in ENGINES for b in ENGINES if a != b])
+def test_an_archive_exported_on_one_engine_imports_verified_on_every_other(
+    exports: dict[str, dict[str, object]],
+    docker_engine_matrix: list[MatrixEngine],
+    capsys: pytest.CaptureFixture[str],
+    source: str,
+    target: str,
+) -> None:
+    """On the main engine (20.10, no zstd load) with the shipped importer, as a node without imagebuild."""
+    manifest, node = exports[source], engine_named(docker_engine_matrix, target)
+    identity = str(manifest["image_id"])
+    expected = str(manifest["manifest_digest"]) if node.kind == "containerd" else identity
+    tags = evict(node, expected)
+    capsys.readouterr()
+    if target == "main":
+        importer = Path(str(manifest["path"])).parent / "imagebuild-import.pyz"
+        run = subprocess.run(
+            [sys.executable, str(importer), str(manifest["path"])], env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": node.docker_host},
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == expected
+        assert "verified and loaded" in run.stderr
+    else:
+        with docker_host(node), contextlib.chdir(REPO):
+            assert main(["import", str(manifest["path"]), "--json"]) == 0
+        document = json.loads(capsys.readouterr().out)
+        assert (document["image_id"], document["engine_id"], document["already_present"]) == (identity, expected, False)
+    with docker_host(node) as engine:
+        loaded = engine.inspect_image(expected)
+        assert (loaded.id, loaded.identity) == (expected, identity)
+        assert set(manifest["repo_tags"]) <= set(loaded.tags)  # tagged after the check
+        for name in tags:
+            engine.tag(expected, name)
+
+
+@pytest.mark.parametrize(("source", "target"), [("docker26-containerd", "main"), ("main", "docker26-containerd")])
+def test_a_digest_published_from_one_engine_pulls_as_the_same_image_on_another(
+    *,
     builds: dict[str, dict[str, object]],
     docker_engine_matrix: list[MatrixEngine],
-    tmp_path: Path,
+    sample_world: World,
     capsys: pytest.CaptureFixture[str],
+    source: str,
+    target: str,
 ) -> None:
-    """Entry by entry, mtimes included: the containerd store's image, saved, against the main engine's."""
-    saved = tmp_path / "containerd.tar"
-    with docker_host(engine_named(docker_engine_matrix, "docker26-containerd")) as engine, saved.open("wb") as out:
-        for chunk in engine.save(TAG):
-            out.write(chunk)
+    repository = f"{sample_world.registry}/imagebuild-test-engines/{source}"
     capsys.readouterr()
-    assert main(["diff", str(builds["main"]["image_id"]), str(saved), "--mtime", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["identical"] is True
+    with docker_host(engine_named(docker_engine_matrix, source)), contextlib.chdir(REPO):
+        assert main(["publish", str(builds[source]["tag"]), "-t", repository, "--json"]) == 0
+    published = json.loads(capsys.readouterr().out)
+    assert published["image_id"] == builds["main"]["image_id"]  # the identity, from either store
+    node = engine_named(docker_engine_matrix, target)
+    # The image the pull must make: on a graph-driver store by its identity (removed first, so the
+    # layers really come from the registry), on the containerd store by the published manifest.
+    tags = evict(node, published["digest"] if node.kind == "containerd" else published["image_id"])
+    with docker_host(node) as engine:
+        pulled = engine.inspect_image(engine.pull(published["reference"]))
+        for name in tags:
+            engine.tag(pulled.id, name)
+    assert pulled.identity == published["image_id"]
+    assert published["digest"] in (pulled.id, *(r.split("@")[-1] for r in _repo_digests(node, published["reference"])))
+
+
+def _repo_digests(engine: MatrixEngine, reference: str) -> list[str]:
+    out = subprocess.run(
+        ["docker", "-H", engine.docker_host, "image", "inspect", "--format", "{{json .RepoDigests}}", reference],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return list(json.loads(out.stdout) or [])
