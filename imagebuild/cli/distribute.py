@@ -103,7 +103,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
             {
                 "reference": result.reference,
                 "digest": result.digest,
-                "image_id": result.image_id,
+                "image_id": result.image_id or None,
                 "repository": result.repository,
                 "tag": result.tag,
                 "record": str(result.recorded_in) if result.recorded_in else None,

@@ -40,7 +40,7 @@ class PublishOptions:
 class PublishResult:
     reference: str  # HOST[:PORT]/REPO@sha256:...
     digest: str
-    image_id: str
+    image_id: str  # the identity; "" when the engine's store could not say it (then not recorded)
     repository: str
     tag: str
     recorded_in: Path | None
@@ -115,11 +115,13 @@ def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[
         raise RegistryError(msg)
     report(f"pushed in {time.monotonic() - started:.1f}s: {progress.summary()}")
     reference = f"{repository}@{digest}"
-    recorded = _record(options.record_path, info.identity or info.id, reference, report)
+    if not info.identity:  # never a wrong identity: the digest still names exactly what was pushed
+        report(f"the image's identity is unknown ({info.identity_unknown}); {reference} still names exactly what was pushed")
+    recorded = _record(options.record_path, info.identity, reference, report)
     return PublishResult(
         reference=reference,
         digest=digest,
-        image_id=info.identity or info.id,
+        image_id=info.identity,
         repository=repository,
         tag=tag,
         recorded_in=recorded,
@@ -128,6 +130,9 @@ def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[
 
 def _record(path: Path | None, image_id: str, reference: str, report: Callable[[str], None]) -> Path | None:
     """Add the reference to the build record's "published" list when the record describes this image."""
+    if not image_id:
+        report("the reference is not recorded: without the image's identity no build record can be matched to it")
+        return None
     if path is None or not path.is_file():
         report(f"no build record{f' at {path}' if path else ''}: the reference is not recorded")
         return None

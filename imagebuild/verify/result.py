@@ -36,11 +36,12 @@ class CheckResult:
 @dataclass(frozen=True, kw_only=True)
 class VerifyResult:
     image: str
-    image_id: str
+    image_id: str  # the identity (config digest); "" when the engine's store could not say it
     arch: str
     checks: tuple[CheckResult, ...]
     duration_s: float
     junit: str | None = None  # where the JUnit XML was written
+    engine_id: str = ""  # what the engine calls the image, where that is not the identity
 
     @property
     def passed(self) -> bool:
@@ -58,7 +59,7 @@ class VerifyResult:
         verdict = "PASSED" if self.passed else "FAILED"
         skipped = f", {counts['skipped']} skipped" if counts["skipped"] else ""
         head = (
-            f"imagebuild verify {self.image} ({self.image_id[:19]}, arch {self.arch}): {verdict}, "
+            f"imagebuild verify {self.image} ({self._named}, arch {self.arch}): {verdict}, "
             f"{counts['passed']} passed, {counts['failed']} failed, {counts['error']} errors"
             f"{skipped} in {self.duration_s:.1f} s"
         )
@@ -83,10 +84,17 @@ class VerifyResult:
             lines.append(f"  JUnit XML: {self.junit}")
         return "\n".join(lines) + "\n"
 
+    @property
+    def _named(self) -> str:
+        if not self.image_id:
+            return f"engine ID {self.engine_id[:19]}, identity unknown"
+        return self.image_id[:19] + (f", engine ID {self.engine_id[:19]}" if self.engine_id else "")
+
     def to_json(self) -> dict[str, Any]:
         return {
             "image": self.image,
-            "image_id": self.image_id,
+            "image_id": self.image_id or None,
+            "engine_id": self.engine_id or self.image_id,
             "arch": self.arch,
             "passed": self.passed,
             "duration_s": round(self.duration_s, 3),

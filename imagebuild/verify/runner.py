@@ -102,7 +102,7 @@ def verify(
     say = progress or (lambda _: None)
     started = time.monotonic()
     info = engine.inspect_image(options.image)
-    say(f"verify: {options.image} ({info.described}) against {prepared.pins_path}, arch {arch}")
+    say(f"verify: {options.image} ({info.described}) on {engine.store().describe()} against {prepared.pins_path}, arch {arch}")
     container = engine.start(info.id, network_mode="none")  # the checks need no network
     try:
         say(f"verify: container {container[:12]} started; running the checks")
@@ -114,7 +114,8 @@ def verify(
         say(f"verify: container {container[:12]} removed")
     return VerifyResult(
         image=options.image,
-        image_id=info.identity or info.id,
+        image_id=info.identity,
+        engine_id="" if info.identity == info.id else info.id,
         arch=arch,
         checks=results,
         duration_s=time.monotonic() - started,
