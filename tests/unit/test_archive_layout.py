@@ -166,13 +166,15 @@ def check_both_loaders(archive: Archive, manifest_digest: str) -> None:
     assert "annotations" not in descriptor  # no name: the containerd store makes no tag either
     assert descriptor["digest"] == manifest_digest
     manifest_bytes = archive.read(f"blobs/sha256/{manifest_digest[7:]}")
-    assert digest(manifest_bytes) == manifest_digest and len(manifest_bytes) == descriptor["size"]
+    assert digest(manifest_bytes) == manifest_digest
+    assert len(manifest_bytes) == descriptor["size"]
     manifest = json.loads(manifest_bytes)
     assert manifest["config"]["digest"] == CONFIG_DIGEST
     assert digest(archive.read(f"blobs/sha256/{CONFIG_DIGEST[7:]}")) == CONFIG_DIGEST
     for layer_descriptor, diff_id in zip(manifest["layers"], diff_ids, strict=True):
         blob = archive.read(f"blobs/sha256/{layer_descriptor['digest'][7:]}")
-        assert digest(blob) == layer_descriptor["digest"] and len(blob) == layer_descriptor["size"]
+        assert digest(blob) == layer_descriptor["digest"]
+        assert len(blob) == layer_descriptor["size"]
         assert digest(_uncompressed(blob)) == diff_id
     assert archive.order[-3:] == ["oci-layout", "index.json", "manifest.json"]
 

@@ -62,7 +62,8 @@ def test_anything_unexpected_gives_no_digest_and_says_why(tmp_path: Path, damage
         image_id = _put(tmp_path, {"manifests": [{"digest": image_id, "platform": {"os": "linux", "architecture": "s390x"}}]})
     digest, reason = config_digest(image_id, data_root=str(tmp_path))
     assert digest is None
-    assert reason and "\n" not in reason
+    assert reason
+    assert "\n" not in reason
     expected = {"missing": "cannot read", "rewritten": "does not hash to", "no-config": "names no config", "no-platform": "no linux/amd64"}
     assert expected[damage] in reason
 

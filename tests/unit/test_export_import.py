@@ -312,7 +312,8 @@ def test_an_archive_imports_on_the_containerd_store_by_its_manifest_digest(tmp_p
     assert node.tags == {TAG: result.engine_id}
     assert node.inspect_image(TAG).identity == result.image_id
     again = import_manifest(manifest_path, node, report=lambda _: None)
-    assert again.already_present and node.loads == 1
+    assert again.already_present
+    assert node.loads == 1
 
 
 def test_a_version_1_manifest_imports_on_a_graph_driver_store_but_not_on_the_containerd_store(tmp_path: Path) -> None:
