@@ -64,7 +64,8 @@ def cache_tag(tag: str) -> str:
 def layer_plan(engine: Engine, image_id: str, base_ref: str, dockerfile: Dockerfile) -> LayerPlan:
     """Which layers are the base's, and the epoch of each step after FROM (its layer's mtime clamp)."""
     image, base = engine.inspect_image(image_id), engine.inspect_image(base_ref)
-    epochs = tuple(s.source_date_epoch for s in dockerfile.steps if s.instruction is not Instruction.FROM)
+    steps = [s for s in dockerfile.steps if s.instruction is not Instruction.FROM]
+    epochs = tuple(s.source_date_epoch for s in steps)
     if image.layers[: len(base.layers)] != base.layers:
         msg = f"the built image {image_id[:19]} does not start with the layers of its base {base_ref}"
         raise NormalizeError(msg)
@@ -74,6 +75,7 @@ def layer_plan(engine: Engine, image_id: str, base_ref: str, dockerfile: Dockerf
         base_history=len(base.history),
         epochs=epochs,
         created=dockerfile.steps[-1].source_date_epoch,
+        context_copies=tuple(s.copies_context for s in steps),
     )
 
 

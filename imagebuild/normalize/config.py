@@ -60,10 +60,18 @@ class BuildLayer:
 
     history: int  # index into the config's history
     epoch: int
+    copies_context: bool = False  # every entry gets the epoch, not only later ones (RenderedStep.copies_context)
 
 
 def build_layers(
-    config: Mapping[str, Any], *, base_history: int, base_layers: int, layers: int, epochs: Sequence[int], what: str
+    config: Mapping[str, Any],
+    *,
+    base_history: int,
+    base_layers: int,
+    layers: int,
+    epochs: Sequence[int],
+    what: str,
+    context_copies: Sequence[bool] = (),
 ) -> tuple[BuildLayer, ...]:
     """Which step made each of the image's ``layers`` above its base, from the config's history."""
     numbered = list(enumerate(config.get("history") or []))[base_history:]
@@ -72,11 +80,12 @@ def build_layers(
         msg = f"{what}: its history has {len(steps)} build steps, but the Dockerfile makes {len(epochs)}"
         raise HistoryMismatch(msg)
     epoch_of = dict(zip(steps, epochs, strict=True))
+    copies = dict(zip(steps, context_copies or [False] * len(steps), strict=True))
     made = [index for index, entry in numbered if not entry.get("empty_layer")]
     if len(made) != layers - base_layers:
         msg = f"{what}: the image has {layers - base_layers} layers above its base, but its history names {len(made)}"
         raise HistoryMismatch(msg)
-    return tuple(BuildLayer(history=index, epoch=epoch_of[index]) for index in made)
+    return tuple(BuildLayer(history=index, epoch=epoch_of[index], copies_context=copies[index]) for index in made)
 
 
 def _is_step(entry: Mapping[str, Any]) -> bool:

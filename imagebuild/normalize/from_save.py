@@ -77,7 +77,12 @@ def normalize_saved(saved: BinaryIO, plan: LayerPlan, workdir: Path, *, what: st
         try:
             with layer.path.open("rb") as source, out.open("wb") as sink:
                 result = rewrite_layer(
-                    source, sink, step.epoch, what=f"{what} layer {plan.base_layers + index}", reducer=LayerReducer(lower, step.epoch)
+                    source,
+                    sink,
+                    step.epoch,
+                    what=f"{what} layer {plan.base_layers + index}",
+                    reducer=LayerReducer(lower, step.epoch),
+                    pin_times=step.copies_context,
                 )
         except LayerError as e:
             raise NormalizeFailure(str(e)) from e

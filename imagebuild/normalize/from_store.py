@@ -50,6 +50,7 @@ def normalize_stored(image: StoredImage, plan: LayerPlan, workdir: Path, *, what
                     step.epoch,
                     what=f"{what} layer {number}",
                     reducer=LayerReducer(lower, step.epoch),
+                    pin_times=step.copies_context,
                 )
             source.drain()
         except (TarSplitError, LayerError) as e:

@@ -16,7 +16,7 @@ from imagebuild.normalize.rewrite import RewriteResult
 FROM_STORE, FROM_SAVE = "layer store", "docker save"  # where the built image was read from
 # Bump when a rule changes what an image normalises to: a build record made under other rules is not
 # reused (after_build.previous_normalization).
-RULES = 5
+RULES = 6
 
 
 class NormalizeFailure(Exception):
@@ -36,6 +36,7 @@ class LayerPlan:
     base_history: int  # history entries of the base image: kept as they are
     epochs: tuple[int, ...]  # one per step after FROM, in order: the mtime clamp of the layer it made
     created: int  # the config's created time and the build's history entries
+    context_copies: tuple[bool, ...] = ()  # per step after FROM: a COPY from the build context (see RenderedStep)
 
     @property
     def kept(self) -> tuple[str, ...]:
@@ -50,6 +51,7 @@ class LayerPlan:
                 base_layers=self.base_layers,
                 layers=len(self.layers),
                 epochs=self.epochs,
+                context_copies=self.context_copies,
                 what=what,
             )
         except HistoryMismatch as e:

@@ -73,14 +73,14 @@ def canonical(info: tarfile.TarInfo) -> None:
     info.uname = info.gname = ""
 
 
-def clamp(info: tarfile.TarInfo, epoch: int) -> bool:
-    """Clamp ``info``'s times to ``epoch`` in place; True when its mtime changed."""
-    changed = info.mtime > epoch
+def clamp(info: tarfile.TarInfo, epoch: int, *, pin: bool = False) -> bool:
+    """Clamp ``info``'s times to ``epoch`` in place (``pin``: set them to it); True when its mtime changed."""
+    changed = info.mtime > epoch or (pin and info.mtime != epoch)
     if changed:
         info.mtime = epoch
     for key in ("atime", "ctime"):
         value = info.pax_headers.get(key)
-        if value is not None and float(value) > epoch:
+        if value is not None and (pin or float(value) > epoch):
             cast("dict[str, str]", info.pax_headers)[key] = str(epoch)
     return changed
 
@@ -105,9 +105,19 @@ def _constant(value: str) -> Digest:
 
 
 def rewrite_layer(
-    source: BinaryIO, sink: Sink, epoch: int, *, what: str = "layer", reducer: LayerReducer | None = None
+    source: BinaryIO,
+    sink: Sink,
+    epoch: int,
+    *,
+    what: str = "layer",
+    reducer: LayerReducer | None = None,
+    pin_times: bool = False,
 ) -> RewriteResult:
-    """Copy the layer tar ``source`` to ``sink`` with mtimes clamped to ``epoch`` (and reduced, with ``reducer``)."""
+    """Copy the layer tar ``source`` to ``sink`` with mtimes clamped to ``epoch`` (and reduced, with ``reducer``).
+
+    ``pin_times``: every time becomes ``epoch``, earlier ones too (a COPY of the build context, whose
+    times depend on the client that sent it).
+    """
     out = HashingWriter(sink)
     entries = clamped = 0
     held: list[tuple[str, Meta, Digest | None]] = []
@@ -133,7 +143,7 @@ def rewrite_layer(
                     raise LayerError(msg)
                 meta = Meta.of(info) if reducer is not None else None
                 canonical(info)
-                clamped += clamp(info, epoch)
+                clamped += clamp(info, epoch, pin=pin_times)
                 data = reader.extractfile(info) if info.isreg() else None
                 if reducer is None or meta is None:
                     writer.addfile(info, data)

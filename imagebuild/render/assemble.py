@@ -144,6 +144,7 @@ def _render_step(
         pins=tuple(sorted(needs.pins)),
         source=f"stages/{step.source.name}",
         source_date_epoch=step_epoch,
+        copies_context=step.instruction is Instruction.COPY and step.from_pin is None,
     )
     after = Declared(
         args=declared.args | set(needs.args),

@@ -48,6 +48,9 @@ class RenderedStep:
     pins: tuple[str, ...]
     source: str
     source_date_epoch: int  # the step's SOURCE_DATE_EPOCH (imagebuild.pins.epoch); its layer's mtime clamp
+    # A COPY from the build context: its files' times are the client's (imagebuild's context tar says 0,
+    # the docker CLI the checkout's), not an input, so normalisation gives every entry the step's epoch.
+    copies_context: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -187,3 +187,14 @@ def test_flydsl_is_installed_once_after_the_vllm_compile() -> None:
     text = rendered().text
     installs = [n for n in range(1, 19) if '"flydsl==' in _step(text, n)]
     assert installs == [15]
+
+
+def test_the_steps_that_copy_the_build_context_are_marked_for_normalisation() -> None:
+    """Their files' times come from the client (imagebuild's tar or the docker CLI): normalisation pins them.
+    A COPY --from's come from the donor image, an input, and are only clamped."""
+    definition = find_project(REPO).load("gfx942").definition
+    from_stage = {step.number for step in definition.steps if step.from_pin is not None}
+    marked = {s.number: s.copies_context for s in rendered().steps if s.instruction == "COPY"}
+    assert from_stage
+    assert set(marked) > from_stage
+    assert marked == {number: number not in from_stage for number in marked}

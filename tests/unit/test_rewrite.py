@@ -75,6 +75,19 @@ def test_every_entry_is_kept_and_only_later_mtimes_are_clamped() -> None:
         assert new.mtime == min(old.mtime, EPOCH), old.name
 
 
+def test_a_context_copy_gets_the_epoch_on_every_entry_whatever_times_the_client_sent() -> None:
+    """imagebuild's context tar says mtime 0, the docker CLI the checkout's: one layer either way."""
+    zero = layer([Item("etc/a", data=b"a", mtime=0), Item("etc/b", data=b"b", mtime=0)])
+    real = layer([Item("etc/a", data=b"a", mtime=AFTER), Item("etc/b", data=b"b", mtime=BEFORE)])
+    pinned = [rewrite_layer(io.BytesIO(source), io.BytesIO(), EPOCH, pin_times=True).diff_id for source in (zero, real)]
+    assert pinned[0] == pinned[1]
+    assert rewrite_layer(io.BytesIO(zero), io.BytesIO(), EPOCH).diff_id != pinned[0]  # clamping alone keeps 0
+    out = io.BytesIO()
+    result = rewrite_layer(io.BytesIO(real), out, EPOCH, pin_times=True)
+    assert {info.mtime for info, _ in entries(out.getvalue())} == {EPOCH}
+    assert result.clamped == 2
+
+
 def test_special_entries_survive_exactly() -> None:
     out = {info.name: info for info, _ in entries(rewrite(layer(ITEMS)))}
     assert out["usr/bin/tool-again"].islnk()
