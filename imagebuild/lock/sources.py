@@ -21,7 +21,7 @@ from imagebuild.inputs.arch import ArchProfile
 from imagebuild.lock.committime import commit_time
 from imagebuild.lock.files import hash_url
 from imagebuild.lock.git import GitOptions, GitProcesses, resolve_ref
-from imagebuild.lock.http import Http
+from imagebuild.lock.http import Http, refuse_plain_http
 from imagebuild.lock.pypi import NoMatchingWheel, choose_wheel, list_files, project_url, target_tags
 from imagebuild.lock.registry import RegistryClient, parse_image_name
 from imagebuild.lock.registry_auth import Credentials
@@ -159,6 +159,7 @@ def _pypi(pin: PypiPin, ctx: SourceContext) -> Resolved:
             f"Check `version` in pins.toml, or whether the release supports python {ctx.python} "
             f"on {ctx.arch.platform}",
         ) from e
+    refuse_plain_http(choice.file.url)  # pip downloads it from there at build time, hash or not
     sha256 = choice.file.sha256
     if sha256 is None:  # an index without hashes: hash the file ourselves
         sha256 = hash_url(ctx.http, choice.file.url, zip_required=True).sha256
