@@ -113,6 +113,12 @@ _RELOCK = "fix it or clear it and run `imagebuild lock`"
 COMMIT = pattern_kind("a valid 40-hex commit SHA", COMMIT_RE.pattern, _RELOCK)
 DIGEST = pattern_kind("a valid 'sha256:' + 64 hex digest", DIGEST_RE.pattern, _RELOCK)
 SHA256 = pattern_kind("a valid 64-hex sha256", SHA256_RE.pattern, _RELOCK)
+# What `imagebuild lock` wrote a pin from: a digest of its declared keys, then one of its identity
+# (imagebuild.pins.base.Pin.fingerprint_for).
+FINGERPRINT_RE = re.compile(r"^[0-9a-f]{12}\.[0-9a-f]{12}$")
+FINGERPRINT = pattern_kind(
+    "a lock fingerprint (12 hex, '.', 12 hex)", FINGERPRINT_RE.pattern, "clear it and run `imagebuild lock`"
+)
 # A commit's committer time in UTC, as `imagebuild lock` records it (RFC 3339, whole seconds).
 COMMITTED_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 COMMITTED_FORMAT = "%Y-%m-%dT%H:%M:%SZ"

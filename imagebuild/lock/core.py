@@ -128,7 +128,7 @@ def _lock(run: _Run, loaded: LoadedPins | None, say: Progress, verbose: Progress
     check_pins(pinset, options.upgrade_pins)
     resolved = _resolve_all(todo, pinset, run=run, say=say, verbose=verbose)
     changes = tuple(
-        judge(p, r.fields, upgrade=upgrading(p), detail=r.detail, yanked=r.yanked)
+        judge(p, r.fields, upgrade=upgrading(p), detail=r.detail, yanked=r.yanked, recorded=r.recorded)
         if (r := resolved.get(p.name))
         else kept(p)
         for p in pinset

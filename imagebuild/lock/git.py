@@ -36,7 +36,11 @@ from imagebuild.util.run import Failure, ProcessGroup, run_command
 class RefResolution:
     commit: str
     ref: str  # the full ref that matched, e.g. refs/tags/v1.2.2
-    annotated: bool  # an annotated tag, peeled to its commit
+    tag_object: str | None = None  # an annotated tag's own object (refs/tags/NAME), peeled to ``commit``
+
+    @property
+    def annotated(self) -> bool:
+        return self.tag_object is not None
 
 
 # (substring of git's stderr, cause, hint, transient?)
@@ -202,7 +206,7 @@ def ls_remote(url: str, patterns: Sequence[str], options: GitOptions) -> dict[st
 
 
 def resolve_ref(url: str, *, tag: str | None, branch: str | None, options: GitOptions) -> RefResolution:
-    """The commit a tag (peeled) or branch names on the remote.
+    """The commit a tag (peeled, with its tag object when annotated) or branch names on the remote.
 
     Both refs/tags/NAME and refs/heads/NAME are asked for: a name that is both
     is ambiguous and refused rather than guessed, and a tag pin whose name
@@ -232,9 +236,12 @@ def resolve_ref(url: str, *, tag: str | None, branch: str | None, options: GitOp
             )
         raise GitError(url, f"{wanted} '{name}' not found", _suggest_ref(url, name, wanted, options))
     if tag:
+        # An annotated tag is listed twice: refs/tags/NAME is the tag object, NAME^{} the commit.
         peeled = refs.get(f"{tag_ref}^{{}}")
-        return RefResolution(commit=peeled or refs[tag_ref], ref=tag_ref, annotated=peeled is not None)
-    return RefResolution(commit=refs[head_ref], ref=head_ref, annotated=False)
+        if peeled is None:
+            return RefResolution(commit=refs[tag_ref], ref=tag_ref)
+        return RefResolution(commit=peeled, ref=tag_ref, tag_object=refs[tag_ref])
+    return RefResolution(commit=refs[head_ref], ref=head_ref)
 
 
 def _suggest_ref(url: str, name: str, wanted: str, options: GitOptions) -> str:

@@ -12,6 +12,11 @@ cause (DNS, TLS, 404, 401/403, timeout, ...) and what to check next.
 A timeout is not retried: a server that accepted the connection and sent
 nothing for ``--timeout`` seconds fails the lock after that long, not after
 three times that long.
+
+No request and no redirect hop goes over plain HTTP to a host that is not a
+loopback address (:func:`plain_http_problem`, the one rule): pins.toml may name
+``http://`` only for the sample world's loopback stand-ins, and an index page, a
+registry's token realm or a redirect must not lead anywhere else in the clear.
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Mapping
 from typing import TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import requests
 from requests.auth import AuthBase
 
+from imagebuild.inputs.references import is_loopback
 from imagebuild.lock.source_errors import FetchError
 from imagebuild.util.retry import (
     NO_DEADLINE,
@@ -43,6 +49,29 @@ USER_AGENT = "imagebuild-lock (+requests)"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 RETRY_AFTER_CAP = 60.0  # the longest Retry-After the lock waits out
 DEADLINE_HINT = "Raise --deadline if the sources are just slow, or check the network"
+PLAIN_HTTP_HINT = (
+    "Only https is trusted off this machine (plain http only to a loopback address): "
+    "ask the source for its https URL"
+)
+
+
+def plain_http_problem(url: str) -> str | None:
+    """Why ``url`` may not be fetched: plain HTTP to a host that is not a loopback address; else None."""
+    parts = urlsplit(url)
+    if parts.scheme == "https" or (parts.scheme == "http" and is_loopback(parts.netloc.rpartition("@")[2])):
+        return None
+    if parts.scheme == "http":
+        return f"plain http to {parts.hostname}, which is not a loopback address"
+    return f"{parts.scheme or 'no'} scheme, not https"
+
+
+def refuse_plain_http(url: str, target: str | None = None, *, redirected: bool = False) -> None:
+    """FetchError naming ``url`` when ``target`` (``url`` itself by default) breaks plain_http_problem's rule."""
+    target = target or url
+    problem = plain_http_problem(target)
+    if problem is not None:
+        cause = f"redirected to {target}: {problem}" if redirected else f"refused {problem}"
+        raise FetchError(url, cause, PLAIN_HTTP_HINT)
 
 
 class Http:
@@ -116,6 +145,15 @@ class Http:
         outside ``accept`` raise FetchError.
         """
 
+        refuse_plain_http(url)
+
+        def every_hop(resp: requests.Response, *args: object, **kwargs: object) -> None:
+            if resp.is_redirect:
+                target = urljoin(resp.url, resp.headers["Location"])
+                if plain_http_problem(target) is not None:
+                    resp.close()  # requests never gets to release this connection
+                    refuse_plain_http(url, target, redirected=True)
+
         def once(attempt: int) -> T:
             self.check_cancelled()
             timeout = min(self.timeout, self.deadline.remaining())
@@ -130,6 +168,7 @@ class Http:
                     data=data,
                     stream=True,
                     timeout=(timeout, timeout),
+                    hooks={"response": every_hop},  # before requests follows a redirect
                 ) as resp:
                     if resp.status_code not in accept:
                         raise status_error(url, resp, attempts=attempt)
@@ -243,4 +282,4 @@ def describe_exception(e: requests.RequestException, timeout: float, url: str) -
     return (f"request failed ({type(e).__name__}: {e})", "Check the URL in pins.toml", False)
 
 
-__all__ = ["CHUNK_SIZE", "Cancelled", "FetchError", "Http", "status_error"]
+__all__ = ["CHUNK_SIZE", "Cancelled", "FetchError", "Http", "plain_http_problem", "refuse_plain_http", "status_error"]

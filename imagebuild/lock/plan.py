@@ -15,6 +15,12 @@ Policy (conservative, as pip-tools' ``compile`` is):
   or an upgrade asks for it (re-downloading a 1 GB wheel on every lock would
   be silly). On upgrade, other bytes under a recorded URL or filename are
   MOVED; another filename of the same release is UPDATED.
+* The input file is the user's intent: a pin whose declared keys (url, tag, branch, image,
+  version, index) changed since lock wrote it (its ``fingerprint``'s first half) is resolved
+  again and applied without ``-P``; one whose identity was edited by hand (the second half) is
+  asked again, its commit time fetched for the recorded commit.
+* A pinned SHA that is the pinned tag's own tag object is the same pin: normalised to the
+  commit, the tag object kept as ``tag_object``; a tag whose object or commit changed is MOVED.
 * A git pin's commit time (``committed``, the build's SOURCE_DATE_EPOCH) is
   fetched with its commit and kept while the commit stays; commit-only git pins
   are asked only for that. Toolchain pins have nothing to resolve.
@@ -25,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from imagebuild.lock.report import IdentityFields, PinChange, Status
-from imagebuild.pins import Pin, Refresh
+from imagebuild.pins import GitPin, LockState, Pin, Refresh
 
 
 def identity_fields(pin: Pin) -> dict[str, str | int]:
@@ -39,7 +45,7 @@ def is_complete(pin: Pin) -> bool:
 
 def needs_resolution(pin: Pin, *, upgrade: bool) -> bool:
     """Whether the lock must ask the pin's source (network) at all."""
-    if pin.refresh is Refresh.ALWAYS:
+    if pin.refresh is Refresh.ALWAYS or pin.edited:  # an edit since the lock is resolved again
         return True
     if pin.refresh is Refresh.WHEN_EMPTY:
         return upgrade or not is_complete(pin)
@@ -52,21 +58,52 @@ def _display(fields: Mapping[str, str | int], pin: Pin) -> str | None:
     return str(value) if value else None
 
 
+def _recorded(pin: Pin) -> dict[str, str | int]:
+    """The identity fields and the fingerprint as pins.toml holds them."""
+    return {**identity_fields(pin), "fingerprint": pin.fingerprint or ""}
+
+
+def _with_fingerprint(pin: Pin, identity: Mapping[str, str | int]) -> dict[str, str | int]:
+    return {**identity, "fingerprint": pin.fingerprint_for(identity)}
+
+
+def _written(old: Mapping[str, str | int], final: Mapping[str, str | int]) -> dict[str, str | int]:
+    return {k: v for k, v in final.items() if old.get(k, "") != v}
+
+
 def kept(pin: Pin) -> PinChange:
-    """A pin whose recorded identity stands without asking its source."""
+    """A pin whose recorded identity stands without asking its source.
+
+    A complete file pin (its sha256 is checked by the build) that lock never fingerprinted
+    gets its fingerprint here, offline.
+    """
     old = identity_fields(pin)
+    fill = pin.lock_state is LockState.UNRECORDED and bool(pin.declared_keys) and is_complete(pin)
+    written = _written(_recorded(pin), _with_fingerprint(pin, old)) if fill else {}
     return PinChange(
         name=pin.name,
         kind=str(pin.kind),
         tracked=pin.tracked,
         old=pin.identity,
         new=pin.identity,
-        status="unchanged",
-        applied=False,
+        status="filled" if written else "unchanged",
+        applied=bool(written),
         checked=False,
         old_fields=old,
         new_fields=old,
+        written=written,
     )
+
+
+def _recorded_differs(pin: Pin, new: IdentityFields) -> list[str]:
+    """The identity keys whose recorded (non-empty) value the source contradicts."""
+    old = identity_fields(pin)
+    return [k for k, v in new.items() if old.get(k) and old.get(k) != v]
+
+
+def _only_derived_differ(pin: Pin, new: IdentityFields) -> bool:
+    differs = _recorded_differs(pin, new)
+    return bool(differs) and all(k in pin.derived_keys for k in differs)
 
 
 def classify(pin: Pin, new: IdentityFields) -> Status:
@@ -74,18 +111,67 @@ def classify(pin: Pin, new: IdentityFields) -> Status:
     old = identity_fields(pin)
     if all(old.get(k) == v for k, v in new.items()):
         return "unchanged"
-    recorded_differs = [k for k, v in new.items() if old.get(k) and old.get(k) != v]
+    recorded_differs = _recorded_differs(pin, new)
     if not recorded_differs:
         return "filled"
+    if _only_derived_differ(pin, new):
+        return "updated"  # a recorded fact about the identity corrected: applied, never an alarm
     return pin.drift(recorded_differs, old, new)
 
 
+def _is_tag_object(pin: GitPin, new: IdentityFields) -> bool:
+    """The pinned SHA is the tag object of the very tag the source peeled: the same pin, normalised."""
+    tag_object = new.get("tag_object")
+    return bool(tag_object) and pin.commit == tag_object and pin.tag_object in (None, tag_object)
+
+
 def judge(
-    pin: Pin, new: IdentityFields, *, upgrade: bool, detail: str = "", yanked: str | None = None
+    pin: Pin,
+    new: IdentityFields,
+    *,
+    upgrade: bool,
+    detail: str = "",
+    yanked: str | None = None,
+    recorded: IdentityFields | None = None,
 ) -> PinChange:
-    """The change a resolved pin makes; moved/updated apply only on upgrade."""
+    """The change a resolved pin makes; moved/updated apply only on upgrade, or when pins.toml asked.
+
+    ``recorded`` are the source's corrections to the recorded identity (a kept commit's own
+    time) for when the change is not applied. An edited ref (the fingerprint's first half) is the
+    user's intent and is applied at once; a pinned tag object is normalised to its commit.
+    """
+    state = pin.lock_state
     status = classify(pin, new)
-    applied = status == "filled" or (status in ("updated", "moved") and upgrade)
+    notes = [detail] if detail else []
+    if isinstance(pin, GitPin) and _is_tag_object(pin, new):
+        status = "normalized"
+        tag = pin.tracked if pin.tag else "an annotated tag"
+        notes.append(
+            f"{pin.commit} is the tag object of {tag}: recorded as the commit it points at, "
+            f"{new.get('commit')}, with tag_object = {pin.commit}"
+        )
+    declared_changed = state is LockState.DECLARED_CHANGED
+    if declared_changed:
+        status = "updated" if status in ("moved", "updated", "unchanged") else status
+        notes.append(f"{pin.edit_problem()}: resolved again from it")
+    corrections_only = status == "updated" and _only_derived_differ(pin, new)
+    applied = (
+        status in ("filled", "normalized")
+        or declared_changed
+        or corrections_only
+        or (status in ("updated", "moved") and upgrade)
+    )
+    if applied or status == "unchanged":  # what the source just said is what the file holds
+        final = _with_fingerprint(pin, {**identity_fields(pin), **new})
+    else:
+        # A kept change writes only the source's corrections of what it keeps (a hand-edited
+        # commit's own time), fingerprinted then; else the file stays as it is, stale.
+        kept_identity = {**identity_fields(pin), **(recorded or {})}
+        final = _with_fingerprint(pin, kept_identity) if recorded else kept_identity
+    written = _written(_recorded(pin), final)
+    if status == "unchanged" and written:
+        status = "filled"  # only the fingerprint (or a time of the same commit) was missing
+        applied = True
     return PinChange(
         name=pin.name,
         kind=str(pin.kind),
@@ -97,18 +183,13 @@ def judge(
         checked=True,
         old_fields=identity_fields(pin),
         new_fields=dict(new),
-        detail=detail,
+        written=written,
+        detail="; ".join(notes),
         yanked=yanked,
+        edit=pin.edit_problem() if pin.edited else None,
     )
 
 
 def updates_for(changes: tuple[PinChange, ...]) -> dict[str, dict[str, str | int]]:
-    """The identity fields to write: only applied changes, only fields that differ."""
-    updates: dict[str, dict[str, str | int]] = {}
-    for c in changes:
-        if not (c.applied and c.pending):
-            continue
-        fields = {k: v for k, v in c.new_fields.items() if c.old_fields.get(k) != v}
-        if fields:
-            updates[c.name] = fields
-    return updates
+    """The fields to write: each change's identity fields and fingerprint that differ from the file."""
+    return {c.name: dict(c.written) for c in changes if c.written}

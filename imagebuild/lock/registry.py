@@ -11,7 +11,8 @@ by default); every other registry over HTTPS.
 Two identities are recorded: ``digest`` is the manifest as served for the tag
 (the multi-arch index when there is one), ``platform_digest`` the manifest of
 the arch profile's platform inside it. The served digest header is checked
-against the body's sha256, so a lying proxy cannot slip a different manifest in.
+against the body (sha256 or sha512, whichever it sends), so a lying proxy cannot slip a
+different manifest in.
 """
 
 from __future__ import annotations
@@ -118,6 +119,34 @@ def _pick_platform(doc: Any, os_name: str, arch: str) -> tuple[tuple[str, ...], 
     return tuple(platforms), chosen
 
 
+# The digest algorithms the OCI image spec registers; a registry may answer with either.
+DIGEST_ALGORITHMS = {"sha256": 64, "sha512": 128}
+
+
+def _check_served_digest(url: str, body: bytes, served: str) -> None:
+    """The registry's Docker-Content-Digest, in whichever registered algorithm, must be the body's.
+
+    pins.toml records the sha256 (what docker pulls by); a header in another algorithm is checked
+    all the same, and one in an algorithm we cannot check is refused rather than ignored.
+    """
+    if not served:
+        return
+    algorithm, _, hex_digest = served.partition(":")
+    if DIGEST_ALGORITHMS.get(algorithm) != len(hex_digest):
+        raise FetchError(
+            url,
+            f"the registry sent Docker-Content-Digest {served!r}, which is not a sha256 or sha512 digest",
+            "The registry is at fault; pins.toml was left as it was",
+        )
+    computed = f"{algorithm}:{hashlib.new(algorithm, body).hexdigest()}"
+    if served != computed:
+        raise FetchError(
+            url,
+            f"the registry says the manifest is {served} but its bytes hash to {computed}",
+            "Something between you and the registry altered the manifest: do not trust it",
+        )
+
+
 class _Repository:
     """Manifests and blobs of one repository, through one authenticated session."""
 
@@ -138,15 +167,8 @@ class _Repository:
                 f"unsupported manifest type '{media_type or 'unknown'}'",
                 "Only OCI and Docker v2 manifests and indexes are supported; re-push the image",
             )
-        computed = "sha256:" + hashlib.sha256(body).hexdigest()
-        served = headers.get("Docker-Content-Digest", "")
-        if served.startswith("sha256:") and served != computed:
-            raise FetchError(
-                url,
-                f"the registry says the manifest is {served} but its bytes hash to {computed}",
-                "Something between you and the registry altered the manifest: do not trust it",
-            )
-        return body, media_type, served if served.startswith("sha256:") else computed
+        _check_served_digest(url, body, headers.get("Docker-Content-Digest", ""))
+        return body, media_type, "sha256:" + hashlib.sha256(body).hexdigest()
 
     def get_blob(self, digest: str) -> bytes:
         url = f"{self.name.base_url}/blobs/{digest}"

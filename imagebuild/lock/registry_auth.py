@@ -12,8 +12,8 @@ does. They are then used as docker uses them, with one line drawn tighter:
   credentials go there as Basic auth (or, for an identity token, as an
   OAuth2 refresh token, ``grant_type=refresh_token``) only over HTTPS or to a
   loopback address. Docker would also send them to a plain-HTTP realm on any
-  host the registry names; we ask for an anonymous token instead and, if
-  that is refused, say why the credentials were withheld.
+  host the registry names; the lock asks no such realm at all, not even for an
+  anonymous token (lock/http.py's one rule for every hop).
 * The bearer token goes back only to the registry; requests drops the
   Authorization header on a redirect to another host (blob downloads).
 """
@@ -28,8 +28,7 @@ from urllib.parse import urlsplit
 import requests
 from requests.structures import CaseInsensitiveDict
 
-from imagebuild.inputs.references import is_loopback
-from imagebuild.lock.http import FetchError, Http
+from imagebuild.lock.http import FetchError, Http, plain_http_problem
 
 Headers = CaseInsensitiveDict[str]
 Credentials = tuple[str, str]
@@ -41,11 +40,11 @@ _CHALLENGE_PARAM_RE = re.compile(r'(\w+)="([^"]*)"')
 
 
 def may_send_credentials(url: str) -> bool:
-    """Whether credentials may travel to ``url``: over HTTPS, or plain HTTP to a loopback address."""
-    parts = urlsplit(url)
-    if parts.scheme == "https":
-        return True
-    return parts.scheme == "http" and is_loopback(parts.netloc.rpartition("@")[2])
+    """Whether credentials may travel to ``url``: over HTTPS, or plain HTTP to a loopback address.
+
+    The same rule as for every request of the lock (http.plain_http_problem).
+    """
+    return plain_http_problem(url) is None
 
 
 def _challenge(resp: requests.Response) -> tuple[str, dict[str, str]]:
@@ -129,9 +128,7 @@ class RegistrySession:
 
     def _fetch_token(self, realm: str, service: str, scope: str) -> str:
         creds = self.creds
-        withheld = creds is not None and not may_send_credentials(realm)
-        if withheld:
-            creds = None
+        # Http refuses a plain-HTTP realm elsewhere before anything is sent: the credentials stay here.
         query = {"service": service, "scope": scope}
         token_url = requests.Request("GET", realm, params=query).prepare().url or realm
 
@@ -161,15 +158,6 @@ class RegistrySession:
         except FetchError as e:
             if e.status not in (401, 403):
                 raise
-            if withheld:
-                raise FetchError(
-                    token_url,
-                    f"{e.cause}: the token endpoint refused anonymous access, and the credentials for "
-                    f"{self.registry} were withheld because it is plain HTTP on a non-loopback host",
-                    "Credentials go only over HTTPS or to a loopback address: ask the registry's "
-                    "operators for an https token realm",
-                    status=e.status,
-                ) from e
             who = "the credentials" if creds else "anonymous access"
             raise FetchError(
                 token_url,

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from imagebuild.pins import PinSet
 
-Status = Literal["unchanged", "filled", "updated", "moved"]
+Status = Literal["unchanged", "filled", "normalized", "updated", "moved"]
 PackageStatus = Literal["unchanged", "added", "removed", "updated", "regrouped", "moved"]
 IdentityFields = Mapping[str, str | int]
 Mode = Literal["write", "dry-run", "check"]
@@ -102,10 +102,17 @@ class FileLockResult(ABC, Generic[C]):
             head = f"check: {self.path} is {'STALE' if self.stale else 'up to date'}"
         else:
             head = f"{self.path} not rewritten"
+        edits = [c for c in pending if c.applied and self._edit(c)]
+        if edits and not self.wrote:
+            head += "; " + "; ".join(self._edit(c) or "" for c in edits) + "; run `imagebuild lock`"
         kept = [c.name for c in pending if not c.applied]
         if kept:
             head += self._kept_note(kept)
         return head
+
+    def _edit(self, change: C) -> str | None:
+        """What the user changed in the file since it was locked (the change is theirs, not upstream's)."""
+        return None
 
     @abstractmethod
     def _kept_note(self, names: list[str]) -> str:
@@ -121,8 +128,12 @@ class PinChange(Change[Status]):
     checked: bool  # False when the recorded identity was kept without asking the source
     old_fields: IdentityFields = field(default_factory=dict)
     new_fields: IdentityFields = field(default_factory=dict)
+    # What goes into pins.toml (identity fields and fingerprint that differ from the file); the
+    # kept changes write only corrections, the applied ones their new identity.
+    written: IdentityFields = field(default_factory=dict)
     detail: str = ""
     yanked: str | None = None  # the index yanked the chosen file: its reason ("" if none given)
+    edit: str | None = None  # pins.toml was edited since lock wrote the pin: what its fingerprint says
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,6 +148,7 @@ class PinChange(Change[Status]):
             "old_fields": dict(self.old_fields),
             "new_fields": dict(self.new_fields),
             "detail": self.detail,
+            "edit": self.edit,
             "yanked": self.yanked is not None,
             "yanked_reason": self.yanked or None,
         }
@@ -193,6 +205,9 @@ class LockResult(FileLockResult[PinChange]):
         lines.append("")
         lines.append(self.summary())
         return "\n".join(lines)
+
+    def _edit(self, change: PinChange) -> str | None:
+        return change.edit
 
     def _kept_note(self, names: list[str]) -> str:
         return (

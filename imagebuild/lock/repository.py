@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from imagebuild.inputs.arch import ArchProfile
 from imagebuild.pins import Pin
@@ -28,6 +28,8 @@ class Resolved:
     fields: dict[str, str | int]
     detail: str = ""
     yanked: str | None = None  # a PyPI file's yank reason ("" when none given); None: not yanked
+    # The recorded identity corrected, for when it is kept: a hand-edited commit's own time.
+    recorded: dict[str, str | int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

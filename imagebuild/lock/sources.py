@@ -21,7 +21,7 @@ from imagebuild.inputs.arch import ArchProfile
 from imagebuild.lock.committime import commit_time
 from imagebuild.lock.files import hash_url
 from imagebuild.lock.git import GitOptions, GitProcesses, resolve_ref
-from imagebuild.lock.http import Http
+from imagebuild.lock.http import Http, refuse_plain_http
 from imagebuild.lock.pypi import NoMatchingWheel, choose_wheel, list_files, project_url, target_tags
 from imagebuild.lock.registry import RegistryClient, parse_image_name
 from imagebuild.lock.registry_auth import Credentials
@@ -34,6 +34,7 @@ from imagebuild.pins import (
     SHA256_RE,
     GitPin,
     ImagePin,
+    LockState,
     Pin,
     PinKind,
     PypiPin,
@@ -72,6 +73,7 @@ def resolve_pin(pin: Pin, ctx: SourceContext) -> Resolved:
 
 _FORMS: dict[str, tuple[re.Pattern[str], str]] = {
     "commit": (COMMIT_RE, "a 40-hex commit SHA"),
+    "tag_object": (re.compile(f"(?:{COMMIT_RE.pattern})?"), "a 40-hex tag object SHA"),
     "digest": (DIGEST_RE, "a sha256 digest"),
     "platform_digest": (DIGEST_RE, "a sha256 digest"),
     "sha256": (SHA256_RE, "a 64-hex sha256"),
@@ -92,19 +94,34 @@ def _check_identity(pin: Pin, resolved: Resolved) -> None:
 
 
 def _git(pin: GitPin, ctx: SourceContext) -> Resolved:
-    commit, detail = pin.commit, "commit"
+    """The commit the pin's ref names (a tag peeled, with its tag object), and the commit's time.
+
+    A commit-only pin is asked for its time; a pinned SHA that turns out to be a tag object is
+    answered with the commit it points at (plan.py normalises the pin to it).
+    """
     if pin.tag or pin.branch:
         ref = resolve_ref(pin.url, tag=pin.tag, branch=pin.branch, options=ctx.git)
-        commit, detail = ref.commit, f"{ref.ref} (annotated, peeled)" if ref.annotated else ref.ref
-    assert commit is not None  # a commit-only pin without a commit is not resolved (Refresh.NEVER)
-    return Resolved(fields={"commit": commit, "committed": _committed(pin, commit, ctx)}, detail=detail)
+        commit, tag_object = ref.commit, ref.tag_object
+        detail = f"{ref.ref} (annotated, peeled)" if ref.annotated else ref.ref
+        committed = _committed(pin, commit, ctx)
+    else:
+        assert pin.commit is not None  # a commit-only pin without a commit is not resolved (Refresh.NEVER)
+        found = commit_time(pin.url, pin.commit, ctx.git)
+        commit, committed, detail = found.commit, found.committed, "commit"
+        tag_object = pin.commit if found.commit != pin.commit else None
+    fields: dict[str, str | int] = {"commit": commit, "tag_object": tag_object or "", "committed": committed}
+    recorded: dict[str, str | int] = {}
+    if pin.commit and pin.commit not in (commit, tag_object) and pin.lock_state is not LockState.MATCHES:
+        # The recorded commit may be kept (a moved tag not accepted): its own time, not the one recorded.
+        recorded = {"committed": commit_time(pin.url, pin.commit, ctx.git).committed}
+    return Resolved(fields=fields, detail=detail, recorded=recorded)
 
 
 def _committed(pin: GitPin, commit: str, ctx: SourceContext) -> str:
-    """The commit's time: kept when recorded for this very commit (it cannot change), else fetched."""
-    if commit == pin.commit and pin.committed:
+    """The commit's time: kept when lock recorded it for this very commit (it cannot change), else fetched."""
+    if commit == pin.commit and pin.committed and pin.lock_state is LockState.MATCHES:
         return pin.committed
-    return commit_time(pin.url, commit, ctx.git)
+    return commit_time(pin.url, commit, ctx.git).committed
 
 
 def _image(pin: ImagePin, ctx: SourceContext) -> Resolved:
@@ -142,6 +159,7 @@ def _pypi(pin: PypiPin, ctx: SourceContext) -> Resolved:
             f"Check `version` in pins.toml, or whether the release supports python {ctx.python} "
             f"on {ctx.arch.platform}",
         ) from e
+    refuse_plain_http(choice.file.url)  # pip downloads it from there at build time, hash or not
     sha256 = choice.file.sha256
     if sha256 is None:  # an index without hashes: hash the file ourselves
         sha256 = hash_url(ctx.http, choice.file.url, zip_required=True).sha256

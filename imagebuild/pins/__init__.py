@@ -2,12 +2,13 @@
 
 Only this package reads or writes pins.toml; everything else sees the frozen
 dataclasses of ``kinds`` and ``files`` (one class per kind of pin) and the ``PinSet`` of
-``pinset``. Writing (for ``imagebuild lock``) goes through tomlkit so comments,
+``pinset``. Each pin records the ``fingerprint`` lock wrote it with, so an edit since (a
+changed ref, a hand-edited commit) is seen offline (``base``). Writing (for ``imagebuild lock``) goes through tomlkit so comments,
 order and formatting survive; the caller writes the text atomically.
 """
 
 from imagebuild.inputs.values import COMMIT_RE, COMMITTED_RE, DIGEST_RE, SHA256_RE
-from imagebuild.pins.base import PYPI_SIMPLE, Drift, Pin, PinKind, Refresh
+from imagebuild.pins.base import PYPI_SIMPLE, Drift, LockState, Pin, PinKind, Refresh
 from imagebuild.pins.description import PackageUrl, PinDescription
 from imagebuild.pins.files import PypiPin, WheelPin
 from imagebuild.pins.kinds import PIN_TYPES, GitPin, ImagePin, ToolchainPin
@@ -24,6 +25,7 @@ __all__ = [
     "GitPin",
     "IdentityUpdate",
     "ImagePin",
+    "LockState",
     "PackageUrl",
     "Pin",
     "PinDescription",

@@ -19,6 +19,7 @@ from imagebuild.errors import ConfigError
 from imagebuild.inputs.schema import Table
 from imagebuild.inputs.values import (
     FILE_NAME,
+    FINGERPRINT,
     HTTPS_URL,
     PROJECT_NAME,
     SHA256,
@@ -82,8 +83,9 @@ class FilePin(Pin):
 @dataclass(frozen=True, kw_only=True)
 class WheelPin(FilePin):
     kind: ClassVar[PinKind] = PinKind.WHEEL
-    keys: ClassVar[tuple[str, ...]] = ("url", "version", "sha256", "size")
+    keys: ClassVar[tuple[str, ...]] = ("url", "version", "sha256", "size", "fingerprint")
     identity_keys: ClassVar[tuple[str, ...]] = ("sha256", "size")
+    declared_keys: ClassVar[tuple[str, ...]] = ("url",)
 
     url: str
     size: int
@@ -97,6 +99,7 @@ class WheelPin(FilePin):
             version=t.string("version", kind=VERSION),
             sha256=t.optional_string("sha256", kind=SHA256),
             size=t.integer("size", default=0),
+            fingerprint=t.optional_string("fingerprint", kind=FINGERPRINT),
         )
         if pin.size < 0:
             msg = f"{t.where}: 'size' = {pin.size} is negative; clear it and run `imagebuild lock`"
@@ -146,8 +149,9 @@ class WheelPin(FilePin):
 class PypiPin(FilePin):
     kind: ClassVar[PinKind] = PinKind.PYPI
     needs_target_python: ClassVar[bool] = True
-    keys: ClassVar[tuple[str, ...]] = ("project", "version", "index", "filename", "sha256")
+    keys: ClassVar[tuple[str, ...]] = ("project", "version", "index", "filename", "sha256", "fingerprint")
     identity_keys: ClassVar[tuple[str, ...]] = ("filename", "sha256")
+    declared_keys: ClassVar[tuple[str, ...]] = ("project", "version", "index")
 
     project: str
     index: str
@@ -163,6 +167,7 @@ class PypiPin(FilePin):
             index=t.string("index", kind=HTTPS_URL),
             filename=t.optional_string("filename", kind=FILE_NAME),
             sha256=t.optional_string("sha256", kind=SHA256),
+            fingerprint=t.optional_string("fingerprint", kind=FINGERPRINT),
         )
 
     @property

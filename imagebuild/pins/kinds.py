@@ -28,6 +28,7 @@ from imagebuild.inputs.values import (
     COMMITTED,
     COMMITTED_FORMAT,
     DIGEST,
+    FINGERPRINT,
     GIT_REF,
     GIT_URL,
     IMAGE_NAME,
@@ -38,6 +39,7 @@ from imagebuild.inputs.values import (
 )
 from imagebuild.pins.base import (
     Drift,
+    LockState,
     Pin,
     PinKind,
     Refresh,
@@ -49,8 +51,17 @@ from imagebuild.pins.files import PypiPin, WheelPin
 @dataclass(frozen=True, kw_only=True)
 class ImagePin(Pin):
     kind: ClassVar[PinKind] = PinKind.IMAGE
-    keys: ClassVar[tuple[str, ...]] = ("image", "tag", "digest", "platform_digest", "python", "site_packages")
+    keys: ClassVar[tuple[str, ...]] = (
+        "image",
+        "tag",
+        "digest",
+        "platform_digest",
+        "python",
+        "site_packages",
+        "fingerprint",
+    )
     identity_keys: ClassVar[tuple[str, ...]] = ("digest", "platform_digest")
+    declared_keys: ClassVar[tuple[str, ...]] = ("image", "tag")
 
     image: str
     tag: str
@@ -70,6 +81,7 @@ class ImagePin(Pin):
             platform_digest=t.optional_string("platform_digest", kind=DIGEST),
             python=t.string("python", kind=PYTHON_VERSION),
             site_packages=t.string("site_packages", kind=ABSOLUTE_PATH),
+            fingerprint=t.optional_string("fingerprint", kind=FINGERPRINT),
         )
 
     @property
@@ -137,15 +149,29 @@ class ImagePin(Pin):
 @dataclass(frozen=True, kw_only=True)
 class GitPin(Pin):
     kind: ClassVar[PinKind] = PinKind.GIT
-    keys: ClassVar[tuple[str, ...]] = ("url", "tag", "branch", "commit", "committed")
-    identity_keys: ClassVar[tuple[str, ...]] = ("commit", "committed")
+    keys: ClassVar[tuple[str, ...]] = (
+        "url",
+        "tag",
+        "branch",
+        "commit",
+        "tag_object",
+        "committed",
+        "fingerprint",
+    )
+    identity_keys: ClassVar[tuple[str, ...]] = ("commit", "tag_object", "committed")
+    declared_keys: ClassVar[tuple[str, ...]] = ("url", "tag", "branch")
+    derived_keys: ClassVar[tuple[str, ...]] = ("committed",)
 
     url: str
     tag: str | None
     branch: str | None
+    # Always the commit (what `git rev-parse HEAD` gives after the checkout), never a tag object.
     commit: str | None
-    # The commit's committer time (UTC, RFC 3339): the build's SOURCE_DATE_EPOCH comes from it.
+    # The committer time of ``commit`` (UTC, RFC 3339): the build's SOURCE_DATE_EPOCH comes from it.
     committed: str | None = None
+    # An annotated tag's own object (what `git ls-remote` lists for refs/tags/NAME, and what
+    # references like MAD's Dockerfile pin); None for a lightweight tag or a branch.
+    tag_object: str | None = None
 
     @classmethod
     def from_table(cls, t: Table, *, name: str, source: Path) -> Self:
@@ -161,6 +187,8 @@ class GitPin(Pin):
             branch=branch,
             commit=t.optional_string("commit", kind=COMMIT),
             committed=t.optional_string("committed", kind=COMMITTED),
+            tag_object=t.optional_string("tag_object", kind=COMMIT),
+            fingerprint=t.optional_string("fingerprint", kind=FINGERPRINT),
         )
 
     @property
@@ -169,12 +197,15 @@ class GitPin(Pin):
 
     @property
     def locked(self) -> bool:
-        return self.commit is not None and self.committed is not None
+        return self.commit is not None and self.committed is not None and not self.edited
 
     @property
     def commit_time(self) -> int | None:
-        """``committed`` as seconds since the epoch, or None until locked."""
-        if self.committed is None:
+        """``committed`` as seconds since the epoch; None until locked, and for a pin edited since.
+
+        An edited pin's recorded time may be another commit's: no SOURCE_DATE_EPOCH comes from it.
+        """
+        if self.committed is None or self.edited:
             return None
         return int(datetime.strptime(self.committed, COMMITTED_FORMAT).replace(tzinfo=UTC).timestamp())
 
@@ -188,9 +219,12 @@ class GitPin(Pin):
 
     @property
     def refresh(self) -> Refresh:
-        # A commit-only pin is asked once more, for its commit time (SOURCE_DATE_EPOCH).
-        missing_time = self.commit is not None and self.committed is None
-        return Refresh.ALWAYS if self.tag or self.branch or missing_time else Refresh.NEVER
+        # A commit-only pin is asked once more for its commit time (SOURCE_DATE_EPOCH), and
+        # whenever its fingerprint does not vouch that the recorded time is this commit's.
+        unvouched = self.commit is not None and (
+            self.committed is None or self.lock_state is not LockState.MATCHES
+        )
+        return Refresh.ALWAYS if self.tag or self.branch or unvouched else Refresh.NEVER
 
     def drift(
         self, differs: Collection[str], old: Mapping[str, str | int], new: Mapping[str, str | int]

@@ -83,7 +83,7 @@ IdentityUpdate = Mapping[str, Mapping[str, str | int]]
 def render_updates(path: Path, updates: IdentityUpdate) -> str:
     """pins.toml's text with the identity fields in ``updates`` replaced.
 
-    Only identity keys may change: what a human tracks is never rewritten.
+    Only identity keys and the fingerprint may change: what a human tracks is never rewritten.
     """
     pinset = load_pins(path)
     import tomlkit  # only lock writes pins.toml: keep it off every other command's start-up
@@ -92,7 +92,7 @@ def render_updates(path: Path, updates: IdentityUpdate) -> str:
     for name, fields in updates.items():
         pin = pinset.get(name)
         for key, value in fields.items():
-            if key not in pin.identity_keys:
+            if key not in (*pin.identity_keys, "fingerprint"):
                 msg = f"{path}: [{name}] '{key}' is not an identity field of a {pin.kind} pin"
                 raise ConfigError(msg)
             table = doc[name]

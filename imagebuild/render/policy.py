@@ -29,7 +29,13 @@ def check_pinned(pins: PinSet, consumed: set[str], options: RenderOptions) -> li
 
 
 def _missing(pin: Pin) -> str:
-    """What a pin lacks: its identity, or (a git pin) only the commit time SOURCE_DATE_EPOCH needs."""
+    """What a pin lacks: its identity, the commit time SOURCE_DATE_EPOCH needs, or a lock since its edit.
+
+    An edited pin (its fingerprint disagrees) may carry another commit's time: it counts as unpinned,
+    so it is refused, or (--allow-unpinned) marked and left out of SOURCE_DATE_EPOCH.
+    """
+    if pin.edited:
+        return pin.edit_problem()
     if pin.identity is not None:
         return "commit time"
     return pin.tracked

@@ -318,3 +318,18 @@ def processes_mentioning(text: str) -> list[str]:
         if text in cmdline:
             found.append(f"{proc.name}: {cmdline.strip()}")
     return found
+
+
+def fingerprinted(path: Path) -> Path:
+    """``path`` as `imagebuild lock` leaves it: every pin with a complete identity fingerprinted."""
+    from imagebuild.pins import load_pins, render_updates
+
+    stamps = {
+        pin.name: {"fingerprint": stamped}
+        for pin in load_pins(path)
+        if pin.declared_keys
+        and all(pin.identity_fields().get(k) for k in pin.identity_keys if k != "tag_object")
+        and (stamped := pin.with_fingerprint().fingerprint)
+    }
+    path.write_text(render_updates(path, stamps), encoding="utf-8")
+    return path

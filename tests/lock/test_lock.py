@@ -13,9 +13,10 @@ import pytest
 from imagebuild.errors import ConfigError, LockError
 from imagebuild.inputs.arch import ArchProfile
 from imagebuild.lock import LockResult, lock
+from imagebuild.pins import LockState, load_pins
 from imagebuild.pins.epoch import format_epoch
 from tests.lock.repositories import GitDaemon, GitRepo, Registry, TokenProxy
-from tests.lock.servers import FileServer, IndexFile, options, serve_index, zip_bytes
+from tests.lock.servers import FileServer, IndexFile, fingerprinted, options, serve_index, zip_bytes
 
 WHEEL = zip_bytes(("amd_aiter/__init__.py", b"bytes to hash\n" * 1000))
 PYPI_NAMES = [
@@ -125,6 +126,7 @@ version = "1.88.0"
 """,
         encoding="utf-8",
     )
+    fingerprinted(path)  # [fixed] as lock wrote it: its commit time needs no asking
     return World(
         path=path,
         repo=repo,
@@ -152,12 +154,15 @@ def test_commit_only_pin_gets_its_commit_time(world: World, amd64: ArchProfile) 
     )
     result = world.lock(amd64)
     assert statuses(result) == {"only": "filled"}
-    assert world.data()["only"] == {
+    only = world.data()["only"]
+    assert only == {
         "kind": "git",
         "url": world.repo.url,
         "commit": old,
         "committed": committed_at(world.repo, old),
+        "fingerprint": only["fingerprint"],
     }
+    assert load_pins(world.path).get("only").lock_state is LockState.MATCHES
     assert set(statuses(world.lock(amd64)).values()) == {"unchanged"}
 
 
@@ -344,9 +349,63 @@ def test_json_report(world: World, amd64: ArchProfile) -> None:
     mori = next(c for c in report["changes"] if c["name"] == "mori")
     assert mori["new_fields"] == {
         "commit": world.tag_commit,
+        "tag_object": world.repo.git("rev-parse", "v1.2.2"),  # annotated: its own object too
         "committed": committed_at(world.repo, world.tag_commit),
     }
     assert mori["status"] == "filled"
+
+
+# --- annotated tags, as the real MoRI v1.2.2 is ------------------------------------------------
+
+
+def test_an_annotated_tag_records_its_commit_and_its_tag_object(world: World, amd64: ArchProfile) -> None:
+    world.lock(amd64)
+    mori = world.data()["mori"]
+    tag_object = world.repo.git("rev-parse", "v1.2.2")
+    assert tag_object != world.tag_commit
+    assert (mori["commit"], mori["tag_object"]) == (world.tag_commit, tag_object)
+    assert "tag_object" not in world.data()["vllm"]  # a branch has none
+    assert world.lock(amd64).change("mori").status == "unchanged"
+
+
+def test_a_pinned_tag_object_is_normalised_not_moved(world: World, amd64: ArchProfile) -> None:
+    """MAD's Dockerfile, so the real pins.toml, pins MoRI v1.2.2 by its tag object."""
+    tag_object = world.repo.git("rev-parse", "v1.2.2")
+    text = world.path.read_text(encoding="utf-8")
+    world.path.write_text(
+        text.replace('tag = "v1.2.2"\ncommit = ""', f'tag = "v1.2.2"\ncommit = "{tag_object}"'),
+        encoding="utf-8",
+    )
+    result = world.lock(amd64)  # no -P
+    change = result.change("mori")
+    assert (change.status, change.applied) == ("normalized", True)
+    assert not result.moved
+    assert (
+        f"{tag_object} is the tag object of tag v1.2.2: recorded as the commit it points at, {world.tag_commit}"
+        in result.format_table()
+    )
+    mori = world.data()["mori"]
+    assert (mori["commit"], mori["tag_object"]) == (world.tag_commit, tag_object)
+    assert mori["committed"] == committed_at(world.repo, world.tag_commit)
+
+
+def test_a_commit_only_pin_of_a_tag_object_is_normalised(world: World, amd64: ArchProfile) -> None:
+    tag_object = world.repo.git("rev-parse", "v1.2.2")
+    world.path.write_text(
+        f'[only]\nkind = "git"\nurl = "{world.repo.url}"\ncommit = "{tag_object}"\n', encoding="utf-8"
+    )
+    assert world.lock(amd64).change("only").status == "normalized"
+    assert (world.data()["only"]["commit"], world.data()["only"]["tag_object"]) == (
+        world.tag_commit,
+        tag_object,
+    )
+
+
+def test_a_retagged_annotated_tag_on_the_same_commit_is_moved(world: World, amd64: ArchProfile) -> None:
+    world.lock(amd64)
+    world.repo.git("tag", "-f", "-a", "-m", "retagged", "v1.2.2", world.tag_commit)
+    result = world.lock(amd64)
+    assert (result.change("mori").status, result.change("mori").applied) == ("moved", False)
 
 
 def test_pypi_pin_needs_a_base_python(world: World, amd64: ArchProfile) -> None:

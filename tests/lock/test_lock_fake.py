@@ -20,7 +20,7 @@ from imagebuild.pins import load_pins
 from imagebuild.project import find_project
 from imagebuild.testing import FakeSources
 from tests import REPO
-from tests.lock.servers import options
+from tests.lock.servers import fingerprinted, options
 
 OLD, NEW = "a" * 40, "b" * 40
 COMMITTED = "2026-01-01T00:00:00Z"
@@ -37,7 +37,7 @@ def write_pins(tmp_path: Path, *, commit: str = OLD, wheel_sha: str = SHA) -> Pa
         f'version = "1.0"\nsha256 = "{wheel_sha}"\nsize = {10 if wheel_sha else 0}\n',
         encoding="utf-8",
     )
-    return path
+    return fingerprinted(path)
 
 
 def tag_at(commit: str) -> Resolved:
@@ -175,3 +175,26 @@ def test_the_callers_pins_are_used_while_the_file_holds_the_bytes_they_were_pars
         lock(options(path, amd64), loaded=current, open_sources=sources.open).change("mori").tracked
         == "tag v1"
     )
+
+
+# --- the input file is the user's intent ---------------------------------------------------------
+
+
+def test_an_edited_ref_is_resolved_by_a_plain_lock(tmp_path: Path, amd64: ArchProfile) -> None:
+    path = write_pins(tmp_path)
+    path.write_text(
+        path.read_text(encoding="utf-8").replace('tag = "v1"', 'branch = "main"'), encoding="utf-8"
+    )
+    before = path.read_bytes()
+    sources = FakeSources(
+        {"mori": Resolved(fields={"commit": NEW, "committed": COMMITTED}, detail="refs/heads/main")}
+    )
+    check = lock(options(path, amd64, check=True), open_sources=sources.open)
+    assert (check.stale, path.read_bytes()) == (True, before)
+    assert "pins.toml changed: mori now tracks branch main; run `imagebuild lock`" in check.summary()
+    assert "changed upstream" not in check.summary()
+    result = lock(options(path, amd64), open_sources=sources.open)  # no -P
+    assert (result.change("mori").status, result.wrote, result.stale) == ("updated", True, False)
+    assert result.pins.get("mori").locked
+    assert f'commit = "{NEW}"' in path.read_text(encoding="utf-8")
+    assert lock(options(path, amd64, check=True), open_sources=sources.open).stale is False

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+from http.server import BaseHTTPRequestHandler
+
 import pytest
+import requests
 
 from imagebuild.errors import ConfigError
 from imagebuild.lock.http import FetchError, Http
@@ -14,6 +18,7 @@ from imagebuild.lock.registry import (
     parse_image_name,
 )
 from tests.lock.repositories import DOCKER_LIST, OCI_MANIFEST, Registry, TokenProxy
+from tests.lock.servers import LocalServer, send
 
 
 def resolve(
@@ -128,3 +133,39 @@ def test_private_repository_needs_credentials(registry: Registry, token_registry
         resolve(f"{token_registry.host}/private/img", "v1", creds={token_registry.host: ("me", "wrong")})
     got = resolve(f"{token_registry.host}/private/img", "v1", creds={token_registry.host: ("me", "s3cret")})
     assert got.digest == digest
+
+
+@pytest.mark.parametrize(
+    ("served", "error"),
+    [
+        ("right-sha512", None),
+        ("wrong-sha512", r"the registry says the manifest is sha512:0{128} but its bytes hash to sha512:"),
+        ("sha384:" + "0" * 96, r"Docker-Content-Digest 'sha384:0+', which is not a sha256 or sha512 digest"),
+    ],
+)
+def test_a_sha512_digest_header_is_checked_too(registry: Registry, served: str, error: str | None) -> None:
+    """A registry may name a manifest by sha512: that is checked as a sha256 would be."""
+    digest = registry.push_single("digest512/img", "v1")
+
+    def handle(h: BaseHTTPRequestHandler) -> None:
+        upstream = requests.get(
+            registry.url + h.path, headers={"Accept": h.headers.get("Accept", "*/*")}, timeout=10
+        )
+        headers = {"Content-Type": upstream.headers.get("Content-Type", "")}
+        if "/manifests/" in h.path:
+            value = {
+                "right-sha512": "sha512:" + hashlib.sha512(upstream.content).hexdigest(),
+                "wrong-sha512": "sha512:" + "0" * 128,
+            }.get(served, served)
+            headers["Docker-Content-Digest"] = value
+        send(h, upstream.status_code, upstream.content, headers)
+
+    front = LocalServer(handle)
+    try:
+        if error is None:
+            assert resolve(f"127.0.0.1:{front.port}/digest512/img", "v1").digest == digest  # sha256 recorded
+        else:
+            with pytest.raises(FetchError, match=error):
+                resolve(f"127.0.0.1:{front.port}/digest512/img", "v1")
+    finally:
+        front.close()

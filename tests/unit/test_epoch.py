@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from imagebuild.build.core import check_build_args
+from imagebuild.cli import main
 from imagebuild.errors import ConfigError, UnpinnedError
+from imagebuild.pins import load_pins, render_updates
 from imagebuild.pins.epoch import FLOOR, format_epoch
 from imagebuild.project import find_project
 from imagebuild.render import Dockerfile, RenderOptions, render_inputs
@@ -25,10 +27,17 @@ def lock_all(project: Path, *, mori: str = MORI, vllm: str = VLLM, router: str =
     path = project / "pins.toml"
     text = (REPO / "pins.toml").read_text().replace('digest = ""', f'digest = "sha256:{"ab" * 32}"')
     text = text.replace('sha256 = ""', f'sha256 = "{"cd" * 32}"')
-    parts = text.split('committed = ""')
+    parts = re.split(r'committed = "[^"]*"', text)
     assert len(parts) == 4, "mori, vllm and router, in file order"
     text = "".join(part + f'committed = "{t}"' for part, t in zip(parts, (mori, vllm, router), strict=False))
     path.write_text(text + parts[-1])
+    # As `imagebuild lock` writes them: fingerprinted (a time typed over a locked one is refused).
+    stamps = {
+        p.name: {"fingerprint": p.with_fingerprint().fingerprint or ""}
+        for p in load_pins(path)
+        if p.declared_keys
+    }
+    path.write_text(render_updates(path, stamps))
 
 
 def rendered(project: Path, **options: object) -> Dockerfile:
@@ -92,6 +101,35 @@ def test_missing_commit_time_is_refused_like_a_missing_identity(project: Path) -
     loud = rendered(project, allow_unpinned=True).text
     assert "vllm (commit time)" in loud
     assert declarations(rendered(project, allow_unpinned=True)) == {4: utc(MORI), 9: utc(ROUTER)}
+
+
+@pytest.mark.parametrize("verb", ["render", "build"])
+def test_a_hand_edited_commit_is_refused_never_rendered_with_the_old_time(
+    project: Path, verb: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The recorded time is the old commit's: the fingerprint says the commit changed since the lock."""
+    lock_all(project)
+    path = project / "pins.toml"
+    path.write_text(path.read_text().replace("862bfd8ca4db78b9cbcbcf9ec6013638e3ae6543", "1" * 40))
+    before = path.read_bytes()
+    assert main(["-C", str(project), verb, *(["-o", "-"] if verb == "render" else [])]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "[vllm] (vllm's identity was edited by hand since `imagebuild lock` recorded it)" in lines[0]
+    assert "run `imagebuild lock`" in lines[0]
+    assert path.read_bytes() == before
+    # Shown loudly, it gives no SOURCE_DATE_EPOCH: steps 7-8 keep mori's time, the router's rises at 9.
+    assert declarations(rendered(project, allow_unpinned=True)) == {4: utc(MORI), 9: utc(ROUTER)}
+
+
+def test_an_edited_ref_is_refused_until_lock_resolves_it(project: Path) -> None:
+    lock_all(project)
+    path = project / "pins.toml"
+    path.write_text(
+        path.read_text().replace('branch = "kimi-k3-wideep-disagg-fullsource-v3"', 'branch = "main"')
+    )
+    with pytest.raises(UnpinnedError, match=r"\[vllm\] \(pins.toml changed: vllm now tracks branch main\)"):
+        rendered(project)
 
 
 def test_format_epoch_is_rfc3339_utc() -> None:

@@ -30,21 +30,21 @@ def fails_with(capsys: pytest.CaptureFixture[str], *patterns: str, argv: tuple[s
 
 CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
     "unknown pin key with suggestion": (
-        lambda p: edit(p / "pins.toml", 'commit = "fe12', 'comit = "fe12'),
+        lambda p: edit(p / "pins.toml", 'commit = "dafd', 'comit = "dafd'),
         ("pins.toml [mori]", "unknown key 'comit'", "Perhaps you meant 'commit'?"),
     ),
     "bad commit sha": (
         lambda p: edit(
-            p / "pins.toml", 'commit = "fe12a11a7d6c6acd0771b772366ed9ed5e0d3d44"', 'commit = "fe12a11"'
+            p / "pins.toml", 'commit = "dafdcfcf1e27b0c981b90903ab198b90d29e6867"', 'commit = "dafdcfc"'
         ),
-        ("[mori]", "'commit' = 'fe12a11' is not a valid 40-hex commit SHA", "imagebuild lock"),
+        ("[mori]", "'commit' = 'dafdcfc' is not a valid 40-hex commit SHA", "imagebuild lock"),
     ),
     "impossible commit time": (
-        lambda p: edit(p / "pins.toml", 'committed = ""', 'committed = "2026-13-01T00:00:00Z"'),
+        lambda p: edit(p / "pins.toml", 'committed = "2026-07-16T13:10:47Z"', 'committed = "2026-13-01T00:00:00Z"'),
         ("[mori]", "'committed' = '2026-13-01T00:00:00Z' is not a valid UTC time", "imagebuild lock"),
     ),
     "commit time not in UTC": (
-        lambda p: edit(p / "pins.toml", 'committed = ""', 'committed = "2026-01-01T00:00:00+02:00"'),
+        lambda p: edit(p / "pins.toml", 'committed = "2026-07-16T13:10:47Z"', 'committed = "2026-01-01T00:00:00+02:00"'),
         ("[mori]", "is not a valid UTC time like '2026-01-01T00:00:00Z'"),
     ),
     "bad digest": (
