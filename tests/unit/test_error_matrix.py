@@ -367,6 +367,14 @@ ARGUMENTS: dict[str, tuple[str, list[str]]] = {
     "slurm --archive a directory": ("slurm", ["--archive", "stages"]),
     "slurm -o a directory": ("slurm", ["--image", DIGEST_REF, "-o", "stages"]),
     "slurm -o in a missing directory": ("slurm", ["--image", DIGEST_REF, "-o", "absent/job.sbatch"]),
+    # The launcher's character set: bidi overrides and isolates, C1 controls, overlong values.
+    "slurm --model-path with U+202E": ("slurm", ["--model-path", "/models/\u202ek3", "--image", DIGEST_REF]),
+    "slurm --model-path with U+2066": ("slurm", ["--model-path", "/models/\u2066k3", "--image", DIGEST_REF]),
+    "slurm --model-path with a C1 control": ("slurm", ["--model-path", "/models/\x9bk3", "--image", DIGEST_REF]),
+    "slurm --model-path 5000 characters": ("slurm", ["--model-path", "/" + "m" * 5000, "--image", DIGEST_REF]),
+    "slurm --job-name with U+202E": ("slurm", ["--job-name", "k3\u202ebad", "--image", DIGEST_REF]),
+    "slurm --env value with U+202E": ("slurm", ["--env", "PERF_TAGS=a\u202eb", "--image", DIGEST_REF]),
+    "slurm --benchmark-cmd with U+2028": ("slurm", ["--benchmark-cmd", "run\u2028x", "--image", DIGEST_REF]),
 }
 for _name, (_verb, _args) in ARGUMENTS.items():
     CASES[f"argument {_name}"] = Case(setup=nothing, verbs=(_verb,), extra={_verb: _args})
