@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import BinaryIO
 
+from imagebuild.engine.streams import CHUNK, HashingReader, forget_members
 from imagebuild.normalize.rewrite import ENCODING, ERRORS
-from imagebuild.normalize.streams import CHUNK, HashingReader, forget_members
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"

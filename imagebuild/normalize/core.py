@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from imagebuild.engine.interface import PODMAN, EngineStore
+from imagebuild.engine.streams import open_stream
 from imagebuild.log import logger
 from imagebuild.normalize.from_save import normalize_saved
 from imagebuild.normalize.from_store import normalize_stored
@@ -56,7 +57,6 @@ from imagebuild.normalize.model import (
     NormalizeResult,
     StoreReadFailure,
 )
-from imagebuild.normalize.streams import open_stream
 
 
 def load_chunks(image: Normalized) -> Iterator[bytes]:

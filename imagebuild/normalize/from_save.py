@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from imagebuild.normalize.archive import ArchiveError, read_saved_image
+from imagebuild.engine.saved_image import ArchiveError, read_saved_image
+from imagebuild.engine.streams import spool
 from imagebuild.normalize.canonical import LayerReducer
 from imagebuild.normalize.load_archive import OCI_LAYER
 from imagebuild.normalize.lower import Digest, Meta, scan_layer
@@ -20,7 +21,6 @@ from imagebuild.normalize.model import (
     lower_state,
 )
 from imagebuild.normalize.rewrite import LayerError, rewrite_layer
-from imagebuild.normalize.streams import spool
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from imagebuild.normalize.streams import TAR_END, tar_bytes_chunks, tar_file_chunks
+from imagebuild.engine.streams import TAR_END, tar_bytes_chunks, tar_file_chunks
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from imagebuild.normalize.streams import CHUNK, forget_members
+from imagebuild.engine.streams import CHUNK, forget_members
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"

@@ -32,9 +32,9 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO, cast
 
+from imagebuild.engine.streams import CHUNK, HashingWriter, Sink, forget_members
 from imagebuild.normalize.canonical import LayerReducer
 from imagebuild.normalize.lower import Digest, Meta
-from imagebuild.normalize.streams import CHUNK, HashingWriter, Sink, forget_members
 
 SPOOL_IN_MEMORY = 16 * CHUNK  # a compared file up to this size stays in memory
 

@@ -24,7 +24,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from imagebuild.normalize.streams import CHUNK
+from imagebuild.engine.streams import CHUNK
 
 SEGMENT, FILE = 2, 1
 

@@ -17,10 +17,10 @@ import pytest
 
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.engine.interface import BuildRequest, StoredLayer
+from imagebuild.engine.streams import open_stream
 from imagebuild.normalize.after_build import layer_plan
 from imagebuild.normalize.core import normalize_image
 from imagebuild.normalize.model import FROM_SAVE, FROM_STORE, LayerPlan
-from imagebuild.normalize.streams import open_stream
 from imagebuild.normalize.tar_split import layer_chunks
 from imagebuild.pins import load_pins
 from imagebuild.project import find_project

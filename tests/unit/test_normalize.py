@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from imagebuild.normalize.archive import ArchiveError, read_saved_image
+from imagebuild.engine.saved_image import ArchiveError, read_saved_image
+from imagebuild.engine.streams import spool
 from imagebuild.normalize.config import canonical_created_by, normalized_config
 from imagebuild.normalize.core import load_chunks
 from imagebuild.normalize.from_save import normalize_saved
 from imagebuild.normalize.model import LayerPlan, NormalizeFailure
-from imagebuild.normalize.streams import spool
 from tests.unit.imagetars import BEFORE, EPOCH, Item, config, digest, entries, layer, saved
 from tests.unit.normalize_support import BASE, EPOCHS, built, normalize, plan
 

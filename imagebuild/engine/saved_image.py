@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO, Generic, Protocol, TypeVar, cast
 
-from imagebuild.normalize.streams import CHUNK, forget_members
+from imagebuild.engine.streams import CHUNK, forget_members
 
 JSON_LIMIT = 64 << 20  # a config or manifest larger than this is not one
 TAR_MAGIC_OFFSET, TAR_MAGICS = 257, (b"ustar\x0000", b"ustar  \x00")
