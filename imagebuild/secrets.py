@@ -5,15 +5,23 @@ Build inputs (ARG names and values, pin URLs), labels, build records, logs and
 this module, so a token shape added here is caught everywhere at once.
 
 Patterns are plain ``re`` syntax with a group named ``secret`` around the part
-that must never be shown. The module needs only the standard library: verify
+that must never be shown. A token also hides encoded: in a docker ``config.json``
+``auth`` (base64 of ``user:token``), a Kubernetes secret, a percent-encoded URL.
+So each run of text that may be base64 (either alphabet) or holds a ``%XX``
+escape is decoded once and the patterns run over the decoding too; a finding
+there covers the whole encoded run, which is what a report hides. The module needs only the standard library: verify
 runs this same file with the image's own python to scan the image's files, so
 a finding is redacted before anything leaves the container.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 # Names a user may give a build arg that say it holds a credential.
 SECRET_NAME_RE = re.compile(r"TOKEN|SECRET|PASSW(OR)?D|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -83,14 +91,59 @@ class Finding:
     shown: str  # the finding, redacted: the text just before it, never the secret
 
 
-def _spans(text: str) -> dict[tuple[int, int], str]:
-    """(start, end) of each secret -> its kind; overlapping matches count once."""
+# A run that may be base64 (standard or URL-safe alphabet) long enough to hold a token, and a run
+# of URL text with a %XX escape in it. Longer runs are not decoded (a certificate, an embedded blob).
+_BASE64_RUN_RE = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
+_PERCENT_RUN_RE = re.compile(r"[^\s\"'<>]*%[0-9A-Fa-f]{2}[^\s\"'<>]*")
+MAX_DECODED_RUN = 64 * 1024
+
+
+def _base64_decoded(run: str) -> str | None:
+    """``run`` decoded as base64 (bytes that are no UTF-8 replaced: a token is ASCII), or None."""
+    body = run.rstrip("=")
+    if len(body) % 4 == 1:
+        return None
+    padded = body + "=" * (-len(body) % 4)
+    altchars = b"-_" if "-" in body or "_" in body else None
+    try:
+        data = base64.b64decode(padded, altchars=altchars, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+def _encoded_runs(text: str) -> Iterator[tuple[int, int, str, str]]:
+    """(start, end, decoded text, encoding) of every run of ``text`` that decodes to other text."""
+    for m in _BASE64_RUN_RE.finditer(text):
+        decoded = _base64_decoded(m[0]) if len(m[0]) <= MAX_DECODED_RUN else None
+        if decoded is not None:
+            yield m.start(), m.end(), decoded, "base64-encoded"
+    for m in _PERCENT_RUN_RE.finditer(text):
+        unquoted = unquote(m[0]) if len(m[0]) <= MAX_DECODED_RUN else m[0]
+        if unquoted != m[0]:
+            yield m.start(), m.end(), unquoted, "URL-encoded"
+
+
+def _plain_spans(text: str) -> dict[tuple[int, int], str]:
+    """(start, end) of each secret the patterns match in ``text`` as it is -> its kind."""
     spans: dict[tuple[int, int], str] = {}
     for kind, regex in _COMPILED:
         for m in regex.finditer(text):
             start, end = m.span("secret")
             if not any(s < end and start < e for s, e in spans):
                 spans[(start, end)] = kind
+    return spans
+
+
+def _spans(text: str) -> dict[tuple[int, int], str]:
+    """(start, end) of each secret -> its kind, plain or encoded; overlapping matches count once."""
+    spans = _plain_spans(text)
+    for start, end, decoded, encoding in _encoded_runs(text):
+        if any(s < end and start < e for s, e in spans):
+            continue  # already found as it is
+        inner = _plain_spans(decoded)
+        if inner:
+            spans[(start, end)] = f"{next(iter(inner.values()))}, {encoding}"
     return spans
 
 

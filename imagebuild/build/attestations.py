@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from imagebuild.build.record import BuildRecord
 from imagebuild.build.stream import RUNNING_MARK
 from imagebuild.engine.interface import Engine
-from imagebuild.errors import AttestationError
+from imagebuild.errors import AttestationError, EngineError
 from imagebuild.inputs.layout import sbom_file_name
 from imagebuild.util.files import write_atomically
 
@@ -96,8 +96,12 @@ def attestations_describe(record: BuildRecord) -> bool:
 
 
 def read_inventory(engine: Engine, image: str) -> tuple[InstalledDistribution, ...]:
-    """The distributions installed in the image, read by its own python."""
-    code, output = engine.run(image, ["python3", "-I", "-c", INVENTORY_SCRIPT])
+    """The distributions installed in the image, read by its own python, in a container with no
+    network (as verify's): the inventory needs none, and the image's code gets none."""
+    try:
+        code, output = engine.run(image, ["python3", "-I", "-c", INVENTORY_SCRIPT], network_mode="none")
+    except EngineError as e:
+        raise AttestationError(str(e)) from e
     line = next((ln for ln in output.splitlines() if ln.startswith(_MARK)), None)
     if code != 0 or line is None:
         tail = output.strip().splitlines()[-1:] or ["no output"]
@@ -114,8 +118,20 @@ def write_attestations(record: BuildRecord, engine: Engine) -> None:
     from imagebuild.build.provenance import provenance_text
     from imagebuild.build.sbom import make_sbom
 
-    sbom = make_sbom(record, read_inventory(engine, record.tag))  # the engine's name for it on every store
-    provenance = provenance_text(record, engine_version=engine.version())
-    record.sbom.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(record.sbom, sbom)
-    write_atomically(record.provenance, provenance)
+    try:
+        sbom = make_sbom(record, read_inventory(engine, record.tag))  # the engine's name for it on every store
+    except AttestationError as e:
+        msg = f"the SBOM could not be made: {e}"
+        raise AttestationError(msg) from e
+    try:
+        provenance = provenance_text(record, engine_version=engine.version())
+    except (AttestationError, EngineError) as e:
+        msg = f"the provenance could not be made: {e}"
+        raise AttestationError(msg) from e
+    try:
+        record.sbom.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(record.sbom, sbom)
+        write_atomically(record.provenance, provenance)
+    except OSError as e:
+        msg = f"the SBOM and provenance could not be written to {record.sbom.parent}: {e.strerror or e}"
+        raise AttestationError(msg) from e

@@ -361,7 +361,7 @@ def attest(record: BuildRecord, engine: Engine, *, show: BuildProgress) -> None:
     try:
         write_attestations(record, engine)
     except AttestationError as e:
-        msg = f"{record.tag} ({record.image_id}) was built and tagged, but its SBOM and provenance were not written: {e}"
+        msg = f"built and tagged {record.tag} ({record.image_id}); {e}"
         raise AttestationError(msg) from e
     show.message(f"SBOM: {record.sbom}; provenance: {record.provenance}")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from imagebuild.inputs.references import image_problem, tag_reference_problem
@@ -57,6 +58,9 @@ def image_or_archive(text: str) -> str:
     if path.is_dir():
         msg = f"{text!r} is a directory; name a docker save or imagebuild export archive, or an image"
         raise argparse.ArgumentTypeError(msg)
+    if path.exists():  # a FIFO would block the read for ever, /dev/zero never end it
+        msg = f"{text!r} is not a regular file (a FIFO, a device or a socket); name a docker save or imagebuild export archive"
+        raise argparse.ArgumentTypeError(msg)
     if text.startswith(("/", "./", "../", "~")) or text.endswith(ARCHIVE_SUFFIXES):
         msg = f"{text!r}: no such file; name an existing archive, or an image `docker images` lists"
         raise argparse.ArgumentTypeError(msg)
@@ -78,6 +82,37 @@ def _printable_path(text: str) -> None:
         raise argparse.ArgumentTypeError(msg)
 
 
+def pins_file(text: str) -> Path:
+    """--pins: a pins file's path (what it holds is checked when it is read); never empty, which
+    would name the current directory."""
+    _printable_path(text)
+    if not text:
+        msg = "'' is empty; name a pins file, e.g. pins.toml"
+        raise argparse.ArgumentTypeError(msg)
+    return Path(text)
+
+
+def name(text: str) -> str:
+    """A pin's or a locked python package's name as given on the command line: never empty (an empty
+    name would select nothing, and the verb would answer a question nobody asked)."""
+    _printable_path(text)
+    if not text.strip():
+        msg = f"{text!r} is empty; name a pin of pins.toml or a locked python package"
+        raise argparse.ArgumentTypeError(msg)
+    return text
+
+
+def _writable_dir(text: str, parent: Path) -> None:
+    """Create and remove a file in ``parent``: permission bits say nothing of /proc, a read-only
+    mount or a full quota, and a build must not find that out after an hour."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".imagebuild-probe-"):
+            pass
+    except OSError as e:
+        msg = f"{text}: cannot write in directory {parent} ({e.strerror or e}); choose a directory you can write"
+        raise argparse.ArgumentTypeError(msg) from e
+
+
 def output_file(text: str) -> Path:
     """A file the verb will write: its directory must exist and be writable, and it must not be a directory."""
     _printable_path(text)
@@ -95,6 +130,7 @@ def output_file(text: str) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         msg = f"{text}: directory {parent} is not writable; choose a directory you can write"
         raise argparse.ArgumentTypeError(msg)
+    _writable_dir(text, parent)
     return path
 
 

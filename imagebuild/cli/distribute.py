@@ -16,6 +16,7 @@ from imagebuild.cli.output import write_json
 from imagebuild.cli.verbs import Verb, Verbs, project_of, warn_deprecated
 from imagebuild.errors import ConfigError, ExitCode, ImageBuildError
 from imagebuild.inputs.layout import build_record_path, default_tag
+from imagebuild.inputs.values import shown
 from imagebuild.log import format_duration, logger
 
 
@@ -51,7 +52,7 @@ def publish_target(args: argparse.Namespace) -> tuple[str, str | None]:
     The old spelling, --repository REPO [--tag TAG] with a bare tag, still works for one release: its
     values are checked as before, then one deprecation line says the -t to write instead.
     """
-    from imagebuild.distribute.publish import check_repository, check_tag
+    from imagebuild.distribute.publish import check_registry_host, check_repository, check_tag
 
     references: list[str] = args.tag or []
     if len(references) > 1:
@@ -70,8 +71,9 @@ def publish_target(args: argparse.Namespace) -> tuple[str, str | None]:
         )
         raise ConfigError(msg)
     text = references[0]
+    check_registry_host(text, "-t/--tag")
     if "@" in text:
-        msg = f"-t/--tag {text!r}: give HOST[:PORT]/REPO[:TAG] without a digest; publish prints the digest it pushed"
+        msg = f"-t/--tag {shown(text)}: give HOST[:PORT]/REPO[:TAG] without a digest; publish prints the digest it pushed"
         raise ConfigError(msg)
     repository, tag = split_reference(text)
     try:
@@ -80,7 +82,7 @@ def publish_target(args: argparse.Namespace) -> tuple[str, str | None]:
             check_tag(tag)
     except ConfigError as e:
         why = str(e).partition(": ")[2]  # the check names its own flag; this value came as -t
-        msg = f"-t/--tag {text!r}: {why}"
+        msg = f"-t/--tag {shown(text)}: {why}"
         raise ConfigError(msg) from e
     return repository, tag
 

@@ -232,6 +232,7 @@ def register(verbs: Verbs) -> None:
     p.add_argument(
         "--changed",
         metavar="NAME",
+        type=arguments.name,
         help="list the steps whose layer cache a change of pin or locked python package NAME invalidates",
     )
     p.add_argument(

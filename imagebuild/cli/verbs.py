@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from imagebuild.cli import arguments
 from imagebuild.errors import ExitCode
 from imagebuild.inputs.layout import DEFAULT_ARCH
 from imagebuild.log import logger
@@ -160,7 +161,7 @@ COMMON_OPTIONS = (
         flags=("--pins",),
         dest="pins",
         default=None,
-        options={"type": Path, "metavar": "FILE"},
+        options={"type": arguments.pins_file, "metavar": "FILE"},
         applies=lambda verb: verb.checkout,
         verbs_that="verbs that read the checkout",
         help=lambda _: "pins file (default: pins.toml of the checkout)",

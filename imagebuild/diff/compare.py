@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from imagebuild.diff.tree import FIELDS, Entry, LayerIndex, flatten
-from imagebuild.normalize.archive import SavedImage
+from imagebuild.engine.saved_image import SavedImage
 
 CONFIG_FIELDS = (("Entrypoint", "entrypoint"), ("Cmd", "cmd"), ("WorkingDir", "workdir"), ("User", "user"))
 

@@ -19,8 +19,8 @@ from typing import BinaryIO, cast
 from imagebuild.diff.compare import ImageDiff, Snapshot, compare_images
 from imagebuild.diff.tree import index_layer
 from imagebuild.engine.interface import Engine
+from imagebuild.engine.saved_image import ArchiveError, read_saved_image
 from imagebuild.errors import ConfigError, EngineError
-from imagebuild.normalize.archive import ArchiveError, read_saved_image
 from imagebuild.util.streams import CHUNK, open_stream
 
 GZIP_MAGIC = b"\x1f\x8b"

@@ -18,6 +18,7 @@ from pathlib import Path
 from imagebuild.engine.interface import Engine, ImageInfo, PushEvent
 from imagebuild.errors import ConfigError, RegistryError
 from imagebuild.inputs.references import COMPONENT, TAG_RE
+from imagebuild.inputs.values import shown
 from imagebuild.util.files import write_atomically
 
 # A repository to push to starts with a host docker takes for a registry (a dot or a port, or
@@ -46,23 +47,46 @@ class PublishResult:
     recorded_in: Path | None
 
 
+def shown_reference(text: str) -> str:
+    """``text`` for a message: a user name and password before the host replaced, cut when long."""
+    host, slash, rest = text.partition("/")
+    if "@" in host:
+        host = "<redacted>@" + host.rpartition("@")[2]
+    return shown(host + slash + rest)
+
+
+def check_registry_host(text: str, flag: str) -> None:
+    """The registry part of a reference: no credentials in it (they would be echoed and recorded),
+    and a port a TCP port can be."""
+    host = text.partition("/")[0]
+    if "@" in host:
+        msg = (f"{flag} {shown_reference(text)}: a registry address carries no user name or password; "
+               "log in with `docker login HOST` (publish pushes with docker's credentials)")  # fmt: skip
+        raise ConfigError(msg)
+    port = host.rpartition(":")[2] if ":" in host else ""
+    if port.isdigit() and not 1 <= int(port) <= 65535:
+        msg = f"{flag} {shown_reference(text)}: port {port} is not a TCP port (1-65535)"
+        raise ConfigError(msg)
+
+
 def check_repository(text: str) -> str:
+    check_registry_host(text, "--repository")
     if not text.isprintable() or not REPOSITORY_RE.match(text):
         if "@" in text or ":" in text.rsplit("/", 1)[-1]:
             msg = (
-                f"--repository {text!r}: give HOST[:PORT]/REPO without a tag or digest; the tag goes in --tag"
+                f"--repository {shown(text)}: give HOST[:PORT]/REPO without a tag or digest; the tag goes in --tag"
             )
         elif "/" not in text or ("." not in text.split("/", 1)[0] and ":" not in text.split("/", 1)[0]):
-            msg = f"--repository {text!r}: must start with the registry, e.g. registry.example.com/ml/kimi-k3 or 127.0.0.1:5000/kimi-k3"
+            msg = f"--repository {shown(text)}: must start with the registry, e.g. registry.example.com/ml/kimi-k3 or 127.0.0.1:5000/kimi-k3"
         else:
-            msg = f"--repository {text!r}: not a valid repository (lowercase letters, digits and . _ - between slashes)"
+            msg = f"--repository {shown(text)}: not a valid repository (lowercase letters, digits and . _ - between slashes)"
         raise ConfigError(msg)
     return text
 
 
 def check_tag(text: str) -> str:
     if not TAG_RE.fullmatch(text):
-        msg = f"--tag {text!r}: a tag is 1-128 letters, digits, '_', '.' or '-', not starting with '.' or '-'"
+        msg = f"--tag {shown(text)}: a tag is 1-128 letters, digits, '_', '.' or '-', not starting with '.' or '-'"
         raise ConfigError(msg)
     return text
 

@@ -5,6 +5,7 @@ docker           DockerEngine, the one adapter: the only module (with credential
 credentials      registry credentials as docker resolves them (auths, credsStore, credHelpers)
 overlay2_store   where a local overlay2 engine keeps an image's layers (the normaliser's fast path)
 chain_ids        the OCI chain IDs that name a stack of layers
+saved_image      reading an image from a ``docker save`` stream, one pass, layer by layer
 unreachable      why the engine could not be reached, in the words of the person who must fix it
 registry_errors  a registry's failure, as the engine reported it
 

@@ -4,11 +4,15 @@ The docker config (DOCKER_CONFIG, else ~/.docker/config.json) is read as the CLI
 reads it: a ``credHelpers`` entry for the registry, else the ``credsStore``, else
 the inline ``auths`` entry. lock asks for the (user, secret) pair; push and pull
 need to know where credentials came from, to say so when the registry refuses them.
+A config file that is not a JSON object is bad input, said as such: docker-py reads
+it as empty, and the registry's refusal would then blame credentials docker lacks.
 """
 
 from __future__ import annotations
 
+import json
 import warnings
+from pathlib import Path
 from typing import Any
 
 import docker.auth
@@ -20,6 +24,22 @@ from imagebuild.engine.unreachable import plain_reason
 from imagebuild.errors import ConfigError, RegistryError
 
 
+def check_config_file() -> None:
+    """Refuse a docker config that exists but is not a JSON object (docker-py would ignore it)."""
+    found = docker.utils.config.find_config_file()
+    if not found:
+        return
+    try:
+        data = json.loads(Path(found).read_bytes())
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        msg = f"{found}: the docker config cannot be read as JSON ({why}); fix it, or move it away and run `docker login` again"
+        raise ConfigError(msg) from e
+    if not isinstance(data, dict):
+        msg = f"{found}: the docker config is not a JSON object; fix it, or move it away and run `docker login` again"
+        raise ConfigError(msg)
+
+
 def registry_credentials(registry: str) -> tuple[str, str] | None:
     """The (user, secret) docker would use for ``registry`` (host[:port]; ``docker.io`` for Docker Hub).
 
@@ -29,6 +49,7 @@ def registry_credentials(registry: str) -> tuple[str, str] | None:
     back as ``("<token>", token)``, the credential helpers' convention. None
     when docker has no credentials for the registry.
     """
+    check_config_file()
     where = docker.utils.config.find_config_file() or "the docker config"
     try:
         with warnings.catch_warnings():
@@ -68,6 +89,7 @@ class _Credentials:
 
 
 def credentials_for(registry: str) -> _Credentials:
+    check_config_file()
     try:
         with warnings.catch_warnings():  # docker-py warns of a missing helper; the error below names it
             warnings.simplefilter("ignore", UserWarning)

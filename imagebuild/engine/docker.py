@@ -46,6 +46,7 @@ from imagebuild.engine.overlay2_store import stored_image
 from imagebuild.engine.unreachable import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, probe, unreachable
 from imagebuild.errors import ConfigError, EngineError, UnknownImageError
 from imagebuild.importer.docker_api import loaded_images, loads_zstd, names_images_by_manifest, stream_error
+from imagebuild.launcher.text import shown, text_problem
 
 PROBE_TIMEOUT_S = 10  # connecting to a live engine takes milliseconds; a filtered port never answers
 CHUNK_SIZE = 1 << 20  # save stream chunks: large enough for throughput, small enough to bound memory
@@ -392,6 +393,10 @@ def engine_store(info: dict[str, Any], version: dict[str, Any] | None = None) ->
 
 def _check_address(address: str, source: str) -> None:
     """A malformed address is bad input, not a missing engine: said before anything connects."""
+    problem = text_problem(address)
+    if problem:
+        msg = f"{source} = {shown(address)} {problem}; use {ADDRESS_FORMS}"
+        raise ConfigError(msg)
     try:
         docker.utils.parse_host(address, False, False)
     except (docker.errors.DockerException, ValueError) as e:

@@ -41,9 +41,10 @@ STAGE_NAMES: dict[str, str] = {
     "LAUNCHER_DIR": LAUNCHER_DIR,
 }
 
-# Where verify looks for credentials in the image's files (configurable: verify --scan-root), and
-# the largest file it reads: text that matters (configs, scripts, .netrc) is small.
-SECRET_SCAN_ROOTS = ("/app", "/etc", "/root", "/opt", "/usr/local/etc")
+# Where verify looks for credentials in the image's files and in every layer's (configurable: verify
+# --scan-root), and the largest file it reads: text that matters (configs, scripts, .netrc) is small.
+# /tmp and /home: where a build clones with a token and a user's config keeps one.
+SECRET_SCAN_ROOTS = ("/app", "/etc", "/root", "/home", "/opt", "/tmp", "/usr/local/etc")
 SECRET_SCAN_MAX_FILE_BYTES = 1024 * 1024
 
 # The build context ------------------------------------------------------------

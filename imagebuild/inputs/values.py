@@ -16,7 +16,6 @@ no spaces, quotes, ``$`` or glob characters; a path is plain characters only.
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,43 +25,17 @@ from packaging.version import InvalidVersion, Version
 
 from imagebuild.errors import ConfigError
 from imagebuild.inputs import references
+from imagebuild.launcher import text as launcher_text
 from imagebuild.secrets import CREDENTIAL_QUERY_PARAMS, value_secret_reason
 
-# C0 and C1 controls and DEL (newline, CR, NUL, ESC ...), the Unicode line and paragraph
-# separators, bidirectional overrides (text that reads differently than it runs) and lone
-# surrogates (undecodable bytes of a command-line argument).
-CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-MAX_VALUE_CHARS = 4096
-SHOWN_CHARS = 80  # of a refused value, in its message
-
-
-_CONTROL_NAMES = {
-    "\n": "newline",
-    "\r": "carriage return",
-    "\t": "tab",
-    "\x00": "NUL",
-    "\x7f": "DEL",
-    "\x1b": "ESC",
-}
-
-
-def control_problem(value: str) -> str | None:
-    """Why ``value`` cannot appear in a generated file, or None."""
-    found = CONTROL_RE.search(value)
-    if found:
-        char = found[0]
-        surrogate = 0xD800 <= ord(char) <= 0xDFFF
-        name = "an undecodable byte" if surrogate else _CONTROL_NAMES.get(char) or unicodedata.name(char, "")
-        return f"contains a control character, U+{ord(char):04X}{f' ({name})' if name else ''}; remove it"
-    if len(value) > MAX_VALUE_CHARS:
-        return f"is {len(value)} characters long (at most {MAX_VALUE_CHARS})"
-    return None
-
-
-def shown(value: object) -> str:
-    """``value`` for a one-line message: its repr (control characters escaped), cut when long."""
-    text = repr(value)
-    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
+# The characters no value may hold, the length bound and the shown form are the launcher's (the
+# lowest package every checker can import), so the Dockerfile, the sbatch script and the launcher in
+# the image refuse the same set; the rest of imagebuild imports them from here.
+CONTROL_RE = launcher_text.CONTROL_RE
+MAX_VALUE_CHARS = launcher_text.MAX_VALUE_CHARS
+SHOWN_CHARS = launcher_text.SHOWN_CHARS
+control_problem = launcher_text.text_problem  # why a value cannot appear in a generated file, or None
+shown = launcher_text.shown  # a value for a one-line message: escaped, cut when long
 
 
 def escape_controls(text: str) -> str:

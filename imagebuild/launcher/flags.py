@@ -49,6 +49,23 @@ OPTIONAL_ENV_FLAGS = (
     ("KV_BLOCK_SIZE", "--block-size"),
     ("KV_CACHE_MEMORY_BYTES", "--kv-cache-memory-bytes"),
 )
+# What vLLM's parser accepts for each (its CacheDType and BlockSize literals, over the releases the
+# fork follows); anything else would reach vLLM's argv and fail there, or read as a flag of its own.
+KV_CACHE_DTYPES = (
+    "auto",
+    "float16",
+    "bfloat16",
+    "int8",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+)
+KV_BLOCK_SIZES = ("1", "8", "16", "32", "64", "128", "256")
+# Bytes of KV cache per GPU: an MI300X has 192 GB; 1 TiB bounds a typo (an extra zero or two) while
+# leaving room for larger parts.
+KV_CACHE_MAX_BYTES = 2**40
 # Its own value for the gloo CPU group's deadline (vLLM's start-up barrier runs there); defaults to
 # DISTRIBUTED_TIMEOUT_SECONDS, which only reaches the device groups.
 CPU_TIMEOUT = "CPU_DISTRIBUTED_TIMEOUT_SECONDS"
@@ -56,9 +73,9 @@ ENV_FLAG_HELP = (
     ("GPU_MEMORY_UTILIZATION", "--gpu-memory-utilization, a number in (0, 1] (required)"),
     ("DISTRIBUTED_TIMEOUT_SECONDS", "--distributed-timeout-seconds, whole seconds (required)"),
     (CPU_TIMEOUT, "--cpu-distributed-timeout-seconds [DISTRIBUTED_TIMEOUT_SECONDS]"),
-    ("KV_CACHE_DTYPE", "--kv-cache-dtype when set"),
-    ("KV_BLOCK_SIZE", "--block-size when set"),
-    ("KV_CACHE_MEMORY_BYTES", "--kv-cache-memory-bytes when set"),
+    ("KV_CACHE_DTYPE", f"--kv-cache-dtype when set: one of {', '.join(KV_CACHE_DTYPES)}"),
+    ("KV_BLOCK_SIZE", f"--block-size when set: one of {', '.join(KV_BLOCK_SIZES)}"),
+    ("KV_CACHE_MEMORY_BYTES", "--kv-cache-memory-bytes when set: whole bytes, at most 2**40"),
 )
 
 

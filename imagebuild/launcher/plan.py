@@ -11,12 +11,14 @@ from .argv import build_argv, resolve_env
 from .barrier import BarrierSpec
 from .flags import refuse_managed
 from .inputs import SPECS, Inputs, normalize_input, read_input
-from .jit_locks import LockDir
+from .jit_locks import AITER, MORI, LockDir
 from .messages import LauncherError
 from .recipes import Recipe, load_recipe, recipes_dir
 from .sentinel import SENTINEL_NAME
+from .text import shown
 from .topology import resolve_topology
 from .values import (
+    check_option_value,
     check_printable,
     given,
     parse_backend,
@@ -98,10 +100,11 @@ def resolve_inputs(
         # Submit-time environment, then the variant, then the recipe, then the launcher default.
         return given(environ, name) or configured(name) or SPECS[name].default
 
-    model_path = check_printable("MODEL_PATH", get("MODEL_PATH"))
+    model_path = get("MODEL_PATH")
     if not model_path:
         msg = "MODEL_PATH is not set: export MODEL_PATH=<model directory as mounted on the node>"
         raise LauncherError(msg)
+    check_option_value("MODEL_PATH", model_path)
     topology = resolve_topology(environ, configured, recipe.name)
     enable_ep = parse_bool("ENABLE_EP", get("ENABLE_EP"))
     backend = parse_backend(get("ALL2ALL_BACKEND"))
@@ -114,7 +117,7 @@ def resolve_inputs(
     refuse_managed(extra_args, "the command line after --")
     return Inputs(
         model_path=model_path,
-        served_name=check_printable(
+        served_name=check_option_value(
             "MODEL_NAME", get("MODEL_NAME") or Path(model_path.rstrip("/")).name or model_path
         ),
         node_rank=topology.node_rank,
@@ -150,17 +153,22 @@ def resolve_benchmark_env(environ: Mapping[str, str], inputs: Inputs) -> dict[st
 
 
 def resolve_jit_lock_dirs(environ: Mapping[str, str], env: Mapping[str, str]) -> tuple[LockDir, ...]:
+    """AITER's and MoRI's JIT caches, absolute: the cleanup looks only under them."""
+
+    def cache_dir(name: str, raw: str) -> Path:
+        if not Path(check_printable(name, raw)).is_absolute():
+            msg = f"{name}={shown(raw)} must be an absolute path: set {name} to the JIT cache's directory"
+            raise LauncherError(msg)
+        return Path(raw)
+
     dirs = []
     aiter = given(environ, "AITER_JIT_DIR") or env.get("AITER_JIT_DIR", "")
     if aiter:
-        dirs.append(LockDir(owner="AITER", path=Path(check_printable("AITER_JIT_DIR", aiter))))
+        dirs.append(LockDir(owner=AITER, path=cache_dir("AITER_JIT_DIR", aiter)))
     mori = given(environ, "MORI_JIT_CACHE_DIR") or env.get("MORI_JIT_CACHE_DIR", "")
     home = Path(given(environ, "HOME")) if given(environ, "HOME") else Path.home()
     dirs.append(
-        LockDir(
-            owner="MoRI",
-            path=Path(check_printable("MORI_JIT_CACHE_DIR", mori)) if mori else home / ".mori" / "jit",
-        )
+        LockDir(owner=MORI, path=cache_dir("MORI_JIT_CACHE_DIR", mori) if mori else home / ".mori" / "jit")
     )
     return tuple(dirs)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from imagebuild.normalize.archive import ArchiveError, read_saved_image
+from imagebuild.engine.saved_image import ArchiveError, read_saved_image
 from imagebuild.normalize.canonical import LayerReducer
 from imagebuild.normalize.load_archive import OCI_LAYER
 from imagebuild.normalize.lower import Digest, Meta, scan_layer

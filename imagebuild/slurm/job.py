@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from imagebuild.errors import ConfigError
+from imagebuild.inputs.values import control_problem, shown
 from imagebuild.pins import DIGEST_RE
 from imagebuild.secrets import secret_reason
 
@@ -153,15 +154,15 @@ class Job:
 
 def _bad(option: str, value: object, why: str) -> str:
     """The one-line message for a bad value: the option, the value as given, what is expected."""
-    return f"{option} {value!r}: {why}"
+    return f"{option} {shown(value)}: {why}"
 
 
 def check_text(option: str, value: str) -> str:
-    """Any text that reaches the script: no control characters (a newline would end a shell line)."""
-    if any(ord(char) < 32 or ord(char) == 127 for char in value):
-        raise ConfigError(
-            _bad(option, value, "contains a control character (newline, tab, escape ...); remove it")
-        )
+    """Any text that reaches the script: no control characters (a newline would end a shell line, a
+    U+202E would make the script read differently than it runs), no value longer than any needs."""
+    problem = control_problem(value)
+    if problem:
+        raise ConfigError(_bad(option, value, problem))
     return value
 
 
@@ -256,9 +257,9 @@ def _ulimits(given: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 def _no_secret(option: str, value: str, name: str = "") -> None:
     reason = secret_reason(name or option, value)
     if reason is not None:
-        shown = f"{name}=..." if name else "(not shown)"
+        hidden = f"{name}=..." if name else "(not shown)"
         why = f"{reason}; use --pass-env NAME so it comes from the job's environment, not this file"
-        raise ConfigError(_bad(option, shown, why))
+        raise ConfigError(_bad(option, hidden, why))
 
 
 def _docker_args(given: tuple[str, ...]) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ job"):
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable
 
@@ -32,8 +33,19 @@ DEFAULT_LOG_DIR = '"${SLURM_SUBMIT_DIR}/imagebuild-logs"'
 MIN_BASH = (4, 4)  # "${array[@]}" of an empty array under `set -u`
 
 
+_EXPANDING = re.compile(r"[$`]")
+_DOUBLE_QUOTED_SPECIAL = re.compile(r'([\\$`"])')
+
+
 def _q(value: str | int) -> str:
-    return shlex.quote(str(value))
+    """``value`` as one literal shell word. shlex.quote's single quotes are literal too, but around a
+    `$(` or a backtick shellcheck reads them as a mistake (SC2016, "expressions don't expand in
+    single quotes"), and the script must pass it: such a value goes in double quotes, each of
+    backslash, dollar, backtick and double quote escaped, which is the same literal."""
+    text = str(value)
+    if _EXPANDING.search(text):
+        return '"' + _DOUBLE_QUOTED_SPECIAL.sub(r"\\\1", text) + '"'
+    return shlex.quote(text)
 
 
 def _array(name: str, values: Iterable[str], indent: str = "    ") -> str:

@@ -113,6 +113,8 @@ class FakeEngine(Engine):
     requests: list[BuildRequest] = field(default_factory=list)
     tags: dict[str, str] = field(default_factory=dict)
     runs: list[tuple[str, list[str]]] = field(default_factory=list)
+    run_networks: list[str | None] = field(default_factory=list)  # each run's network_mode, in order
+    refuse_run: str | None = None  # the engine's message when it cannot run any container
     started: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     closed: bool = False
@@ -169,6 +171,10 @@ class FakeEngine(Engine):
     def run(self, image: str, command: list[str], *, network_mode: str | None = None) -> tuple[int, str]:
         self.inspect_image(image)
         self.runs.append((image, command))
+        self.run_networks.append(network_mode)
+        if self.refuse_run is not None:
+            msg = f"could not run {command[0]} in {image}: {self.refuse_run}"
+            raise EngineError(msg)
         return self.run_result(image, command)
 
     def start(self, image: str, *, network_mode: str | None = None) -> str:

@@ -1,4 +1,9 @@
-"""`imagebuild verify`: check a built image against the pins, arch profile and constraints it was built from."""
+"""`imagebuild verify`: check a built image against the pins, arch profile and constraints it was built from.
+
+runner        one container, pytest-testinfra's checks (checks/) against it, then the layer scan
+layers        credentials in every layer's files, deleted and hidden ones included, by layer and path
+expectations  what the image must hold, from the inputs      result  CheckResult, VerifyResult, reports
+"""
 
 from imagebuild.verify.expectations import Expectations, build_expectations
 from imagebuild.verify.result import CheckResult, VerifyResult

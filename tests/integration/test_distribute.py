@@ -23,6 +23,7 @@ from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from sampleworld.engines import NodeEngine
 from sampleworld.world import World
+from tests.prerequisites import skip_or_fail
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 
@@ -104,7 +105,7 @@ def test_the_shipped_importer_loads_verifies_and_tags_on_a_fresh_engine_with_pyt
     built: dict[str, object], exported: Path, node: NodeEngine
 ) -> None:
     if not PYTHON38.exists():
-        pytest.skip(f"no Python 3.8 at {PYTHON38} (pyenv)")
+        skip_or_fail(f"no Python 3.8 at {PYTHON38} (pyenv)")
     _forget(node, str(built["image_id"]))
     importer = exported.parent / "imagebuild-import.pyz"
     env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": node.host}

@@ -23,6 +23,7 @@ import pytest
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.inputs.layout import CHECKOUT_LABEL_ARGS, VERSIONS_FILE
+from tests.prerequisites import skip_or_fail
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 
@@ -168,7 +169,7 @@ def test_plain_docker_build_of_the_directory_gives_the_same_image(
     if builder == "buildkit":
         found, how = buildkit_cli()
         if found is None:
-            pytest.skip(f"BuildKit cannot run on this machine: {how}")
+            skip_or_fail(f"BuildKit cannot run on this machine: {how}")
         cli = found
     labels = imagebuild_image["labels"]
     assert isinstance(labels, dict)

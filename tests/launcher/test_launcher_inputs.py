@@ -80,7 +80,26 @@ BAD_VALUES = [
         "has --port, which the launcher sets itself: remove it and set SERVE_PORT",
     ),
     ("COLOCATED_EXTRA_ARGS", '["-n", "4"]', "has -n (--nnodes)"),
-    ("EXTRA_SERVE_ARGS", '["--hf-overrides", "{\\"a\\":\\n1}"]', "has a word with a control character"),
+    ("EXTRA_SERVE_ARGS", '["--hf-overrides", "{\\"a\\":\\n1}"]', "contains a control character, U+000A (newline)"),
+    ("EXTRA_SERVE_ARGS", "--max-num-seqs 4 --x=\u202e", "contains a control character, U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+    # Every value that becomes a vLLM flag's value, by its kind.
+    ("KV_CACHE_MEMORY_BYTES", "abc", "must be an integer in 1..1099511627776"),
+    ("KV_CACHE_MEMORY_BYTES", "0", "must be an integer in 1..1099511627776"),
+    ("KV_CACHE_MEMORY_BYTES", "4e10", "must be an integer in 1..1099511627776"),
+    ("KV_CACHE_MEMORY_BYTES", "400000000000000", "must be an integer in 1..1099511627776"),
+    ("KV_BLOCK_SIZE", "-16", "is not one of 1, 8, 16, 32, 64, 128, 256"),
+    ("KV_BLOCK_SIZE", "12", "is not one of 1, 8, 16, 32, 64, 128, 256"),
+    ("KV_CACHE_DTYPE", "fp8 --x", "is not one of auto, float16, bfloat16"),
+    ("KV_CACHE_DTYPE", "fp9", "Perhaps you meant fp8?"),
+    ("GPU_MEMORY_UTILIZATION", "0.88 --x", "must be a number in (0, 1]"),
+    ("DISTRIBUTED_TIMEOUT_SECONDS", "-1", "must be an integer >= 1"),
+    ("ALL2ALL_BACKEND", "mori --x", "is not a backend name"),
+    ("MODEL_NAME", "kimi\u202ek3", "contains a control character, U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+    ("MODEL_NAME", "kimi\u2066k3", "contains a control character, U+2066 (LEFT-TO-RIGHT ISOLATE)"),
+    ("MODEL_NAME", "--enforce-eager", "starts with '-', which vLLM would read as a flag"),
+    ("MODEL_PATH", "/models/\u202eK3", "contains a control character, U+202E"),
+    ("MODEL_PATH", "-models", "starts with '-', which vLLM would read as a flag"),
+    ("PERF_TAGS", "a\x9bb", "contains a control character, U+009B"),
 ]
 
 
@@ -105,6 +124,23 @@ def test_a_bad_value_is_one_line_exit_2_and_nothing_started(
     assert not Path(env["STUB_VLLM_RECORD"]).exists()  # no vLLM
     with socket.create_server(("", int(node_env["CONTAINER_BARRIER_PORT"]))):  # no barrier listening
         pass
+
+
+def test_a_long_value_is_refused_and_shown_cut_short(
+    node_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert serve.main([], {**node_env, "MODEL_NAME": "k" * 5000}) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "MODEL_NAME='kkkk" in line
+    assert "is 5000 characters long (at most 4096)" in line
+    assert len(line) < 200
+    assert not Path(node_env["STUB_VLLM_RECORD"]).exists()
+
+
+def test_the_kv_cache_values_the_recipe_sets_reach_vllm(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = plan_json(capsys, k3_env(KV_CACHE_DTYPE="fp8_e4m3", KV_BLOCK_SIZE="64"))["argv"]
+    assert (flag(argv, "--kv-cache-dtype"), flag(argv, "--block-size")) == ("fp8_e4m3", "64")
+    assert flag(argv, "--kv-cache-memory-bytes") == "40000000000"
 
 
 def test_a_recipe_flag_that_is_a_path_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

@@ -31,6 +31,7 @@ from tests.lock.servers import (
     send,
     wait_for,
 )
+from tests.prerequisites import skip_or_fail
 
 
 @pytest.fixture
@@ -74,7 +75,7 @@ def git_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitDaemon]:
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     exe = shutil.which("docker-registry")
     if exe is None:
-        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
+        skip_or_fail("docker-registry is not installed (apt-get install docker-registry)")
     root = tmp_path_factory.mktemp("registry")
     port = free_port()
     config = root / "config.yml"

@@ -289,3 +289,19 @@ def test_lock_reads_credentials_from_the_docker_credential_helper(
     )
     lock(options(path, make_arch("linux/amd64")))
     assert f'digest = "{digest}"' in path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [(b'{"auths": {', "cannot be read as JSON"), (b"\xff\xfe", "cannot be read as JSON"), (b"[]", "is not a JSON object")],
+    ids=["cut short", "not UTF-8", "a list"],
+)
+def test_a_broken_docker_config_is_bad_input_not_missing_credentials(
+    docker_config: Path, content: bytes, why: str
+) -> None:
+    (docker_config / "config.json").write_bytes(content)
+    with pytest.raises(ConfigError) as raised:
+        registry_credentials("127.0.0.1:5000")
+    (line,) = str(raised.value).splitlines()
+    assert line.startswith(f"{docker_config / 'config.json'}: the docker config {why}")
+    assert "run `docker login` again" in line

@@ -23,7 +23,7 @@ import pytest
 from imagebuild.build.checkout_labels import checkout_build_args, checkout_labels, image_labels, public_url
 from imagebuild.build.core import BuildOptions, BuildRecord, build_image, prepare_build
 from imagebuild.build.progress import BuildProgress
-from imagebuild.errors import BuildError, ConfigError, EngineError
+from imagebuild.errors import AttestationError, BuildError, ConfigError, EngineError
 from imagebuild.inputs.layout import (
     ARCH_LABEL,
     CHECKOUT_LABEL_ARGS,
@@ -318,3 +318,22 @@ def test_a_credential_a_step_prints_never_reaches_the_build_log(replay: Replay, 
     assert "fatal: https://ci:<redacted>@github.com/x: denied" in log
     assert token not in log
     assert token not in shown.getvalue()
+
+
+def test_an_sbom_container_that_cannot_run_after_a_good_build_is_exit_9_naming_the_tagged_image(
+    replay: Replay,
+) -> None:
+    engine = FakeEngine(refuse_run="failed to create endpoint on network bridge")
+    with pytest.raises(AttestationError) as raised:
+        replay("success", engine=engine)
+    assert raised.value.exit_code == 9
+    (line,) = str(raised.value).splitlines()
+    assert line.startswith(f"built and tagged {TAG} (sha256:")
+    assert "; the SBOM could not be made: could not run python3 in " in line
+    assert line.endswith("failed to create endpoint on network bridge")
+    assert TAG in engine.tags  # the image stays built and tagged
+
+
+def test_the_sbom_inventory_runs_with_no_network(replay: Replay) -> None:
+    engine, _ = replay("success")
+    assert engine.run_networks == ["none"]

@@ -367,9 +367,62 @@ ARGUMENTS: dict[str, tuple[str, list[str]]] = {
     "slurm --archive a directory": ("slurm", ["--archive", "stages"]),
     "slurm -o a directory": ("slurm", ["--image", DIGEST_REF, "-o", "stages"]),
     "slurm -o in a missing directory": ("slurm", ["--image", DIGEST_REF, "-o", "absent/job.sbatch"]),
+    # Output files checked up front, operands that are no regular file, empty names.
+    "--record in /proc": ("build", ["--record", "/proc/x.json"]),
+    "--record in a read-only directory": ("build", ["--record", "/proc/sys/x.json"]),
+    "--changed empty": ("plan --changed", ["--changed", ""]),
+    "--changed blank": ("plan --changed", ["--changed", "  "]),
+    "diff /dev/zero": ("diff", ["/dev/zero", "imagebuild-harden/matrix:x"]),
+    "diff /dev/null": ("diff", ["imagebuild-harden/matrix:x", "/dev/null"]),
+    # Registry references: credentials are refused (and never echoed), ports are TCP ports.
+    "publish -t with a password": ("publish", ["-t", "alice:hunter2@127.0.0.1:5000/x"]),
+    "publish -t with a user": ("publish", ["-t", "alice@127.0.0.1:5000/x"]),
+    "publish --repository with a password": ("publish", ["--repository", "alice:hunter2@127.0.0.1:5000/x"]),
+    "publish -t port 99999": ("publish", ["-t", "127.0.0.1:99999/x"]),
+    "publish -t port 0": ("publish", ["-t", "127.0.0.1:0/x"]),
+    "publish --repository port 99999": ("publish", ["--repository", "127.0.0.1:99999/x"]),
+    "publish -t with U+202E": ("publish", ["-t", "127.0.0.1:5000/x\u202e"]),
+    # The launcher's character set: bidi overrides and isolates, C1 controls, overlong values.
+    "slurm --model-path with U+202E": ("slurm", ["--model-path", "/models/\u202ek3", "--image", DIGEST_REF]),
+    "slurm --model-path with U+2066": ("slurm", ["--model-path", "/models/\u2066k3", "--image", DIGEST_REF]),
+    "slurm --model-path with a C1 control": ("slurm", ["--model-path", "/models/\x9bk3", "--image", DIGEST_REF]),
+    "slurm --model-path 5000 characters": ("slurm", ["--model-path", "/" + "m" * 5000, "--image", DIGEST_REF]),
+    "slurm --job-name with U+202E": ("slurm", ["--job-name", "k3\u202ebad", "--image", DIGEST_REF]),
+    "slurm --env value with U+202E": ("slurm", ["--env", "PERF_TAGS=a\u202eb", "--image", DIGEST_REF]),
+    "slurm --benchmark-cmd with U+2028": ("slurm", ["--benchmark-cmd", "run\u2028x", "--image", DIGEST_REF]),
 }
 for _name, (_verb, _args) in ARGUMENTS.items():
     CASES[f"argument {_name}"] = Case(setup=nothing, verbs=(_verb,), extra={_verb: _args})
+
+
+def _docker_host(value: str) -> Setup:
+    def setup(_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("DOCKER_HOST", value)
+
+    return setup
+
+
+# The engine's address is input too: a bad one is exit 2 on one line, whichever verb opens the engine.
+ENGINE_VERBS = {
+    "diff": ["imagebuild-harden/matrix:x", "imagebuild-harden/matrix:y"],
+    "publish": ["imagebuild-harden/matrix:x", "-t", "127.0.0.1:5000/x"],
+}
+for _name, _value in [
+    ("a newline", "unix:///var/run/docker.sock\nx"),
+    ("ESC", "unix:///var/run/\x1b[31mdocker.sock"),
+    ("U+202E", "unix:///var/run/docker.sock\u202e"),
+    ("no port", "tcp://127.0.0.1"),
+]:
+    CASES[f"DOCKER_HOST with {_name}"] = Case(setup=_docker_host(_value), verbs=tuple(ENGINE_VERBS), extra=ENGINE_VERBS)
+
+
+def _fifo_operand(root: Path, _: pytest.MonkeyPatch) -> None:
+    os.mkfifo(root / "image.tar")  # reading it would block for ever
+
+
+CASES["argument diff a FIFO"] = Case(
+    setup=_fifo_operand, verbs=("diff",), extra={"diff": ["image.tar", "imagebuild-harden/matrix:x"]}
+)
 
 
 def _run(case: Case, verb: str, root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -400,6 +453,31 @@ def test_a_fifo_given_as_a_manifest_is_refused_not_read(
         assert main(argv) == 2
         (line,) = capsys.readouterr().err.splitlines()
         assert "not a regular file" in line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["publish", "-t", "alice:hunter2@127.0.0.1:5000/x"],
+        ["publish", "img", "--repository", "alice:hunter2@127.0.0.1:5000/x"],
+    ],
+)
+def test_a_password_in_a_registry_reference_is_refused_and_never_echoed(
+    root: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "hunter2" not in line
+    assert "alice" not in line
+    assert "'<redacted>@127.0.0.1:5000/x': a registry address carries no user name or password" in line
+    assert "digest" not in line  # the old, wrong reason
+
+
+def test_a_long_value_is_shown_cut_short(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*VERBS["slurm"], "--model-path", "/" + "m" * 5000, "--image", DIGEST_REF]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "is 5001 characters long (at most 4096)" in line
+    assert len(line) < 300
 
 
 def test_the_matrix_is_over_a_hundred_cases() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from imagebuild.normalize.archive import ArchiveError, read_saved_image
+from imagebuild.engine.saved_image import ArchiveError, read_saved_image
 from imagebuild.normalize.config import canonical_created_by, normalized_config
 from imagebuild.normalize.core import load_chunks
 from imagebuild.normalize.from_save import normalize_saved

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -44,6 +46,43 @@ def test_each_kind_is_found_and_shown_redacted(kind: str) -> None:
         assert f"<redacted {f.end - f.start} chars>" in f.shown
     assert secret not in redact(line)
     assert "<redacted>" in redact(line)
+
+
+def _percent_encoded(text: str) -> str:
+    return "".join(f"%{byte:02X}" for byte in text.encode())
+
+
+ENCODINGS = {
+    "base64": lambda text: base64.b64encode(text.encode()).decode(),
+    "URL-safe base64": lambda text: base64.urlsafe_b64encode(b"\xfb\xff" + text.encode()).decode(),
+    "base64 of user:token (docker's auth)": lambda text: base64.b64encode(f"deploy:{text}".encode()).decode(),
+    "URL-encoded": _percent_encoded,
+}
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("kind", EXAMPLES)
+def test_an_encoded_credential_is_found_and_the_whole_encoding_redacted(kind: str, encoding: str) -> None:
+    encoded = ENCODINGS[encoding](EXAMPLES[kind][0])
+    line = f'{{"auths": {{"registry.example.org": {{"auth": "{encoded}"}}}}}}'
+    findings = find_secrets(line)
+    assert [f.kind for f in findings] == [f"{kind}, {'URL' if encoding == 'URL-encoded' else 'base64'}-encoded"]
+    assert line[findings[0].start : findings[0].end] == encoded
+    assert encoded not in findings[0].shown
+    assert redact(line) == '{"auths": {"registry.example.org": {"auth": "<redacted>"}}}'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        base64.b64encode(b"an ordinary sentence, base64-encoded for transport").decode(),
+        "MIIDdzCCAl+gAwIBAgIEAgAAuTANBgkqhkiG9w0BAQUFADBaMQswCQYDVQQGEwJJRTESMBAGA1UE",  # a certificate line
+        "/usr/local/lib/python3.12/dist-packages/aiter/jit/build",
+        "https://h/a%20wheel-1-py3-none-any.whl",
+    ],
+)
+def test_encoded_ordinary_text_is_not_a_secret(text: str) -> None:
+    assert find_secrets(text) == []
 
 
 def test_query_parameters_match_case_insensitively() -> None:

@@ -205,3 +205,24 @@ def test_default_log_dir_is_decided_when_the_job_runs() -> None:
     job = _job(log_dir=None)
     text = render_script(job, check_topology(job), version="x")
     assert 'LOG_DIR="${SLURM_SUBMIT_DIR}/imagebuild-logs"' in text
+
+
+EXPANDING_VALUE = 'run $(touch /tmp/pwned) `id` "q" \\x ${HOME}'
+
+
+def test_a_value_with_command_substitution_is_literal_and_passes_shellcheck(tmp_path: Path) -> None:
+    """Single quotes around `$(` are literal but fail shellcheck (SC2016): such values are double-quoted."""
+    request = CASES["registry"]
+    job = make_job(
+        JobRequest(**{**request.__dict__, "benchmark_cmd": EXPANDING_VALUE, "env": (f"NOTE={EXPANDING_VALUE}",)})
+    )
+    path = tmp_path / "expanding.sbatch"
+    path.write_text(render_script(job, check_topology(job), version="0.0.0-test"))
+    done = subprocess.run(
+        [dev_tool("shellcheck"), "--shell=bash", str(path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout
+    quoted = '"run \\$(touch /tmp/pwned) \\`id\\` \\"q\\" \\\\x \\${HOME}"'
+    assert quoted in path.read_text()
+    shown = subprocess.run(["bash", "-c", f"printf %s {quoted}"], capture_output=True, text=True, check=True)
+    assert shown.stdout == EXPANDING_VALUE

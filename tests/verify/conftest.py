@@ -14,6 +14,7 @@ from imagebuild.engine.interface import Engine
 from imagebuild.project import find_project
 from imagebuild.verify.expectations import build_expectations
 from sampleworld.layout import BASE_REPOSITORY
+from tests.prerequisites import skip_or_fail
 from tests.verify.verify_support import (
     REPO,
     GoodImage,
@@ -25,6 +26,8 @@ from tests.verify.verify_support import (
     write_pins,
 )
 
+# What the engine says when an image lacks the command it was asked to run.
+NO_EXECUTABLE = "executable file not found"
 # Local images with python3 >= 3.11 (the launcher needs tomllib), best first: the sample world's.
 BASE_CANDIDATES = ("sampleworld/base:", f"{BASE_REPOSITORY}:ci_base-")
 PY_PROBE = (
@@ -52,7 +55,7 @@ def docker_client() -> Iterator[Any]:
         client = docker.from_env(timeout=300)
         client.ping()
     except docker.errors.DockerException as e:
-        pytest.skip(f"no Docker engine answers ({e}); start one with `bash scripts/ensure-docker.sh`")
+        skip_or_fail(f"no Docker engine answers ({e}); start one with `bash scripts/ensure-docker.sh`")
     yield client
     client.close()
 
@@ -71,11 +74,21 @@ def _find_base(client: Any) -> tuple[str, str, str] | None:
         (tag for image in client.images.list() for tag in image.tags if tag.startswith(BASE_CANDIDATES)),
         key=lambda tag: next(i for i, c in enumerate(BASE_CANDIDATES) if tag.startswith(c)),
     )  # fmt: skip
+    import docker
+
     for tag in tags:
         try:
-            out = client.containers.run(tag, ["python3", "-c", PY_PROBE], entrypoint=[], remove=True)
-        except Exception:  # any failure means: not a usable base, try the next
-            continue
+            out = client.containers.run(
+                tag, ["python3", "-c", PY_PROBE], entrypoint=[], remove=True, network_mode="none"
+            )
+        except docker.errors.ContainerError:
+            continue  # it ran, and its python3 is not usable: not a base, try the next
+        except docker.errors.APIError as e:
+            if NO_EXECUTABLE in str(e):
+                continue  # the image has no python3: not a base
+            # The engine could not run a container at all (a broken default bridge, a full disk...):
+            # that is the engine's failure, not a missing base, and never a reason to skip.
+            pytest.fail(f"the Docker engine could not run a container of {tag}: {e}", pytrace=False)
         version, site_packages = out.decode().split()
         if tuple(int(x) for x in version.split(".")) >= (3, 11):
             return tag, version, site_packages
@@ -97,7 +110,7 @@ def good_image(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> 
         return
     found = _find_base(docker_client)
     if found is None:
-        pytest.skip(
+        skip_or_fail(
             "no base image with python3 >= 3.11 in the local Docker engine (looked for "
             f"{', '.join(c + '*' for c in BASE_CANDIDATES)}): run `python -m sampleworld up`, or set "
             "IMAGEBUILD_TEST_IMAGE (+ IMAGEBUILD_TEST_PINS) or IMAGEBUILD_TEST_BASE"

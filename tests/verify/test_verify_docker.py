@@ -81,6 +81,20 @@ BROKEN = {
         files={"deploy.env": b"REGION=eu\nGH_TOKEN=ghp_" + b"x1" * 18 + b"\n"},
         check="secrets::test_no_secrets_in_files",
         found="/opt/app/deploy.env:2: GitHub token: ...REGION=eu GH_TOKEN=<redacted 40 chars>",
+        also=frozenset({"secrets::test_no_secrets_in_layers"}),  # it is in a layer too
+    ),
+    "token-in-a-file-a-later-layer-deletes": Broken(
+        lines="COPY rootfs/deploy.env /tmp/deploy.env\nRUN rm /tmp/deploy.env",
+        files={"deploy.env": b"REGION=eu\nGH_TOKEN=ghp_" + b"x1" * 18 + b"\n"},
+        check="secrets::test_no_secrets_in_layers",
+        found="/tmp/deploy.env:2: GitHub token: ...REGION=eu GH_TOKEN=<redacted 40 chars>",
+    ),
+    "base64-token-under-home": Broken(
+        lines="COPY rootfs/config.json /home/builder/.docker/config.json",
+        files={"config.json": b'{"auths": {"r": {"auth": "ZGVwbG95OmdocF94MXgxeDF4MXgxeDF4MXgxeDF4MXgxeDF4MXgxeDF4MXgxeDF4MXgxeDF4MQ=="}}}'},
+        check="secrets::test_no_secrets_in_files",
+        found="/home/builder/.docker/config.json:1: GitHub token, base64-encoded",
+        also=frozenset({"secrets::test_no_secrets_in_layers"}),
     ),
     "setuptools-too-new": Broken(
         # What a no-isolation build would import: a setuptools the build constraint refuses.

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .flags import CPU_TIMEOUT, OPTIONAL_ENV_FLAGS, REQUIRED_ENV_FLAGS
+from .flags import (
+    CPU_TIMEOUT,
+    KV_BLOCK_SIZES,
+    KV_CACHE_DTYPES,
+    KV_CACHE_MAX_BYTES,
+    OPTIONAL_ENV_FLAGS,
+    REQUIRED_ENV_FLAGS,
+)
 from .inputs import Inputs
 from .messages import LauncherError
 from .recipes import Recipe
-from .values import check_printable, given, parse_float, parse_int
+from .values import check_printable, given, parse_choice, parse_float, parse_int
 
 
 def resolve_env(environ: Mapping[str, str], recipe: Recipe) -> tuple[dict[str, str], dict[str, str]]:
@@ -29,11 +36,24 @@ def resolve_env(environ: Mapping[str, str], recipe: Recipe) -> tuple[dict[str, s
         if key not in env:
             msg = f"{key} is not set: give it in the recipe's [env] ({recipe.path}) or at submit time"
             raise LauncherError(msg)
+    check_flag_values(env)
+    return env, overridden
+
+
+def check_flag_values(env: Mapping[str, str]) -> None:
+    """Every env value that becomes a vLLM flag's value, by its kind: a word vLLM would refuse (or read
+    as a flag: `fp8 --x` is one argv element, but `-16` is not a block size) stops the launch here, in
+    one line, instead of in vLLM's argument parser on every node."""
     parse_float("GPU_MEMORY_UTILIZATION", env["GPU_MEMORY_UTILIZATION"], high=1.0)
     for key in ("DISTRIBUTED_TIMEOUT_SECONDS", CPU_TIMEOUT):
         if key in env:
             parse_int(key, env[key], low=1)
-    return env, overridden
+    if env.get("KV_CACHE_DTYPE"):
+        parse_choice("KV_CACHE_DTYPE", env["KV_CACHE_DTYPE"], KV_CACHE_DTYPES)
+    if env.get("KV_BLOCK_SIZE"):
+        parse_choice("KV_BLOCK_SIZE", env["KV_BLOCK_SIZE"], KV_BLOCK_SIZES)
+    if env.get("KV_CACHE_MEMORY_BYTES"):
+        parse_int("KV_CACHE_MEMORY_BYTES", env["KV_CACHE_MEMORY_BYTES"], low=1, high=KV_CACHE_MAX_BYTES)
 
 
 def build_argv(inputs: Inputs, env: Mapping[str, str], serve_flags: Sequence[str]) -> tuple[str, ...]:
