@@ -3,8 +3,9 @@
 One job per module: ``publish`` (push by digest, record the reference), ``export`` (stream the image
 into a content-addressed archive and its manifest), ``shipped_importer`` (``imagebuild.importer``, the
 standard-library manifest reader and verified loader, as the zipapp export writes next to each archive),
-``local_import`` (the same package behind `imagebuild import`) and ``compression`` (how archives are
-compressed). The command line is ``imagebuild.cli.distribute``.
+``local_import`` (the same package behind `imagebuild import`), ``archive_layout`` (any engine's save
+stream made into the archive every engine and image store loads) and ``compression`` (how archives
+are compressed). The command line is ``imagebuild.cli.distribute``.
 
 May import: engine, importer, inputs and the packages below them.
 """

@@ -32,8 +32,9 @@ from imagebuild.distribute.archive_layout import ArchiveLayoutError, portable_ar
 from imagebuild.distribute.compression import Compression, compressing
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
 from imagebuild.engine.interface import Engine, ImageInfo
-from imagebuild.errors import ConfigError, EngineError
+from imagebuild.errors import ConfigError, EngineError, ImageBuildError
 from imagebuild.importer.manifest import Manifest, parse_manifest
+from imagebuild.importer.text import shown
 from imagebuild.secrets import secret_value_reason
 from imagebuild.util.files import atomic_file
 
@@ -75,6 +76,10 @@ class _HashingSink:
 
 def check_output_dir(output: Path) -> Path:
     """Create ``output`` if needed and prove it writable, before the engine is asked for anything."""
+    text = str(output)
+    if not text.isprintable():  # the printed manifest path would be split or rewrite the terminal
+        msg = f"--output {shown(text)}: control characters in a path; choose another directory name"
+        raise ConfigError(msg)
     try:
         output.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -119,9 +124,27 @@ def export_image(options: ExportOptions, engine: Engine, *, report: Callable[[st
     started = time.monotonic()
     output = check_output_dir(options.output)
     info = engine.inspect_image(options.image)
-    pins, labels = image_manifest_fields(info)
+    image_manifest_fields(info)  # a label holding a credential: refused before anything is written
     name = archive_name(info, options.compression)
     report(f"exporting {options.image} ({info.described}) from {engine.store().describe()} to {output / name}")
+    try:
+        return _export(options, engine, output=output, info=info, name=name, report=report, started=started)
+    except OSError as e:  # a full or failing disk: the temporary file is gone, no manifest was written
+        msg = f"cannot write the archive in {output} ({e.strerror}); free space there or choose another --output (nothing was left behind)"
+        raise ImageBuildError(msg) from e
+
+
+def _export(
+    options: ExportOptions,
+    engine: Engine,
+    *,
+    output: Path,
+    info: ImageInfo,
+    name: str,
+    report: Callable[[str], None],
+    started: float,
+) -> ExportResult:
+    pins, labels = image_manifest_fields(info)
     # 0644 and 0755: the nodes' jobs may run as other users than the one exporting.
     with atomic_file(output / name, mode=0o644) as file:
         sink = _HashingSink(file)

@@ -19,6 +19,7 @@ from imagebuild.importer.failures import (
     ImportFailure,
 )
 from imagebuild.importer.manifest import Manifest, read_manifest
+from imagebuild.importer.text import shown
 from imagebuild.importer.verified_load import ImportResult, import_archive
 
 ERRORS: dict[int, type[ImageBuildError]] = {
@@ -33,11 +34,11 @@ def check_manifest(path: Path) -> Manifest:
     try:
         return read_manifest(path)
     except ImportFailure as e:
-        raise ERRORS[e.exit_code](str(e)) from e
+        raise ERRORS[e.exit_code](shown(str(e), limit=2000)) from e
 
 
 def import_manifest(path: Path, engine: Engine, *, report: Callable[[str], None]) -> ImportResult:
     try:
         return import_archive(path, engine, report)
     except ImportFailure as e:
-        raise ERRORS[e.exit_code](str(e)) from e
+        raise ERRORS[e.exit_code](shown(str(e), limit=2000)) from e

@@ -45,7 +45,13 @@ from imagebuild.engine.interface import (
 from imagebuild.engine.overlay2_store import stored_image
 from imagebuild.engine.unreachable import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, probe, unreachable
 from imagebuild.errors import ConfigError, EngineError, UnknownImageError
-from imagebuild.importer.docker_api import loaded_images, loads_zstd, names_images_by_manifest, stream_error
+from imagebuild.importer.docker_api import (
+    loaded_images,
+    loads_zstd,
+    names_images_by_manifest,
+    stream_error,
+    tag_table,
+)
 from imagebuild.launcher.text import shown, text_problem
 
 PROBE_TIMEOUT_S = 10  # connecting to a live engine takes milliseconds; a filtered port never answers
@@ -334,6 +340,23 @@ class DockerEngine(Engine):
             return frozenset(str(i) for i in self._api.images(all=True, quiet=True))
         except docker.errors.DockerException as e:
             msg = f"could not list the images of the Docker engine at {self._address}: {plain_reason(e)}"
+            raise EngineError(msg) from e
+
+    def tag_table(self) -> dict[str, str]:
+        try:
+            images = self._api.images()
+        except docker.errors.DockerException as e:
+            msg = f"could not list the images of the Docker engine at {self._address}: {plain_reason(e)}"
+            raise EngineError(msg) from e
+        return tag_table(images)
+
+    def untag(self, name: str) -> None:
+        try:
+            self._api.remove_image(name, noprune=True)
+        except docker.errors.ImageNotFound:
+            pass
+        except docker.errors.DockerException as e:
+            msg = f"could not remove the tag {name}: {plain_reason(e)}"
             raise EngineError(msg) from e
 
     def remove_image(self, image_id: str) -> None:

@@ -219,6 +219,14 @@ class Engine(ABC):
         """The IDs of every image present, intermediate ones included."""
 
     @abstractmethod
+    def tag_table(self) -> dict[str, str]:
+        """Every tag the engine holds, as {repository:tag: image ID}."""
+
+    @abstractmethod
+    def untag(self, name: str) -> None:
+        """Remove the tag ``name`` (and the image, when that was its last name); a missing one is not an error."""
+
+    @abstractmethod
     def remove_image(self, image_id: str) -> None:
         """Remove an untagged image; a missing one is not an error."""
 

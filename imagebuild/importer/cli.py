@@ -15,6 +15,7 @@ from pathlib import Path
 from .failures import ImportFailure
 from .manifest import read_manifest
 from .socket_engine import SocketEngine
+from .text import shown
 from .verified_load import import_archive
 
 
@@ -26,14 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def report(text: str) -> None:
-        print(f"imagebuild-import: {text}", file=sys.stderr, flush=True)
+        print(f"imagebuild-import: {shown(text, limit=2000)}", file=sys.stderr, flush=True)
 
     try:
         manifest_path: Path = args.manifest
         read_manifest(manifest_path)  # bad input is reported before the engine is touched
         result = import_archive(manifest_path, SocketEngine.from_env(), report)
     except ImportFailure as e:
-        print(f"imagebuild-import: error: {e}", file=sys.stderr)
+        print(f"imagebuild-import: error: {shown(str(e), limit=2000)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("imagebuild-import: interrupted; nothing was tagged", file=sys.stderr)

@@ -30,6 +30,16 @@ def names_images_by_manifest(info: Mapping[str, Any]) -> bool:
     return status.get("driver-type") == "io.containerd.snapshotter.v1"
 
 
+def tag_table(images: Any) -> dict[str, str]:
+    """``GET /images/json``'s answer as {repository:tag: image ID} (``<none>:<none>`` is no tag)."""
+    table: dict[str, str] = {}
+    for image in images if isinstance(images, list) else []:
+        for name in (image.get("RepoTags") or []) if isinstance(image, dict) else []:
+            if isinstance(name, str) and name != "<none>:<none>":
+                table[name] = str(image.get("Id"))
+    return table
+
+
 def stream_error(message: Mapping[str, Any]) -> str | None:
     """The error a JSON stream message (load, push, pull) reports, or None."""
     if "error" not in message and "errorDetail" not in message:

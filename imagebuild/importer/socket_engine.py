@@ -17,7 +17,14 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Iterable
 
-from .docker_api import loaded_images, loads_zstd, names_images_by_manifest, response_error, stream_error
+from .docker_api import (
+    loaded_images,
+    loads_zstd,
+    names_images_by_manifest,
+    response_error,
+    stream_error,
+    tag_table,
+)
 from .failures import EngineUnavailable
 
 
@@ -117,6 +124,16 @@ class SocketEngine:
         repository, tag = name.rsplit(":", 1)
         query = urllib.parse.urlencode({"repo": repository, "tag": tag})
         self._call("POST", f"/images/{image_id}/tag?{query}", f"tag {image_id} as {name}")
+
+    def tag_table(self) -> dict[str, str]:
+        return tag_table(self._json("/images/json", "list images"))
+
+    def untag(self, name: str) -> None:
+        quoted = urllib.parse.quote(name, safe="")
+        status, data = self._request("DELETE", f"/images/{quoted}?noprune=1")
+        if status >= 300 and status != 404:
+            msg = f"the Docker engine at {self.address} refused to remove the tag {name}: {response_error(data)}"
+            raise EngineUnavailable(msg)
 
     def remove_image(self, image_id: str) -> None:
         status, data = self._request("DELETE", f"/images/{image_id}")

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import queue
 import shutil
+import stat
 import subprocess
 import threading
 import time
@@ -22,6 +23,8 @@ from typing import BinaryIO, Callable, Generator, Iterable, Iterator, Protocol
 
 from .failures import BadInput, EngineUnavailable, IntegrityFailure
 from .manifest import Manifest, read_manifest
+from .tag_guard import release, undo_load_tags
+from .text import shown
 
 CHUNK_SIZE = 1 << 20
 HASH_QUEUE = 8  # chunks between the reader and the hashing thread: memory stays bounded
@@ -41,6 +44,8 @@ class ImportEngine(Protocol):
     def image_ids(self) -> frozenset[str]: ...
     def load(self, chunks: Iterable[bytes]) -> list[str]: ...
     def tag(self, image_id: str, name: str) -> None: ...
+    def tag_table(self) -> dict[str, str]: ...
+    def untag(self, name: str) -> None: ...
     def remove_image(self, image_id: str) -> None: ...
 
 
@@ -154,38 +159,14 @@ def import_archive(
             image_id=manifest.image_id, engine_id=engine_id, tags=manifest.repo_tags, already_present=True,
             seconds=time.monotonic() - started,
         )  # fmt: skip
-    archive = manifest_path.parent / manifest.archive
-    where = f"{manifest.origin}/{manifest.archive}" if manifest.origin else "where it was exported"
-    again = f"copy it again from {where}"
-    try:
-        size = archive.stat().st_size
-    except FileNotFoundError:
-        msg = f"archive {archive}: not found (named by {manifest_path}); {again}"
-        raise BadInput(msg) from None
-    if size != manifest.size:
-        msg = (
-            f"archive {archive}: {size} bytes, the manifest says {manifest.size} (truncated or still "
-            f"being copied); {again}"
-        )
-        raise IntegrityFailure(msg)
-    before = engine.image_ids()
-    report(f"loading {archive.name} ({size / 1e9:.2f} GB, {manifest.compression}) into {engine.address}")
-    loaded: list[str] = []
-    engine_error: BaseException | None = None
-    with archive.open("rb") as file, contextlib.closing(
-        _HashingReader(file, size, report, archive.name)
-    ) as reader:
-        stream: Generator[bytes, None, None] = reader.chunks()
-        if manifest.compression == "zstd" and not engine.loads_zstd:
-            stream = _zstd_decompressed(stream, archive)
-        try:
-            loaded = engine.load(stream)
-        except Exception as e:  # any engine's failure: judged below, once the whole file is hashed
-            engine_error = e
-        finally:
-            stream.close()  # stops a zstd process the engine left unread
-        reader.drain()
-        digest = reader.hexdigest()
+    archive, again = _archive_of(manifest, manifest_path)
+    before, tags_before = engine.image_ids(), engine.tag_table()
+    report(f"loading {archive.name} ({manifest.size / 1e9:.2f} GB, {manifest.compression}) into {engine.address}")
+    loaded, engine_error, digest = _load_hashed(engine, archive, manifest, report)
+    touched = undo_load_tags(engine, tags_before, [i for i in loaded if i not in before])
+    if touched:
+        named = ", ".join(map(shown, touched[:5])) + (" ..." if len(touched) > 5 else "")
+        report(f"the archive named {named}: those tags are put back as they were")
     if digest != manifest.sha256:
         _remove_new(engine, loaded, before)
         msg = f"archive {archive}: sha256 mismatch (expected {manifest.sha256}, got {digest}); {again}"
@@ -202,10 +183,59 @@ def import_archive(
         )
         raise IntegrityFailure(msg)
     _tag(engine, engine_id, manifest)
+    if touched and manifest.repo_tags:
+        release(engine, [engine_id])
     return ImportResult(
         image_id=manifest.image_id, engine_id=engine_id, tags=manifest.repo_tags, already_present=False,
         seconds=time.monotonic() - started,
     )  # fmt: skip
+
+
+def _archive_of(manifest: Manifest, manifest_path: Path) -> tuple[Path, str]:
+    """The archive beside the manifest, a regular file of the manifest's size; and what to do if not."""
+    archive = manifest_path.parent / manifest.archive
+    where = shown(f"{manifest.origin}/{manifest.archive}") if manifest.origin else "where it was exported"
+    again = f"copy it again from {where}"
+    try:
+        status = archive.stat()  # followed: a link to the archive elsewhere on shared storage is fine
+    except FileNotFoundError:
+        msg = f"archive {archive}: not found (named by {manifest_path}); {again}"
+        raise BadInput(msg) from None
+    except OSError as e:
+        msg = f"archive {archive}: cannot be read ({e.strerror}); {again}"
+        raise BadInput(msg) from None
+    if not stat.S_ISREG(status.st_mode):  # a FIFO or a device would stream for ever
+        msg = f"archive {archive}: not a regular file; {again}"
+        raise BadInput(msg)
+    if status.st_size != manifest.size:
+        msg = (
+            f"archive {archive}: {status.st_size} bytes, the manifest says {manifest.size} (truncated or still "
+            f"being copied); {again}"
+        )
+        raise IntegrityFailure(msg)
+    return archive, again
+
+
+def _load_hashed(
+    engine: ImportEngine, archive: Path, manifest: Manifest, report: Callable[[str], None]
+) -> tuple[list[str], BaseException | None, str]:
+    """(the IDs the engine loaded, its failure if any, the archive's sha256): one pass over the file."""
+    loaded: list[str] = []
+    engine_error: BaseException | None = None
+    with archive.open("rb") as file, contextlib.closing(
+        _HashingReader(file, manifest.size, report, archive.name)
+    ) as reader:
+        stream: Generator[bytes, None, None] = reader.chunks()
+        if manifest.compression == "zstd" and not engine.loads_zstd:
+            stream = _zstd_decompressed(stream, archive)
+        try:
+            loaded = engine.load(stream)
+        except Exception as e:  # any engine's failure: judged by the caller, once the whole file is hashed
+            engine_error = e
+        finally:
+            stream.close()  # stops a zstd process the engine left unread
+        reader.drain()
+        return loaded, engine_error, reader.hexdigest()
 
 
 def expected_engine_id(manifest: Manifest, manifest_path: Path, engine: ImportEngine) -> str:

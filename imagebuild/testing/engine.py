@@ -265,6 +265,8 @@ class FakeEngine(Engine):
         if loaded is None:
             raise EngineError(invalid)
         image_id, config_digest = loaded
+        for name in _archive_names(data):  # as docker load: the archive's own names, before any check
+            self.tags[name] = image_id
         self.saved[image_id] = data
         if not self.has_image(image_id):
             info = image_info(image_id)
@@ -283,6 +285,15 @@ class FakeEngine(Engine):
 
     def image_ids(self) -> frozenset[str]:
         return frozenset(info.id for info in self.images)
+
+    def tag_table(self) -> dict[str, str]:
+        return {name: image_id for name, image_id in self.tags.items() if self.has_image(image_id)}
+
+    def untag(self, name: str) -> None:
+        """As Docker: removing an image's last name removes the image."""
+        image_id = self.tags.pop(name, None)
+        if image_id is not None and image_id not in self.tags.values():
+            self.remove_image(image_id)
 
     def remove_image(self, image_id: str) -> None:
         self.images = [info for info in self.images if info.id != image_id]
@@ -311,6 +322,15 @@ def _archive_image_id(data: bytes, *, manifest_ids: bool) -> tuple[str, str] | N
             return config_digest, config_digest
     except (tarfile.TarError, KeyError, IndexError, TypeError, ValueError):
         return None
+
+
+def _archive_names(data: bytes) -> list[str]:
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            manifest = json.load(tar.extractfile("manifest.json") or io.BytesIO(b"null"))
+            return [str(name) for name in manifest[0].get("RepoTags") or []]
+    except (tarfile.TarError, KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return []
 
 
 def _tar(files: Mapping[str, bytes]) -> bytes:

@@ -87,6 +87,12 @@ class RunOnlyEngine(Engine):
     def image_ids(self) -> frozenset[str]:
         raise NotImplementedError
 
+    def tag_table(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def untag(self, name: str) -> None:
+        raise NotImplementedError
+
     def remove_image(self, image_id: str) -> None:
         raise NotImplementedError
 

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from imagebuild import errors
 from imagebuild.distribute.compression import Compression
@@ -334,3 +335,99 @@ def test_export_from_the_containerd_store_names_the_archive_by_the_identity(tmp_
     assert result.manifest.image_id == again["image_id"]
     assert result.manifest.manifest_digest == again["manifest_digest"]
     assert result.manifest.archive.endswith(str(again["archive"]).rsplit("-", 1)[1])  # <name>-<identity 12>
+
+
+def _with_archive_names(manifest_path: Path, names: list[str], **changes: object) -> None:
+    """Rewrite the archive as a hostile one would be: its manifest.json names ``names``; the manifest
+    beside it still matches its size and sha256 (whoever writes one can write the other)."""
+    import io
+    import tarfile
+
+    archive = _archive(manifest_path)
+    data = archive.read_bytes()
+    raw = zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    out = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(raw)) as source, tarfile.open(fileobj=out, mode="w") as target:
+        for member in source:
+            content = source.extractfile(member).read() if member.isreg() else None  # type: ignore[union-attr]
+            if member.name == "manifest.json" and content is not None:
+                entries = json.loads(content)
+                entries[0]["RepoTags"] = names
+                content = json.dumps(entries).encode()
+                member.size = len(content)
+            target.addfile(member, io.BytesIO(content) if content is not None else None)
+    archive.write_bytes(zstandard.ZstdCompressor().compress(out.getvalue()))
+    manifest = _manifest(manifest_path)
+    manifest.update(sha256=hashlib.sha256(archive.read_bytes()).hexdigest(), size=archive.stat().st_size, **changes)
+    manifest_path.write_text(json.dumps(manifest))
+
+
+def _victim() -> tuple[FakeEngine, str]:
+    node = FakeEngine()
+    victim = node.add_saved_image("victim:latest")
+    return node, victim
+
+
+def test_an_archive_naming_another_images_tag_does_not_move_it(tmp_path: Path) -> None:
+    _, manifest_path = _export(tmp_path)
+    _with_archive_names(manifest_path, ["victim:latest", "planted:new"])
+    node, victim = _victim()
+    lines: list[str] = []
+    result = import_manifest(manifest_path, node, report=lines.append)
+    assert node.tag_table() == {"victim:latest": victim, TAG: result.engine_id}  # no planted, no hold name
+    assert any("named planted:new, victim:latest: those tags are put back" in line for line in lines), lines
+
+
+def test_a_refused_hostile_archive_leaves_the_victim_and_its_tag(tmp_path: Path) -> None:
+    _, manifest_path = _export(tmp_path)
+    _with_archive_names(manifest_path, ["victim:latest"], image_id="sha256:" + "9" * 64, manifest_digest="sha256:" + "8" * 64)
+    node, victim = _victim()
+    with pytest.raises(IntegrityError, match="do not belong together"):
+        import_manifest(manifest_path, node, report=lambda _: None)
+    assert node.tag_table() == {"victim:latest": victim}
+    assert node.has_image(victim)
+    assert len(node.images) == 1  # the loaded image is gone
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device-link"])
+def test_an_archive_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path: Path, kind: str) -> None:
+    _, manifest_path = _export(tmp_path)
+    archive = _archive(manifest_path)
+    archive.unlink()
+    if kind == "fifo":
+        os.mkfifo(archive)
+    else:
+        archive.symlink_to("/dev/zero")
+    node = FakeEngine()
+    with pytest.raises(ConfigError, match="not a regular file"):
+        import_manifest(manifest_path, node, report=lambda _: None)
+    assert node.loads == 0
+
+
+def test_a_manifests_origin_is_printed_escaped_never_as_another_line(tmp_path: Path) -> None:
+    _, manifest_path = _export(tmp_path)
+    manifest = _manifest(manifest_path)
+    manifest["origin"] = "host:/x\n\x1b[2Kimagebuild-import: imported OK\u202e"
+    manifest_path.write_text(json.dumps(manifest))
+    _archive(manifest_path).unlink()
+    with pytest.raises(ConfigError) as e:
+        import_manifest(manifest_path, FakeEngine(), report=lambda _: None)
+    assert "\n" not in str(e.value)
+    assert "\x1b" not in str(e.value)
+    assert "\u202e" not in str(e.value)
+    assert "\\n\\x1b[2Kimagebuild-import: imported OK\\u202e" in str(e.value)
+
+
+def test_export_to_a_full_disk_is_one_line_and_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = FakeEngine()
+    source.add_saved_image(TAG, labels=LABELS)
+    out = tmp_path / "out"
+
+    def full(*_: object, **__: object) -> object:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("imagebuild.distribute.export.portable_archive", full)
+    with pytest.raises(errors.ImageBuildError, match=r"^cannot write the archive in .*\(No space left on device\); free space there") as e:
+        export_image(ExportOptions(image=TAG, output=out), source, report=lambda _: None)
+    assert "\n" not in str(e.value)
+    assert list(out.iterdir()) == []

@@ -1,0 +1,57 @@
+"""Only the importer tags: what a load did to the engine's tag table is undone.
+
+``docker load`` applies the names an archive carries (``RepoTags`` in manifest.json, name annotations
+in index.json) before the importer has checked anything, and the API has no way to load without
+them. An archive export wrote carries none; any other may name an unrelated local image
+(``victim:latest``) and move that tag. So the importer reads the tag table before the load and,
+whatever the load's outcome, puts back every tag the load moved and removes every tag it created,
+after giving the loaded image a name of the importer's own so that removing a foreign name never
+deletes it. Tags are then applied only from the manifest, after the checks.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Protocol
+
+HOLD_REPOSITORY = "imagebuild-import/held"  # the importer's own name for an image while it fixes tags
+
+
+class TagTable(Protocol):
+    def tag_table(self) -> dict[str, str]: ...
+    def tag(self, image_id: str, name: str) -> None: ...
+    def untag(self, name: str) -> None: ...
+
+
+def hold_name(image_id: str) -> str:
+    return f"{HOLD_REPOSITORY}:{image_id.removeprefix('sha256:')[:12]}"
+
+
+def undo_load_tags(engine: TagTable, before: Mapping[str, str], loaded: list[str]) -> list[str]:
+    """Restore the tag table to ``before`` for every name the load touched; the names it had touched.
+
+    Each loaded image is held under the importer's own name while foreign names are removed, and that
+    name is removed again by ``release``.
+    """
+    after = engine.tag_table()
+    touched = sorted(name for name, image in after.items() if before.get(name) != image and not name.startswith(HOLD_REPOSITORY))
+    if not touched:
+        return []
+    for image_id in loaded:
+        engine.tag(image_id, hold_name(image_id))
+    for name in touched:
+        if name in before:
+            engine.tag(before[name], name)  # moved by the load: back to the image it named
+        else:
+            engine.untag(name)  # created by the load
+    return touched
+
+
+def release(engine: TagTable, loaded: list[str]) -> None:
+    """Drop the importer's own names once the image has the manifest's tags.
+
+    Call it only then: removing an image's last name removes the image.
+    """
+    table = engine.tag_table()
+    for image_id in loaded:
+        if table.get(hold_name(image_id)) == image_id:
+            engine.untag(hold_name(image_id))
