@@ -293,7 +293,7 @@ main() {
     rm -f "$job_dir/@SENTINEL@" "$job_dir"/node*.exit
     say "$RECIPE/$VARIANT on $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST); logs in $job_dir"
     # The tasks run these functions: they reach every node through srun's environment.
-    export -f settings say container_name remove_container node_address fetch_image run_node cleanup_node
+    export -f settings say container_name remove_container node_address fetch_image node_image run_node cleanup_node
     local step=(srun --export=ALL --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1)
 
     # Every node's address in node order; the first (SLURM_NODEID 0, the first host of

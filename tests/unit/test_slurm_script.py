@@ -226,3 +226,11 @@ def test_a_value_with_command_substitution_is_literal_and_passes_shellcheck(tmp_
     assert quoted in path.read_text()
     shown = subprocess.run(["bash", "-c", f"printf %s {quoted}"], capture_output=True, text=True, check=True)
     assert shown.stdout == EXPANDING_VALUE
+
+
+def test_every_function_but_main_reaches_the_nodes(script: Path) -> None:
+    """The node tasks run in a fresh bash through srun: a function not exported is 'command not found'."""
+    text = script.read_text()
+    defined = set(re.findall(r"^([a-z_]+)\(\) \{", text, flags=re.MULTILINE)) - {"main"}
+    (exported,) = re.findall(r"^\s*export -f (.+)$", text, flags=re.MULTILINE)
+    assert defined == set(exported.split())
