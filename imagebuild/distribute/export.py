@@ -29,7 +29,7 @@ from typing import BinaryIO
 
 from imagebuild import __version__
 from imagebuild.distribute.archive_layout import ArchiveLayoutError, portable_archive
-from imagebuild.distribute.compression import Compression, compressing
+from imagebuild.distribute.compression import Compression, Sink, compressing
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
 from imagebuild.engine.interface import Engine, ImageInfo
 from imagebuild.errors import ConfigError, EngineError, ImageBuildError
@@ -150,8 +150,9 @@ def _export(
         sink = _HashingSink(file)
         progress = _SaveProgress(engine.save(info.id), sink, name, report)
         with compressing(options.compression, sink) as writer:
+            counted = _Counted(writer)
             try:
-                layout = portable_archive(progress, writer)
+                layout = portable_archive(progress, counted)
             except ArchiveLayoutError as e:
                 msg = f"cannot export {options.image} ({info.described}): {e}"
                 raise EngineError(msg) from e
@@ -169,6 +170,7 @@ def _export(
         compression=options.compression.value,
         image_id=layout.config_digest,
         manifest_digest=layout.manifest_digest,
+        uncompressed_size=counted.size,
         repo_tags=tuple(t for t in info.tags if t != "<none>:<none>"),
         pins=pins,
         labels=labels,
@@ -184,6 +186,17 @@ def _export(
         f"in {seconds:.1f}s; manifest {manifest_path.name}"
     )
     return ExportResult(manifest_path=manifest_path, manifest=manifest, seconds=seconds)
+
+
+class _Counted:
+    """The compressor's input, counted: the manifest declares it, and importers stop decompressing past it."""
+
+    def __init__(self, writer: Sink) -> None:
+        self._writer, self.size = writer, 0
+
+    def write(self, b: bytes, /) -> object:
+        self.size += len(b)
+        return self._writer.write(b)
 
 
 class _SaveProgress:

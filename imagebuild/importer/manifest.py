@@ -51,6 +51,7 @@ class Manifest:
     imagebuild_version: str
     origin: str = ""  # host:directory it was exported to, for "copy it again from host:dir/archive"
     manifest_digest: str = ""  # of the OCI manifest index.json names: the containerd store's image ID
+    uncompressed_size: int = 0  # the tar's bytes: where a decompression is stopped (0: version 1, not said)
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
 
@@ -87,6 +88,7 @@ def parse_manifest(data: object, where: str) -> Manifest:
         ("sha256", SHA256_RE.match(data["sha256"]), "64 lowercase hex digits"),
         ("image_id", IMAGE_ID_RE.match(data["image_id"]), "sha256: and 64 hex digits"),
         ("manifest_digest", _manifest_digest_ok(data), "sha256: and 64 hex digits"),
+        ("uncompressed_size", _uncompressed_size_ok(data), "the archive's byte count before compression"),
         ("compression", data["compression"] in COMPRESSIONS, " or ".join(COMPRESSIONS)),
         ("size", data["size"] >= 0, "a byte count"),
     )
@@ -108,7 +110,7 @@ def parse_manifest(data: object, where: str) -> Manifest:
         image_id=data["image_id"], repo_tags=tuple(data["repo_tags"]), pins=dict(data["pins"]),
         labels=dict(data["labels"]), imagebuild_version=data["imagebuild_version"],
         origin=origin if isinstance(origin, str) else "", manifest_digest=str(data.get("manifest_digest", "")),
-        format_version=data["format_version"],
+        format_version=data["format_version"], uncompressed_size=int(data.get("uncompressed_size") or 0),
     )  # fmt: skip
 
 
@@ -118,6 +120,13 @@ def _manifest_digest_ok(data: dict[str, Any]) -> bool:
     if value is None:
         return bool(data["format_version"] == 1)
     return isinstance(value, str) and IMAGE_ID_RE.match(value) is not None
+
+
+def _uncompressed_size_ok(data: dict[str, Any]) -> bool:
+    value = data.get("uncompressed_size")
+    if value is None:
+        return bool(data["format_version"] == 1)
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def read_manifest(path: Path) -> Manifest:

@@ -102,8 +102,12 @@ class _HashingReader:
             self._hasher.join()
 
 
-def _zstd_decompressed(chunks: Iterator[bytes], archive: Path) -> Generator[bytes, None, None]:
-    """Decompress through the zstd tool, for engines older than Docker 23 (they cannot read zstd)."""
+def _zstd_decompressed(chunks: Iterator[bytes], archive: Path, declared: int = 0) -> Generator[bytes, None, None]:
+    """Decompress through the zstd tool, for engines older than Docker 23 (they cannot read zstd).
+
+    ``declared``: the manifest's uncompressed size; one byte past it ends the load (a small archive
+    that decompresses to terabytes would otherwise fill the engine's disk first).
+    """
     tool = shutil.which("zstd")
     if tool is None:
         msg = (
@@ -129,10 +133,15 @@ def _zstd_decompressed(chunks: Iterator[bytes], archive: Path) -> Generator[byte
     feeder = threading.Thread(target=feed, name="zstd-feed", daemon=True)
     feeder.start()
     try:
+        given = 0
         while True:
             chunk = stdout.read(CHUNK_SIZE)
             if not chunk:
                 break
+            given += len(chunk)
+            if declared and given > declared:
+                msg = f"archive {archive}: decompresses past the {declared} bytes its manifest declares; copy it again"
+                raise IntegrityFailure(msg)
             yield chunk
         feeder.join()
         if proc.wait() != 0:
@@ -227,7 +236,7 @@ def _load_hashed(
     ) as reader:
         stream: Generator[bytes, None, None] = reader.chunks()
         if manifest.compression == "zstd" and not engine.loads_zstd:
-            stream = _zstd_decompressed(stream, archive)
+            stream = _zstd_decompressed(stream, archive, manifest.uncompressed_size)
         try:
             loaded = engine.load(stream)
         except Exception as e:  # any engine's failure: judged by the caller, once the whole file is hashed

@@ -224,6 +224,7 @@ VALID = {
     "compression": "zstd",
     "image_id": "sha256:" + "1" * 64,
     "manifest_digest": "sha256:" + "2" * 64,
+    "uncompressed_size": 20,
     "repo_tags": ["imagebuild/kimi-k3:gfx942"],
     "pins": {},
     "labels": {},
@@ -252,6 +253,8 @@ VALID = {
         ({"format_version": 3}, r"version 3 is not 'imagebuild-image-archive' version 2"),
         ({"manifest_digest": None}, r"'manifest_digest' must be sha256: and 64 hex digits, not None"),
         ({"manifest_digest": 7}, r"'manifest_digest' must be sha256: and 64 hex digits, not 7"),
+        ({"uncompressed_size": None}, r"'uncompressed_size' must be the archive's byte count before compression"),
+        ({"uncompressed_size": "9"}, r"'uncompressed_size' must be the archive's byte count"),
     ],
 )
 def test_a_malformed_manifest_is_bad_input_naming_the_key(
@@ -431,3 +434,15 @@ def test_export_to_a_full_disk_is_one_line_and_leaves_nothing(tmp_path: Path, mo
         export_image(ExportOptions(image=TAG, output=out), source, report=lambda _: None)
     assert "\n" not in str(e.value)
     assert list(out.iterdir()) == []
+
+
+def test_an_archive_that_decompresses_past_its_declared_size_is_stopped(tmp_path: Path) -> None:
+    _, manifest_path = _export(tmp_path)
+    manifest = _manifest(manifest_path)
+    assert isinstance(manifest["uncompressed_size"], int)
+    assert manifest["uncompressed_size"] > manifest["size"]  # type: ignore[operator]
+    manifest_path.write_text(json.dumps({**manifest, "uncompressed_size": 4096}))
+    node = FakeEngine(zstd_loads=False)  # the importer decompresses, so it counts
+    with pytest.raises(IntegrityError, match=r"decompresses past the 4096 bytes its manifest declares"):
+        import_manifest(manifest_path, node, report=lambda _: None)
+    assert node.images == []

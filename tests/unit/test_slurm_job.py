@@ -125,6 +125,7 @@ def _manifest(**changes: object) -> dict[str, object]:
         compression="zstd",
         image_id="sha256:" + "cd" * 32,
         manifest_digest="sha256:" + "ab" * 32,
+        uncompressed_size=2,
         repo_tags=("imagebuild/kimi-k3:gfx942",),
         pins={},
         labels={},
