@@ -169,10 +169,11 @@ def layer_secrets_check(
     if findings:
         shown = "\n".join(f.describe() for f in findings[:SHOWN_FINDINGS])
         more = f"\n... and {len(findings) - SHOWN_FINDINGS} more" if len(findings) > SHOWN_FINDINGS else ""
-        message = (
-            f"credential-like strings in the image's layers under {', '.join(roots)} ({len(findings)} found "
-            f"in {budget.scanned} text files, read from {source}); a file a later layer deletes is still in "
-            f"every copy of the image: keep it out of the layer that adds it\n{shown}{more}"
+        message = (  # the shape of every check's failure: what, expected, found
+            f"credential-like strings in the image's layers under {', '.join(roots)} (read from {source}); a file "
+            "a later layer deletes is still in every copy of the image: keep it out of the layer that adds it\n"
+            f"expected: none in any layer ({budget.scanned} text files scanned)\n"
+            f"found:    {len(findings)}:\n{shown}{more}"
         )
         return CheckResult(name=name, group=group, outcome="failed", message=message, duration_s=clock() - started)
     if budget.over_budget:

@@ -191,20 +191,3 @@ def test_plain_docker_build_of_the_directory_gives_the_same_image(
     differing = sorted(path for path in theirs.keys() | ours.keys() if theirs.get(path) != ours.get(path))
     assert differing == [], [(p, theirs.get(p), ours.get(p)) for p in differing[:10]]
 
-
-@pytest.mark.slow
-def test_a_cached_build_after_a_plain_one_gives_the_same_identity(
-    imagebuild_image: dict[str, object], context_dir: Path, locked_pins: Path, tmp_path: Path
-) -> None:
-    """The docker CLI sends the context's real mtimes, imagebuild's context tar 0: whichever chain the
-    classic builder's cache takes, the COPY layers' entries all get their step's epoch."""
-    labels = imagebuild_image["labels"]
-    assert isinstance(labels, dict)
-    plain = docker_build("docker", context_dir, TAG.format("before-cached"), label_build_args(labels), buildkit=False)
-    record = tmp_path / "record.json"
-    argv = ["build", "--pins", str(locked_pins), "--network", "host", "--tag", TAG.format("after-plain"), "--record", str(record)]
-    assert main(argv) == 0
-    again = json.loads(record.read_text())
-    normalization = again["normalization"]
-    assert normalization["unnormalized_id"] == plain  # the newest chain: the plain build's layers
-    assert again["image_id"] == imagebuild_image["image_id"]
