@@ -35,7 +35,8 @@ class ExitCode(IntEnum):
 
 EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: "done",
-    ExitCode.FAILED: "render --check or lock --check found a stale file; diff: the images differ; any other failure",
+    ExitCode.FAILED: "render --check or lock --check found a stale file, or lock --locked a file a plain "
+    "lock would change; diff: the images differ; any other failure",
     ExitCode.BAD_INPUT: "bad input: an argument, an input file, an image the engine does not have",
     ExitCode.NO_ENGINE: "no Docker engine, or the engine refused",
     ExitCode.BUILD_FAILED: "a build step failed; nothing was tagged",

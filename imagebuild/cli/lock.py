@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, cast
 
 from imagebuild.cli.output import write_json
 from imagebuild.cli.verbs import Verb, Verbs, project_of
 from imagebuild.errors import ExitCode
 from imagebuild.log import logger
+
+if TYPE_CHECKING:
+    from imagebuild.lock.report import Mode
 
 # lock's limits: sources asked at once, seconds to connect or between the
 # bytes of an answer, and seconds for the whole lock (a 1 GB wheel at 2 MB/s fits).
@@ -25,7 +29,8 @@ def cmd_lock(args: argparse.Namespace) -> int:
         upgrade=args.upgrade,
         upgrade_names=tuple(args.upgrade_package),
         only=args.only,
-        mode="check" if args.check else "dry-run" if args.dry_run else "write",
+        mode=_mode(args),
+        offline=args.offline,
         jobs=args.jobs,
         timeout=args.timeout,
         deadline=args.deadline,
@@ -47,7 +52,17 @@ def cmd_lock(args: argparse.Namespace) -> int:
     if args.check and stale:
         logger.error("%s stale or incomplete; run `imagebuild lock`", " and ".join(map(str, stale)))
         return int(ExitCode.FAILED)
-    return 0
+    changing = result.would_change() if args.locked else ()
+    for line in changing:  # one line per pin or package, naming what to run
+        logger.error("--locked: %s", line)
+    return int(ExitCode.FAILED) if changing else 0
+
+
+def _mode(args: argparse.Namespace) -> Mode:
+    for mode, on in (("check", args.check), ("dry-run", args.dry_run), ("locked", args.locked)):
+        if on:
+            return cast("Mode", mode)
+    return "outdated" if args.outdated else "write"
 
 
 def register(verbs: Verbs) -> None:
@@ -61,6 +76,9 @@ def register(verbs: Verbs) -> None:
                 "imagebuild lock",
                 "imagebuild lock -P vllm --dry-run",
                 "imagebuild lock --check --json",
+                "imagebuild lock --locked",
+                "imagebuild lock --offline --check",
+                "imagebuild lock --outdated",
             ),
             exit_codes=(ExitCode.FAILED, ExitCode.LOCK_FAILED),
             json="each pin's old and new identity",
@@ -80,11 +98,29 @@ def register(verbs: Verbs) -> None:
         help="re-resolve this pin or locked python package, accepting a move "
         "(repeatable; --upgrade-pin is an old spelling)",
     )
-    p.add_argument(
+    modes = p.add_mutually_exclusive_group()  # argparse refuses two of them in one line, exit 2
+    modes.add_argument(
         "--dry-run", action="store_true", help="print the diff of pins.toml on stdout; write nothing"
     )
-    p.add_argument(
+    modes.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 when pins.toml is stale or incomplete"
+    )
+    modes.add_argument(
+        "--locked",
+        action="store_true",
+        help="write nothing; exit 1 when a plain `imagebuild lock` would change pins.toml or pylock.toml "
+        "(asks no pin's source; the python lock asks the index unless --offline)",
+    )
+    modes.add_argument(
+        "--outdated",
+        action="store_true",
+        help="write nothing; a table of the pins and packages whose upstream moved (exit 0 either way)",
+    )
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="ask no source and resolve nothing: check and fingerprint what pins.toml and pylock.toml hold, "
+        "and name the pins that cannot be checked",
     )
     p.add_argument(
         "--only",

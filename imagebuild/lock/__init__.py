@@ -24,6 +24,7 @@ Modules, in the order a lock runs:
     python         the python lock: stage declarations to pylock.toml
     uv             uv behind the python lock's Resolver interface
     report         what both locks found, in one shape: tables and JSON
+    outdated       --outdated's rows, read off a lock that wrote nothing
 """
 
 from __future__ import annotations

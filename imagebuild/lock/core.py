@@ -34,13 +34,21 @@ from typing import Any
 from imagebuild.errors import ConfigError, LockError
 from imagebuild.inputs.arch import ArchProfile
 from imagebuild.lock.checks import check_numbers, check_pins, target_python_if_any
-from imagebuild.lock.plan import judge, kept, needs_resolution, updates_for
-from imagebuild.lock.report import LockResult, Mode, short_identity
+from imagebuild.lock.plan import (
+    asked_for_outdated,
+    judge,
+    kept,
+    missing_fields,
+    needs_resolution,
+    unasked,
+    updates_for,
+)
+from imagebuild.lock.report import LockResult, Mode, PinChange, short_identity
 from imagebuild.lock.repository import OpenSources, Resolved, Sources, SourceSettings
 from imagebuild.lock.source_errors import SourceError
 from imagebuild.lock.sources import RemoteSources, source_url
 from imagebuild.lock.turns import writer_turn
-from imagebuild.pins import Pin, PinSet, load_pins, render_updates
+from imagebuild.pins import Pin, PinSet, Refresh, load_pins, render_updates
 from imagebuild.util.files import write_atomically
 from imagebuild.util.retry import Cancelled, Deadline
 
@@ -61,10 +69,19 @@ class LockOptions:
     upgrade_pins: tuple[str, ...] = ()  # re-resolve just these
     dry_run: bool = False  # write nothing
     check: bool = False  # write nothing; result.stale tells whether pins.toml is stale
+    locked: bool = False  # write nothing, ask nothing; result.would_change() says what a lock would write
+    outdated: bool = False  # write nothing, hash nothing; ask every moving ref and PyPI pin
+    offline: bool = False  # ask no source: only what pins.toml holds (fingerprints still written)
 
     @property
     def mode(self) -> Mode:
-        return "check" if self.check else "dry-run" if self.dry_run else "write"
+        if self.check:
+            return "check"
+        if self.dry_run:
+            return "dry-run"
+        if self.locked:
+            return "locked"
+        return "outdated" if self.outdated else "write"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +116,7 @@ def lock(
     _read_bytes(path)  # a missing or unreadable file is reported as such, before a lock file is made
     run = _Run(options=options, deadline=Deadline.after(options.deadline), open_sources=open_sources)
     say = progress or (lambda _msg: None)
-    if options.mode != "write":
+    if options.mode != "write":  # nothing to write: no turn to take
         return _lock(run, loaded, say, verbose)
     waiting = f"waiting for another `imagebuild lock` of {path} to finish"
     with writer_turn(path, wait=run.deadline.remaining(), on_wait=lambda: say(waiting)):
@@ -124,15 +141,29 @@ def _lock(run: _Run, loaded: LoadedPins | None, say: Progress, verbose: Progress
     def upgrading(pin: Pin) -> bool:
         return options.upgrade or pin.name in options.upgrade_pins
 
-    todo = [p for p in pinset if needs_resolution(p, upgrade=upgrading(p))]
     check_pins(pinset, options.upgrade_pins)
+    wanted = [p for p in pinset if _asked(p, options, upgrading(p))]
+    # --locked needs no source: pins.toml alone says which pins a plain lock would write (plan.settled).
+    unasked_why = "offline" if options.offline else "--locked needs no source" if options.locked else None
+    todo = [] if unasked_why else wanted
     resolved = _resolve_all(todo, pinset, run=run, say=say, verbose=verbose)
-    changes = tuple(
-        judge(p, r.fields, upgrade=upgrading(p), detail=r.detail, yanked=r.yanked, recorded=r.recorded)
-        if (r := resolved.get(p.name))
-        else kept(p)
-        for p in pinset
-    )
+
+    def change(pin: Pin) -> PinChange:
+        if (r := resolved.get(pin.name)) is not None:
+            return judge(
+                pin,
+                r.fields,
+                upgrade=upgrading(pin),
+                detail=r.detail,
+                yanked=r.yanked,
+                recorded=r.recorded,
+                newest=r.newest,
+            )
+        if unasked_why and pin in wanted:
+            return unasked(pin, f"{unasked_why}; {_asked_because(pin)}")
+        return kept(pin)
+
+    changes = tuple(change(p) for p in pinset)
 
     updates = updates_for(changes)
     old_text = original.decode("utf-8")
@@ -151,9 +182,26 @@ def _lock(run: _Run, loaded: LoadedPins | None, say: Progress, verbose: Progress
         wrote=wrote,
         stale=stale,
         mode=options.mode,
+        offline=options.offline,
         pins=_updated(pinset, updates) if wrote else pinset,
         diff=_diff(path, old_text, new_text),
     )
+
+
+def _asked(pin: Pin, options: LockOptions, upgrade: bool) -> bool:
+    """Whether this run would ask the pin's source (before --offline or --locked says it may not)."""
+    if options.outdated:
+        return asked_for_outdated(pin)
+    return needs_resolution(pin, upgrade=upgrade)
+
+
+def _asked_because(pin: Pin) -> str:
+    """Why a lock asks this pin's source, for the line saying it was not asked."""
+    if missing_fields(pin) or pin.edited:
+        return "resolved from its source"
+    if pin.refresh is Refresh.ALWAYS:
+        return f"{pin.tracked} is asked on every lock"
+    return "re-hashed on upgrade"
 
 
 def _updated(pinset: PinSet, updates: Mapping[str, Mapping[str, str | int]]) -> PinSet:

@@ -24,14 +24,19 @@ Policy (conservative, as pip-tools' ``compile`` is):
 * A git pin's commit time (``committed``, the build's SOURCE_DATE_EPOCH) is
   fetched with its commit and kept while the commit stays; commit-only git pins
   are asked only for that. Toolchain pins have nothing to resolve.
+* ``--offline`` and ``--locked`` ask no source: a pin the file settles (complete, fingerprinted
+  as lock wrote it) stands, noted as not checked; any other is UNRESOLVED, which a plain lock
+  would change. ``--outdated`` asks every tag, branch and PyPI pin (one request each), and
+  hashes nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from imagebuild.lock.report import IdentityFields, PinChange, Status
-from imagebuild.pins import GitPin, LockState, Pin, Refresh
+from imagebuild.pins import GitPin, LockState, Pin, PypiPin, Refresh
 
 
 def identity_fields(pin: Pin) -> dict[str, str | int]:
@@ -41,6 +46,11 @@ def identity_fields(pin: Pin) -> dict[str, str | int]:
 
 def is_complete(pin: Pin) -> bool:
     return all(identity_fields(pin).values())
+
+
+def asked_for_outdated(pin: Pin) -> bool:
+    """Whether --outdated asks the pin's source: a moving ref, or an index's release list (no download)."""
+    return pin.refresh is Refresh.ALWAYS or isinstance(pin, PypiPin)
 
 
 def needs_resolution(pin: Pin, *, upgrade: bool) -> bool:
@@ -95,6 +105,37 @@ def kept(pin: Pin) -> PinChange:
     )
 
 
+def missing_fields(pin: Pin) -> list[str]:
+    """The identity keys a complete identity needs that pins.toml leaves empty."""
+    return [k for k, v in identity_fields(pin).items() if not v and k not in pin.optional_keys]
+
+
+def settled(pin: Pin) -> bool:
+    """Whether pins.toml alone says a plain lock leaves the pin as it is (no source needed to know).
+
+    Complete and fingerprinted as lock wrote it: a plain lock never rewrites such a pin (a moved
+    tag or branch is kept until -P). Anything else (incomplete, edited, never vouched for) it would.
+    """
+    return not missing_fields(pin) and (pin.lock_state is LockState.MATCHES or not pin.declared_keys)
+
+
+def unasked(pin: Pin, why: str) -> PinChange:
+    """A pin the lock would ask its source about, left unasked (``why``: --offline, --locked).
+
+    A settled pin stands as recorded, its table cell saying it was not checked; any other is
+    "unresolved": the file is stale, and a plain lock would change it.
+    """
+    if settled(pin):
+        return replace(kept(pin), unchecked=f"not checked: {why}")
+    if missing := missing_fields(pin):
+        reason = f"its identity is incomplete ({', '.join(missing)} empty)"
+    elif pin.edited:
+        reason = pin.edit_problem()
+    else:
+        reason = "no fingerprint: lock asks its source to vouch for the recorded identity"
+    return replace(kept(pin), status="unresolved", applied=False, written={}, detail=reason, unchecked=why)
+
+
 def _recorded_differs(pin: Pin, new: IdentityFields) -> list[str]:
     """The identity keys whose recorded (non-empty) value the source contradicts."""
     old = identity_fields(pin)
@@ -133,6 +174,7 @@ def judge(
     detail: str = "",
     yanked: str | None = None,
     recorded: IdentityFields | None = None,
+    newest: str | None = None,
 ) -> PinChange:
     """The change a resolved pin makes; moved/updated apply only on upgrade, or when pins.toml asked.
 
@@ -187,6 +229,7 @@ def judge(
         detail="; ".join(notes),
         yanked=yanked,
         edit=pin.edit_problem() if pin.edited else None,
+        newest=newest,
     )
 
 

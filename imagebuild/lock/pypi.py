@@ -238,6 +238,27 @@ def choose_wheel(files: list[DistFile], project: str, version: str, tags: list[T
     return WheelChoice(file=best[3], tag=best[4], candidates=tuple(sorted(release)))
 
 
+def newest_release(files: list[DistFile], project: str) -> str | None:
+    """The newest final (not pre-release, not yanked) version among the project's files, as pip would pick."""
+    want_name = canonicalize_name(project)
+    versions: set[Version] = set()
+    for f in files:
+        if f.yanked is not None:
+            continue
+        version: Version | None
+        if f.filename.endswith(".whl"):
+            try:
+                name, version, _, _ = parse_wheel_filename(f.filename)
+            except (InvalidWheelFilename, InvalidVersion):
+                continue
+            version = version if name == want_name else None
+        else:
+            version = _sdist_version(f.filename, want_name)
+        if version is not None and not version.is_prerelease:
+            versions.add(version)
+    return str(max(versions)) if versions else None
+
+
 def _sdist_version(filename: str, want_name: str) -> Version | None:
     for ext in (".tar.gz", ".zip"):
         if filename.endswith(ext):

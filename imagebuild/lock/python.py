@@ -49,6 +49,7 @@ class PythonLockOptions:
     upgrade: bool = False
     upgrade_packages: tuple[str, ...] = ()
     mode: Mode = "write"
+    offline: bool = False  # resolve nothing: check pylock.toml against the stages alone
     timeout: float = 120.0
 
 
@@ -129,6 +130,8 @@ def lock_python(options: PythonLockOptions, resolver: Resolver) -> PythonLockRes
         upgrade_packages=tuple(sorted(upgrading)),
         timeout=options.timeout,
     )
+    if options.offline:
+        return _check_offline(path, previous, request, options.mode)
     resolution = resolver.resolve(request)
     _check_pins_agree(resolution.packages, options.pins)
     changes, packages = _judge(previous, resolution.packages, options.upgrade, upgrading)
@@ -155,7 +158,72 @@ def lock_python(options: PythonLockOptions, resolver: Resolver) -> PythonLockRes
         wrote = True
     kept = any(c.pending and not c.applied for c in changes)
     stale = kept or (differs and not wrote)
-    return PythonLockResult(path=path, changes=changes, wrote=wrote, stale=stale, mode=options.mode)
+    return PythonLockResult(
+        path=path, changes=changes, wrote=wrote, stale=stale, mode=options.mode, would_write=differs
+    )
+
+
+def _check_offline(
+    path: Path, previous: PythonLock | None, request: ResolveRequest, mode: Mode
+) -> PythonLockResult:
+    """pylock.toml checked against the stages without the index (--offline): what it must hold.
+
+    Its target (index, python, platform) and groups must be the request's, and every declared
+    requirement must be locked in its group at a version it allows. Whether uv would pick other
+    dependencies cannot be known offline; a plain `imagebuild lock` answers that.
+    """
+    if previous is None:
+        problems = [f"{path} is missing: run `imagebuild lock` (offline, nothing can be resolved)"]
+        return PythonLockResult(
+            path=path,
+            changes=(),
+            wrote=False,
+            stale=True,
+            mode=mode,
+            offline=True,
+            problems=tuple(problems),
+            would_write=True,
+        )
+    problems = [
+        f"{path} [tool.imagebuild] {key} is {recorded!r}, the stages and pins ask for {wanted!r}"
+        for key, recorded, wanted in (
+            ("index", previous.index, request.index),
+            ("python", previous.python, request.python),
+            ("platform", previous.platform, request.platform),
+        )
+        if recorded != wanted
+    ]
+    if tuple(sorted(request.groups)) != previous.groups:
+        problems.append(
+            f"{path} locks the groups {', '.join(previous.groups)}; the stages declare "
+            f"{', '.join(sorted(request.groups))}"
+        )
+    for group, requirements in sorted(request.groups.items()):
+        for declared in requirements:
+            req = Requirement(declared)
+            locked = previous.get(req.name)
+            if locked is None or group not in locked.groups:
+                problems.append(f"{path}: {group} needs {declared}, which it does not lock for that group")
+            elif not req.specifier.contains(locked.version, prereleases=True):
+                problems.append(
+                    f"{path}: {group} needs {declared}, but {locked.name} is locked at {locked.version}"
+                )
+    changes = tuple(
+        PackageChange(
+            name=p.name, old=_label(p), new=_label(p), status="unchanged", applied=False, groups=p.groups
+        )
+        for p in previous.packages
+    )
+    return PythonLockResult(
+        path=path,
+        changes=changes,
+        wrote=False,
+        stale=bool(problems),
+        mode=mode,
+        offline=True,
+        problems=tuple(problems),
+        would_write=bool(problems),
+    )
 
 
 def _check_pins_agree(packages: tuple[LockedPackage, ...], pins: PinSet) -> None:

@@ -18,10 +18,14 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from imagebuild.pins import PinSet
 
-Status = Literal["unchanged", "filled", "normalized", "updated", "moved"]
+# "unresolved": the pin needs its source to be settled (incomplete, edited, never vouched for)
+# and the lock asked none (--offline, --locked): a plain `imagebuild lock` would change it.
+Status = Literal["unchanged", "filled", "normalized", "updated", "moved", "unresolved"]
 PackageStatus = Literal["unchanged", "added", "removed", "updated", "regrouped", "moved"]
 IdentityFields = Mapping[str, str | int]
-Mode = Literal["write", "dry-run", "check"]
+# write: the default; dry-run and check: write nothing (check fails on a stale file); locked:
+# write nothing, fail if a plain lock would write; outdated: write nothing, report what moved upstream.
+Mode = Literal["write", "dry-run", "check", "locked", "outdated"]
 
 S = TypeVar("S", bound=str)
 
@@ -64,6 +68,7 @@ class FileLockResult(ABC, Generic[C]):
     wrote: bool
     stale: bool
     mode: Mode = "write"
+    offline: bool = False  # no source was asked (--offline): what the files hold was checked alone
 
     def change(self, name: str) -> C:
         for c in self.changes:
@@ -81,6 +86,8 @@ class FileLockResult(ABC, Generic[C]):
             "mode": self.mode,
             "wrote": self.wrote,
             "stale": self.stale,
+            "offline": self.offline,
+            "would_change": list(self.would_change()),
             **self._more_json(),
             "changes": [c.to_json() for c in self.changes],
         }
@@ -91,6 +98,14 @@ class FileLockResult(ABC, Generic[C]):
     @abstractmethod
     def format_table(self) -> str: ...
 
+    def would_change(self) -> tuple[str, ...]:
+        """One line per item a plain `imagebuild lock` would write differently (what --locked fails on)."""
+        return tuple(
+            f"{c.name}: {c.old or '(none)'} -> {c.new or '(none)'}"
+            for c in self.changes
+            if c.pending and c.applied
+        )
+
     def summary(self) -> str:
         pending = [c for c in self.changes if c.pending]
         applied = [c for c in pending if c.applied]
@@ -100,15 +115,31 @@ class FileLockResult(ABC, Generic[C]):
             head = f"dry run: {self.path} left untouched ({len(applied)} {self.UNIT} would change)"
         elif self.mode == "check":
             head = f"check: {self.path} is {'STALE' if self.stale else 'up to date'}"
+        elif self.mode == "locked":
+            changing = self.would_change()
+            head = f"locked: {self.path} " + (
+                f"would change ({len(changing)} {self.UNIT})" if changing else "would not change"
+            )
+        elif self.mode == "outdated":
+            head = f"outdated: {self.path} left untouched"
         else:
             head = f"{self.path} not rewritten"
         edits = [c for c in pending if c.applied and self._edit(c)]
         if edits and not self.wrote:
             head += "; " + "; ".join(self._edit(c) or "" for c in edits) + "; run `imagebuild lock`"
-        kept = [c.name for c in pending if not c.applied]
+        kept = [c.name for c in pending if not c.applied and c.status != "unresolved"]
         if kept:
             head += self._kept_note(kept)
+        unresolved = [c.name for c in pending if c.status == "unresolved"]
+        if unresolved:
+            head += f"; UNRESOLVED: {', '.join(unresolved)} need their source (run `imagebuild lock`)"
+        if self.offline:
+            head += self._offline_note()
         return head
+
+    def _offline_note(self) -> str:
+        """The summary's note on what an offline lock could not check."""
+        return ""
 
     def _edit(self, change: C) -> str | None:
         """What the user changed in the file since it was locked (the change is theirs, not upstream's)."""
@@ -134,6 +165,9 @@ class PinChange(Change[Status]):
     detail: str = ""
     yanked: str | None = None  # the index yanked the chosen file: its reason ("" if none given)
     edit: str | None = None  # pins.toml was edited since lock wrote the pin: what its fingerprint says
+    # Why the source was not asked although a lock asks it (--offline, --locked); None: asked, or never asked.
+    unchecked: str | None = None
+    newest: str | None = None  # a PyPI pin's newest release on its index, when the lock listed it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -151,6 +185,8 @@ class PinChange(Change[Status]):
             "edit": self.edit,
             "yanked": self.yanked is not None,
             "yanked_reason": self.yanked or None,
+            "unchecked": self.unchecked,
+            "newest": self.newest,
         }
 
 
@@ -209,6 +245,22 @@ class LockResult(FileLockResult[PinChange]):
     def _edit(self, change: PinChange) -> str | None:
         return change.edit
 
+    def would_change(self) -> tuple[str, ...]:
+        lines = []
+        for c in self.changes:
+            if c.status == "unresolved":
+                lines.append(f"[{c.name}] {c.detail}: `imagebuild lock` would resolve it")
+            elif c.pending and c.applied:
+                why = c.edit or c.detail or f"{c.status}: {short_identity(c.old)} -> {short_identity(c.new)}"
+                lines.append(f"[{c.name}] {why}: `imagebuild lock` would write it")
+        return tuple(lines)
+
+    def _offline_note(self) -> str:
+        unchecked = [c.name for c in self.changes if c.unchecked is not None and c.status == "unchanged"]
+        if not unchecked:
+            return "; offline: every pin settled by pins.toml alone"
+        return f"; offline: not checked against their source: {', '.join(unchecked)}"
+
     def _kept_note(self, names: list[str]) -> str:
         return (
             f"; STALE: {', '.join(names)} changed upstream and stay as recorded "
@@ -240,6 +292,22 @@ class PythonLockResult(FileLockResult[PackageChange]):
     UNIT: ClassVar[str] = "package(s)"
     PATH_KEY: ClassVar[str] = "lock_path"
 
+    # What pylock.toml contradicts in the stages (checked offline, without the index): each a line.
+    problems: tuple[str, ...] = ()
+    would_write: bool = False  # the lock's text differs from the file's (its header, too)
+
+    def _more_json(self) -> dict[str, Any]:
+        return {"problems": list(self.problems)}
+
+    def would_change(self) -> tuple[str, ...]:
+        lines = [*super().would_change(), *self.problems]
+        if self.would_write and not lines:
+            lines.append(f"{self.path.name}'s header (index, python, platform or groups)")
+        return tuple(lines)
+
+    def _offline_note(self) -> str:
+        return "; offline: not re-resolved (uv needs the index), checked against the stages only"
+
     @property
     def lock_path(self) -> Path:
         return self.path
@@ -255,6 +323,7 @@ class PythonLockResult(FileLockResult[PackageChange]):
                 status += f" (not written: {self.mode})"
             rows.append((c.name, locked or "", ", ".join(c.groups), status))
         lines = _columns(rows)
+        lines += [f"!! {problem}" for problem in self.problems]
         for c in self.changes:
             if c.status == "moved":
                 lines.append(
@@ -310,8 +379,10 @@ def _status_cell(c: PinChange, mode: str) -> str:
     label: str = "MOVED !!" if c.status == "moved" else c.status
     if c.yanked is not None:
         label += ", YANKED !!"
+    if c.status == "unresolved":
+        return "UNRESOLVED (needs its source: run `imagebuild lock`)"
     if not c.checked and c.status == "unchanged":
-        return f"{label} ({_UNCHECKED.get(c.kind, 'not re-checked')})"
+        return f"{label} ({c.unchecked or _UNCHECKED.get(c.kind, 'not re-checked')})"
     if c.pending and not c.applied:
         return f"{label} (kept: needs -P {c.name})"
     if c.pending and mode != "write":

@@ -30,6 +30,7 @@ class Resolved:
     yanked: str | None = None  # a PyPI file's yank reason ("" when none given); None: not yanked
     # The recorded identity corrected, for when it is kept: a hand-edited commit's own time.
     recorded: dict[str, str | int] = field(default_factory=dict)
+    newest: str | None = None  # a PyPI project's newest final release on the index (for --outdated)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from imagebuild.errors import ConfigError
 from imagebuild.lock.core import LoadedPins, LockOptions, Progress, lock
+from imagebuild.lock.outdated import OutdatedRow, format_outdated, outdated_rows
 from imagebuild.lock.python import PythonLockOptions, check_python_options, lock_python
 from imagebuild.lock.report import FileLockResult, LockResult, Mode, PythonLockResult
 from imagebuild.lock.repository import OpenSources
@@ -36,6 +38,7 @@ class LockRequest:
     upgrade_names: tuple[str, ...] = ()  # pins or locked python packages to re-resolve (-P NAME)
     only: Only | None = None  # lock only pins.toml or only pylock.toml
     mode: Mode = "write"
+    offline: bool = False  # ask no source, resolve nothing: only what pins.toml and pylock.toml hold
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,15 +62,31 @@ class ProjectLockResult:
         """The files left stale or incomplete (what ``--check`` fails on)."""
         return tuple(part.path for part in self.parts if part.stale)
 
+    def would_change(self) -> tuple[str, ...]:
+        """One line per pin or package a plain `imagebuild lock` would write (what --locked fails on)."""
+        return tuple(f"{part.path.name}: {line}" for part in self.parts for line in part.would_change())
+
+    @property
+    def outdated(self) -> list[OutdatedRow]:
+        return outdated_rows(self.pins, self.python)
+
     def format_tables(self) -> str:
+        if self.mode == "outdated":
+            return format_outdated(self.outdated)
         return "\n\n".join(part.format_table() for part in self.parts) + "\n"
 
     def to_json(self) -> dict[str, Any]:
-        """The pins lock's keys at the top, the python lock's under "python"."""
+        """The pins lock's keys at the top, the python lock's under "python"; --outdated adds its rows."""
         data: dict[str, Any] = self.pins.to_json() if self.pins is not None else {}
         if self.python is not None:
             data["python"] = self.python.to_json()
+        if self.mode == "outdated":
+            data["outdated"] = [row.to_json() for row in self.outdated]
         return data
+
+    @property
+    def mode(self) -> Mode:
+        return self.parts[0].mode if self.parts else "write"
 
 
 def lock_project(
@@ -84,6 +103,7 @@ def lock_project(
     ``resolver`` resolves the python packages (uv unless a test gives a fake);
     ``open_sources`` opens the pins' sources (the real ones unless a test gives a fake).
     """
+    check_request(request)
     source = _read_before_parse(project.pins_path)
     inputs = project.load(request.arch)
     pin_names = set(inputs.pins.names())
@@ -97,6 +117,9 @@ def lock_project(
         upgrade_pins=tuple(n for n in request.upgrade_names if n in pin_names or only_pins),
         dry_run=request.mode == "dry-run",
         check=request.mode == "check",
+        locked=request.mode == "locked",
+        outdated=request.mode == "outdated",
+        offline=request.offline,
         jobs=request.jobs,
         timeout=request.timeout,
         deadline=request.deadline,
@@ -107,9 +130,11 @@ def lock_project(
         pins=inputs.pins,
         arch=inputs.arch,
         constraints=inputs.constraints,
-        upgrade=request.upgrade,
+        # --outdated asks uv what an upgrade would pick, and writes nothing.
+        upgrade=request.upgrade or request.mode == "outdated",
         upgrade_packages=tuple(n for n in request.upgrade_names if n not in pin_names),
         mode=request.mode,
+        offline=request.offline,
     )
     if not only_pins:
         check_python_options(python_options)  # before the pins lock asks any source
@@ -121,6 +146,25 @@ def lock_project(
         python_options = replace(python_options, pins=pins_result.pins)
     python_result = None if only_pins else lock_python(python_options, resolver or UvResolver())
     return ProjectLockResult(pins=pins_result, python=python_result)
+
+
+def check_request(request: LockRequest) -> None:
+    """Flags that contradict each other, refused before anything is read (one line, exit 2).
+
+    --offline asks nothing, so nothing that must ask (--outdated, an upgrade); --locked and
+    --outdated judge what a plain lock does, so no upgrade. Two modes in one line argparse refuses.
+    """
+    upgrade = "-U/--upgrade" if request.upgrade else "-P/--upgrade-package" if request.upgrade_names else None
+    pairs = [
+        ("--offline", "--outdated", request.offline and request.mode == "outdated"),
+        ("--offline", upgrade, request.offline and upgrade is not None),
+        ("--locked", upgrade, request.mode == "locked" and upgrade is not None),
+        ("--outdated", upgrade, request.mode == "outdated" and upgrade is not None),
+    ]
+    for first, second, clash in pairs:
+        if clash:
+            msg = f"lock: {first} and {second} contradict each other; drop one"
+            raise ConfigError(msg)
 
 
 def _read_before_parse(path: Path) -> bytes | None:
@@ -135,4 +179,4 @@ def _read_before_parse(path: Path) -> bytes | None:
         return None
 
 
-__all__ = ["LockRequest", "ProjectLockResult", "lock_project"]
+__all__ = ["LockRequest", "ProjectLockResult", "check_request", "lock_project"]

@@ -22,7 +22,14 @@ from imagebuild.lock.committime import commit_time
 from imagebuild.lock.files import hash_url
 from imagebuild.lock.git import GitOptions, GitProcesses, resolve_ref
 from imagebuild.lock.http import Http, refuse_plain_http
-from imagebuild.lock.pypi import NoMatchingWheel, choose_wheel, list_files, project_url, target_tags
+from imagebuild.lock.pypi import (
+    NoMatchingWheel,
+    choose_wheel,
+    list_files,
+    newest_release,
+    project_url,
+    target_tags,
+)
 from imagebuild.lock.registry import RegistryClient, parse_image_name
 from imagebuild.lock.registry_auth import Credentials
 from imagebuild.lock.repository import Resolved, Sources, SourceSettings
@@ -167,6 +174,7 @@ def _pypi(pin: PypiPin, ctx: SourceContext) -> Resolved:
         fields={"filename": choice.file.filename, "sha256": sha256},
         detail=f"best tag {choice.tag} of {len(choice.candidates)} file(s)",
         yanked=choice.file.yanked,
+        newest=newest_release(files, pin.project),
     )
 
 

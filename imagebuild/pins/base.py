@@ -75,6 +75,9 @@ class Pin:
     # Identity keys that are facts about the rest of the identity (a commit's time): a recorded
     # value that the source contradicts is a correction, never a moved tag.
     derived_keys: ClassVar[tuple[str, ...]] = ()
+    # Identity keys that stay empty in a complete identity when the source has nothing for them
+    # (a lightweight tag's or a branch's tag object).
+    optional_keys: ClassVar[tuple[str, ...]] = ()
 
     name: str
     source: Path = field(compare=False, repr=False)

@@ -161,6 +161,7 @@ class GitPin(Pin):
     identity_keys: ClassVar[tuple[str, ...]] = ("commit", "tag_object", "committed")
     declared_keys: ClassVar[tuple[str, ...]] = ("url", "tag", "branch")
     derived_keys: ClassVar[tuple[str, ...]] = ("committed",)
+    optional_keys: ClassVar[tuple[str, ...]] = ("tag_object",)
 
     url: str
     tag: str | None
