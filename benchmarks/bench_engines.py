@@ -124,12 +124,16 @@ def main() -> int:
     parser.add_argument("--engines", default="main,docker26-overlay2,docker26-containerd")
     args = parser.parse_args()
     wanted = args.engines.split(",")
-    pins = DEFAULT_STATE_DIR / "pins.toml"
-    if not pins.is_file():
-        sys.exit(f"{pins}: no sample pins; run `python -m sampleworld up` first")
+    sample = DEFAULT_STATE_DIR / "pins.toml"
+    if not sample.is_file():
+        sys.exit(f"{sample}: no sample pins; run `python -m sampleworld up` first")
     engines = [e for e in engine_matrix.matrix() if e.name in wanted]
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp:
+        pins = Path(tmp) / "pins.toml"  # the sample pins, locked as a user would
+        shutil.copy(sample, pins)
+        shutil.copy(sample.with_name("pylock.toml"), pins.with_name("pylock.toml"))
+        timed([sys.executable, "-m", "imagebuild", "lock", "--pins", str(pins)], dict(os.environ))
         for engine in engines:
             if engine.managed:  # the main engine has them from the sample world
                 engine_matrix.pull_pinned_images(None, engine.name, pins)
