@@ -76,7 +76,7 @@ def remove(env: dict[str, str], *refs: str) -> None:
         docker(env, "image", "rm", "--force", ref)
 
 
-def measure(engine: engine_matrix.MatrixEngine, pins: Path, work: Path) -> Row:
+def measure(engine: engine_matrix.MatrixEngine, pins: Path, work: Path, *, keep: bool) -> Row:
     env = {**os.environ, **engine.env, "DOCKER_BUILDKIT": "0"}
     imagebuild = [sys.executable, "-m", "imagebuild"]
     remove(env, TAG, f"{TAG}-cache", PLAIN)
@@ -98,7 +98,8 @@ def measure(engine: engine_matrix.MatrixEngine, pins: Path, work: Path) -> Row:
     save, _ = timed(["bash", "-o", "pipefail", "-c", f"docker save {engine_id} | zstd -q -T0 -3 > {baseline}"], env)
     remove(env, engine_id)
     load, _ = timed(["bash", "-o", "pipefail", "-c", f"zstd -dcq {baseline} | docker load -q"], env)
-    remove(env, TAG, f"{TAG}-cache", PLAIN)
+    if not keep:
+        remove(env, TAG, f"{TAG}-cache", PLAIN)
     shutil.rmtree(out, ignore_errors=True)
     baseline.unlink()
     return Row(
@@ -122,6 +123,7 @@ def measure(engine: engine_matrix.MatrixEngine, pins: Path, work: Path) -> Row:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines", default="main,docker26-overlay2,docker26-containerd")
+    parser.add_argument("--keep", action="store_true", help=f"keep {TAG} on each engine (to compare them with imagebuild diff)")
     args = parser.parse_args()
     wanted = args.engines.split(",")
     sample = DEFAULT_STATE_DIR / "pins.toml"
@@ -138,7 +140,7 @@ def main() -> int:
             if engine.managed:  # the main engine has them from the sample world
                 engine_matrix.pull_pinned_images(None, engine.name, pins)
             print(f"measuring {engine.name} ...", file=sys.stderr, flush=True)
-            rows.append(measure(engine, pins, Path(tmp)))
+            rows.append(measure(engine, pins, Path(tmp), keep=args.keep))
     identities = {row.identity for row in rows}
     print(
         "| engine | cold build (s) | plain docker build (s) | ratio | normalise (s, share, read from) | verify (s) "
