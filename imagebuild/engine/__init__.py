@@ -4,6 +4,7 @@ interface        Engine and its typed requests and events: what the rest of imag
 docker           DockerEngine, the one adapter: the only module (with credentials) that imports docker
 credentials      registry credentials as docker resolves them (auths, credsStore, credHelpers)
 overlay2_store   where a local overlay2 engine keeps an image's layers (the normaliser's fast path)
+store_kind       which engine and image store answer (graph driver, containerd store, Podman)
 containerd_store the config digest a containerd-store image ID's manifest names, from its content store
 chain_ids        the OCI chain IDs that name a stack of layers
 saved_image      reading an image from a ``docker save`` stream, one pass, layer by layer

@@ -29,9 +29,6 @@ import docker
 from imagebuild.engine import containerd_store
 from imagebuild.engine.credentials import credentials_for, registry_failure
 from imagebuild.engine.interface import (
-    CONTAINERD,
-    GRAPH_DRIVER,
-    PODMAN,
     BuildEvent,
     BuildRequest,
     Engine,
@@ -43,12 +40,12 @@ from imagebuild.engine.interface import (
     push_event,
 )
 from imagebuild.engine.overlay2_store import stored_image
+from imagebuild.engine.store_kind import engine_store
 from imagebuild.engine.unreachable import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, probe, unreachable
 from imagebuild.errors import ConfigError, EngineError, UnknownImageError
 from imagebuild.importer.docker_api import (
     loaded_images,
     loads_zstd,
-    names_images_by_manifest,
     stream_error,
     tag_table,
 )
@@ -394,24 +391,6 @@ class DockerEngine(Engine):
             msg = f"could not create a container of {image}: {plain_reason(e)}"
             raise EngineError(msg) from e
         return str(container["Id"])
-
-
-def engine_store(info: dict[str, Any], version: dict[str, Any] | None = None) -> EngineStore:
-    """An engine's ``GET /info`` and ``GET /version`` as an EngineStore.
-
-    The containerd store says so in DriverStatus; Podman in ``/version``'s Components ("Podman
-    Engine"), its ``/info`` being Docker's fields with Podman's values (ServerVersion 4.3.1, Driver
-    overlay).
-    """
-    containerd = names_images_by_manifest(info)
-    components = {str(c.get("Name")) for c in (version or {}).get("Components") or [] if isinstance(c, dict)}
-    kind = PODMAN if "Podman Engine" in components else CONTAINERD if containerd else GRAPH_DRIVER
-    return EngineStore(
-        version=str(info.get("ServerVersion") or "unknown"),
-        kind=kind,
-        driver=str(info.get("Driver") or "unknown"),
-        api_version=str((version or {}).get("ApiVersion") or ""),
-    )
 
 
 def _check_address(address: str, source: str) -> None:
