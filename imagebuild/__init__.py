@@ -14,6 +14,7 @@ this list (``tests/unit/test_floor_plan.py`` holds the layers and checks every i
     project              a checkout, and its inputs loaded once
     render/              inputs -> Dockerfile and build context (pure: no git, no engine)
     lock/                resolve pins to immutable identities; the python lock
+    attest/              attestations: subjects, DSSE signing and verifying, what an image's layers hold
     normalize/           rewrite a built image's layers so the same pins give the same image ID
     distribute/          publish to a registry, export to a verified archive, import
     verify/              testinfra smoke checks against a built image

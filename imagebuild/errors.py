@@ -25,6 +25,7 @@ class ExitCode(IntEnum):
     REGISTRY = 8
     ATTESTATION = 9
     NORMALIZE = 10
+    UNVERIFIED = 11
     INTERRUPTED = 130
     PIPE_CLOSED = 141
 
@@ -46,6 +47,8 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.REGISTRY: "a registry is unreachable or refused the credentials",
     ExitCode.ATTESTATION: "built and tagged, but the SBOM or provenance could not be made",
     ExitCode.NORMALIZE: "built, but its timestamps could not be normalised; it is kept as TAG-cache",
+    ExitCode.UNVERIFIED: "an attestation is unsigned, its signature does not verify with the key, or it "
+    "names another image",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGTERM)",
     ExitCode.PIPE_CLOSED: "stdout was closed before the output was written (piped into head)",
 }
@@ -123,6 +126,12 @@ class AttestationError(ImageBuildError):
     """The image was built and tagged, but its SBOM or provenance could not be made."""
 
     exit_code = ExitCode.ATTESTATION
+
+
+class UnverifiedError(ImageBuildError):
+    """An attestation does not check out: no signature, a signature the key does not verify, another subject."""
+
+    exit_code = ExitCode.UNVERIFIED
 
 
 class NormalizeError(ImageBuildError):

@@ -1,0 +1,112 @@
+"""`imagebuild attestations verify`: is this envelope signed by that key, and about this image?
+
+Three things are checked, in order, each failure one line with exit 11 (``UnverifiedError``): the
+file is a DSSE envelope (a bare statement or SBOM is unsigned), one of its signatures verifies with
+the public key over the PAE of its payload, and the payload is an in-toto Statement v1. With
+``--image``, the image must be one the statement names: a subject's digest (the identity, the
+manifest digest, or for a distribution statement what was produced) or, for a distribution
+statement, the image identity or manifest digest its predicate names.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from imagebuild.attest.dsse import envelope_of, verify_envelope
+from imagebuild.attest.keys import VerificationKey
+from imagebuild.attest.statement import DISTRIBUTION_PREDICATE, STATEMENT_TYPE, hex_of
+from imagebuild.errors import ConfigError, UnverifiedError
+from imagebuild.inputs.values import shown
+
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifiedStatement:
+    path: Path
+    predicate_type: str
+    subjects: tuple[tuple[str, str], ...]  # (name, sha256:...) of each subject
+    image: str  # the identity the statement is about ("" when it names none)
+    keyid: str
+
+
+def check_image_digest(text: str) -> str:
+    if not DIGEST_RE.fullmatch(text):
+        msg = f"--image {shown(text)}: give the image's identity or manifest digest as sha256: and 64 hex digits"
+        raise ConfigError(msg)
+    return text
+
+
+def read_envelope_file(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        msg = f"{shown(str(path))}: no such file; give the .dsse.json a signed build, export or publish wrote"
+        raise ConfigError(msg) from e
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) else "not UTF-8"
+        msg = f"{shown(str(path))}: cannot read it ({why or type(e).__name__})"
+        raise ConfigError(msg) from e
+
+
+def _unsigned(document: Any, what: str) -> UnverifiedError:
+    if isinstance(document, dict) and document.get("bomFormat") == "CycloneDX":
+        kind = "an unsigned CycloneDX SBOM"
+    elif isinstance(document, dict) and document.get("_type") == STATEMENT_TYPE:
+        kind = "an unsigned in-toto statement"
+    else:
+        kind = "not a DSSE envelope"
+    return UnverifiedError(
+        f"{what}: {kind}; verify the .dsse.json beside it, which build, export or publish write with --sign-key"
+    )
+
+
+def _digests(entries: Any) -> list[tuple[str, str]]:
+    found = []
+    for entry in entries if isinstance(entries, list) else []:
+        digest = entry.get("digest") if isinstance(entry, dict) else None
+        if isinstance(digest, dict) and isinstance(digest.get("sha256"), str):
+            found.append((str(entry.get("name", "")), "sha256:" + digest["sha256"]))
+    return found
+
+
+def verify_attestation(path: Path, key: VerificationKey, *, image: str | None = None) -> VerifiedStatement:
+    what = str(path)
+    text = read_envelope_file(path)
+    envelope = envelope_of(text, what)
+    if envelope is None:
+        raise _unsigned(json.loads(text), what)
+    payload = verify_envelope(envelope, key, what=what)
+    try:
+        statement = json.loads(payload)
+    except ValueError as e:
+        msg = f"{what}: the signed payload is not JSON"
+        raise UnverifiedError(msg) from e
+    if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
+        msg = f"{what}: the signed payload is not an in-toto Statement v1 ({STATEMENT_TYPE})"
+        raise UnverifiedError(msg)
+    subjects = _digests(statement.get("subject"))
+    if not subjects:
+        msg = f"{what}: the statement names no subject with a sha256 digest"
+        raise UnverifiedError(msg)
+    predicate_type = str(statement.get("predicateType", ""))
+    named = {digest for _, digest in subjects}
+    about = subjects[0][1]
+    if predicate_type == DISTRIBUTION_PREDICATE:
+        described = (statement.get("predicate") or {}).get("image") or {}
+        about = str(described.get("identity", ""))
+        named |= {str(described[k]) for k in ("identity", "manifestDigest") if described.get(k)}
+    if image is not None and image not in named:
+        shown_names = ", ".join(f"{n or '?'}@sha256:{hex_of(d)[:12]}" for n, d in subjects)
+        msg = (
+            f"{what}: the statement is about another image ({shown_names}; image {about[:19] or 'not named'}), "
+            f"not {image[:19]}: it does not attest this image"
+        )
+        raise UnverifiedError(msg)
+    return VerifiedStatement(
+        path=path, predicate_type=predicate_type, subjects=tuple(subjects), image=about, keyid=key.keyid
+    )
