@@ -1,16 +1,21 @@
-"""Write the SBOM and the provenance of a build next to its build record.
+"""Write the SBOM and the provenance of a build next to its build record, signed when a key is given.
 
 The pure documents are made by :mod:`imagebuild.build.sbom` and :mod:`imagebuild.build.provenance`
 from the build's record (:mod:`imagebuild.build.record`, which holds the input files' digests taken
-before the build); this module asks the engine for the two facts the record cannot hold: the pip
-inventory of the built image (read in a throw-away container) and the engine's version.
+before the build); this module asks the engine for the two facts the record cannot hold: what the
+built image's layers hold (its dpkg status, os-release and every site directory's distributions,
+read by imagebuild.attest.image_contents; nothing runs in the image) and the engine's version.
 
-Two labels name them on the image. A label must be known before the build, so it cannot carry
-the image ID or a hash of the SBOM; it carries the SBOM's file name and the digest of the
-build inputs (the sha256 of the deterministic build context, which holds the rendered Dockerfile
-with every pin, the constraint file and everything COPYed). The SBOM and the provenance record
-the same inputs digest, so an image is matched to its documents by that label, and the
-provenance's subject is the image ID itself.
+Both documents are named by the image's identity (``gfx942-<id12>.sbom.cdx.json``), so a record names
+exactly its own image's documents, even beside another build's record in the same directory. Two
+labels name them on the image. A label must be known before the build, so it cannot carry the image
+ID or a hash of the SBOM; it carries the SBOM's kind and arch and the digest of the build inputs (the
+sha256 of the deterministic build context, which holds the rendered Dockerfile with every pin, the
+constraint file and everything COPYed). The SBOM and the provenance record the same inputs digest,
+so an image is matched to its documents by that label, and both name the image identity itself.
+
+With a signing key, each document is also written as a DSSE envelope beside it (``.dsse.json``): the
+provenance statement, and an in-toto statement whose predicate is the SBOM.
 """
 
 from __future__ import annotations
@@ -20,30 +25,26 @@ import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from imagebuild.attest.image_contents import read_image_contents
+from imagebuild.attest.keys import SigningKey
+from imagebuild.attest.statement import (
+    CYCLONEDX_PREDICATE,
+    STATEMENT_TYPE,
+    ImageIdentity,
+    envelope_path,
+    statement_text,
+    write_attestation,
+)
 from imagebuild.build.record import BuildRecord
 from imagebuild.build.stream import RUNNING_MARK
 from imagebuild.engine.interface import Engine
 from imagebuild.errors import AttestationError, EngineError
-from imagebuild.inputs.layout import sbom_file_name
-from imagebuild.util.files import write_atomically
-
-if TYPE_CHECKING:
-    from imagebuild.build.sbom import InstalledDistribution
+from imagebuild.inputs.layout import PROVENANCE_SUFFIX, SBOM_SUFFIX, attestation_file_name
 
 # CycloneDX's schema validator takes about a second to import (jsonschema's format checkers
 # compile their grammars): these are imported when needed, or while the engine builds.
 HEAVY_MODULES = ("imagebuild.build.sbom", "imagebuild.build.provenance")
-
-_MARK = "imagebuild-inventory:"
-# Standard library only: runs on whatever python the image has, without pip's warnings in the output.
-INVENTORY_SCRIPT = (
-    "import json, importlib.metadata as m; "
-    "found = sorted({(d.metadata['Name'], d.version) for d in m.distributions() if d.metadata['Name']}); "
-    f"print({_MARK!r} + json.dumps(found))"
-)
-
 
 @dataclass(frozen=True, kw_only=True)
 class AttestationPaths:
@@ -51,11 +52,16 @@ class AttestationPaths:
     provenance: Path
 
     @classmethod
-    def beside(cls, record_path: Path, arch: str) -> AttestationPaths:
+    def beside(cls, record_path: Path, arch: str, identity: str) -> AttestationPaths:
+        """The documents of the image ``identity``, in the record's directory."""
         return cls(
-            sbom=record_path.with_name(sbom_file_name(arch)),
-            provenance=record_path.with_name(f"{arch}.provenance.intoto.json"),
+            sbom=record_path.with_name(attestation_file_name(arch, identity, SBOM_SUFFIX)),
+            provenance=record_path.with_name(attestation_file_name(arch, identity, PROVENANCE_SUFFIX)),
         )
+
+    def envelopes(self) -> tuple[Path, ...]:
+        """The DSSE envelopes a signed build writes beside them."""
+        return (envelope_path(self.sbom), envelope_path(self.provenance))
 
 
 def load_attestation_modules_in_background() -> None:
@@ -86,52 +92,54 @@ class AttestationWarmup:
 
 
 def attestations_describe(record: BuildRecord) -> bool:
-    """Whether both documents exist and name this image and this inputs digest (a cached rebuild)."""
+    """Whether both documents (and their envelopes, when signed) exist and name this image and this
+    inputs digest (a cached rebuild)."""
     marks = (record.image_id.removeprefix("sha256:"), record.inputs_digest.removeprefix("sha256:"))
     try:
-        texts = [record.sbom.read_text(encoding="utf-8"), record.provenance.read_text(encoding="utf-8")]
+        texts = [path.read_text(encoding="utf-8") for path in (record.sbom, record.provenance, *record.signed)]
     except OSError:
         return False
+    if record.signed:  # an envelope holds its statement in base64
+        texts = texts[:2]
     return all(mark in text for text in texts for mark in marks)
 
 
-def read_inventory(engine: Engine, image: str) -> tuple[InstalledDistribution, ...]:
-    """The distributions installed in the image, read by its own python, in a container with no
-    network (as verify's): the inventory needs none, and the image's code gets none."""
+def base_diff_ids(engine: Engine, reference: str) -> tuple[str, ...]:
+    """The base image's layers, as the engine holds it; () when it cannot say (nothing is then marked the base's)."""
     try:
-        code, output = engine.run(image, ["python3", "-I", "-c", INVENTORY_SCRIPT], network_mode="none")
-    except EngineError as e:
-        raise AttestationError(str(e)) from e
-    line = next((ln for ln in output.splitlines() if ln.startswith(_MARK)), None)
-    if code != 0 or line is None:
-        tail = output.strip().splitlines()[-1:] or ["no output"]
-        msg = f"could not read the pip inventory of {image} for the SBOM (exit {code}: {tail[0]})"
-        raise AttestationError(msg)
-    from imagebuild.build.sbom import InstalledDistribution
-
-    pairs = json.loads(line.removeprefix(_MARK))
-    return tuple(InstalledDistribution(name=str(n), version=str(v)) for n, v in pairs)
+        return engine.inspect_image(reference).layers
+    except EngineError:
+        return ()
 
 
-def write_attestations(record: BuildRecord, engine: Engine) -> None:
+def write_attestations(record: BuildRecord, engine: Engine, *, key: SigningKey | None = None) -> None:
     """Make, validate and write both documents where the record names them; nothing unless both could be made."""
-    from imagebuild.build.provenance import provenance_text
+    from imagebuild.build.provenance import make_provenance
     from imagebuild.build.sbom import make_sbom
 
     try:
-        sbom = make_sbom(record, read_inventory(engine, record.tag))  # the engine's name for it on every store
-    except AttestationError as e:
+        # The engine's name for it on every store: its tag.
+        contents = read_image_contents(engine, record.tag, base_diff_ids=record.base_diff_ids)
+        sbom = make_sbom(record, contents)
+    except (AttestationError, EngineError) as e:
         msg = f"the SBOM could not be made: {e}"
         raise AttestationError(msg) from e
     try:
-        provenance = provenance_text(record, engine_version=engine.version())
+        provenance = make_provenance(record, engine_version=engine.version())
     except (AttestationError, EngineError) as e:
         msg = f"the provenance could not be made: {e}"
         raise AttestationError(msg) from e
+    identity = ImageIdentity(identity=record.image_id, manifest_digest=record.manifest_digest)
+    sbom_statement = {
+        "_type": STATEMENT_TYPE,
+        "subject": identity.subjects(record.tag),
+        "predicateType": CYCLONEDX_PREDICATE,
+        "predicate": json.loads(sbom),
+    }
     try:
         record.sbom.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(record.sbom, sbom)
-        write_atomically(record.provenance, provenance)
+        write_attestation(record.sbom, sbom, statement=sbom_statement, key=key)
+        write_attestation(record.provenance, statement_text(provenance), key=key)
     except OSError as e:
         msg = f"the SBOM and provenance could not be written to {record.sbom.parent}: {e.strerror or e}"
         raise AttestationError(msg) from e

@@ -24,10 +24,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from imagebuild import __version__
+from imagebuild.attest.keys import SigningKey
 from imagebuild.build.attestations import (
     AttestationPaths,
     AttestationWarmup,
     attestations_describe,
+    base_diff_ids,
     write_attestations,
 )
 from imagebuild.build.checkout_labels import checkout_build_args, checkout_labels, image_labels
@@ -60,11 +62,10 @@ __all__ = [
 
 @dataclass(frozen=True, kw_only=True)
 class BuildPlaces:
-    """Where a build writes: its log, its record, and the SBOM and provenance beside the record."""
+    """Where a build writes: its log and its record (the SBOM and provenance, named by the image, beside it)."""
 
     log: Path
     record: Path
-    attestations: AttestationPaths
 
     @classmethod
     def of(cls, prepared: PreparedBuild) -> BuildPlaces:
@@ -74,7 +75,7 @@ class BuildPlaces:
         record = prepared.options.record_path or build_record_path(root, arch)
         for directory in {log.parent, record.parent}:
             directory.mkdir(parents=True, exist_ok=True)
-        return cls(log=log, record=record, attestations=AttestationPaths.beside(record, arch))
+        return cls(log=log, record=record)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +122,7 @@ def build_image(
         normalized = normalize_image(prepared, engine, image_id, tag=tags[0], places=places, show=show)
         image_id = normalized.image_id
     finished = datetime.now(UTC)
+    base_layers = base_diff_ids(engine, prepared.inputs.pins.image(prepared.inputs.definition.base_pin).reference)
     # On the containerd image store the engine knows the image by its manifest digest, not its identity.
     tag_image(engine, normalized.engine_id if normalized else image_id, tags, identity=image_id, iidfile=options.iidfile)
     record = build_record(
@@ -135,9 +137,10 @@ def build_image(
         total_seconds=round(steady.now() - started.steady, 3),
         normalized=normalized,
         places=places,
+        base_layers=base_layers,
     )
     write_atomically(places.record, json.dumps(record.to_json(), indent=2) + "\n")
-    attest(record, engine, show=show)
+    attest(record, engine, show=show, key=options.signing_key)
     return record
 
 
@@ -316,9 +319,12 @@ def build_record(
     total_seconds: float,
     normalized: Normalization | None,
     places: BuildPlaces,
+    base_layers: tuple[str, ...] = (),
 ) -> BuildRecord:
     """The one record of the build's facts, from which its record file, SBOM and provenance are made."""
     inputs, dockerfile = prepared.inputs, prepared.dockerfile
+    documents = AttestationPaths.beside(places.record, inputs.arch.name, image_id)
+    manifest_digest = normalized.engine_id if normalized and normalized.engine_id != image_id else ""
     return BuildRecord(
         image_id=image_id,
         tag=tags[0],
@@ -341,12 +347,15 @@ def build_record(
         all_cached=all(t.cached for t in tracker.timings) and len(tracker.timings) == len(dockerfile.steps),
         normalization=normalized.result.to_json() if normalized else None,
         log=places.log,
-        sbom=places.attestations.sbom,
-        provenance=places.attestations.provenance,
+        sbom=documents.sbom,
+        provenance=documents.provenance,
+        manifest_digest=manifest_digest,
+        base_diff_ids=base_layers,
+        signed=documents.envelopes() if prepared.options.signing_key else (),
     )
 
 
-def attest(record: BuildRecord, engine: Engine, *, show: BuildProgress) -> None:
+def attest(record: BuildRecord, engine: Engine, *, show: BuildProgress, key: SigningKey | None = None) -> None:
     """Write the SBOM and provenance, unless the ones there already describe this image from these inputs.
 
     A fully cached rebuild makes no new image: its documents stand, and making
@@ -359,11 +368,12 @@ def attest(record: BuildRecord, engine: Engine, *, show: BuildProgress) -> None:
         )
         return
     try:
-        write_attestations(record, engine)
+        write_attestations(record, engine, key=key)
     except AttestationError as e:
         msg = f"built and tagged {record.tag} ({record.image_id}); {e}"
         raise AttestationError(msg) from e
-    show.message(f"SBOM: {record.sbom}; provenance: {record.provenance}")
+    signed = f"; signed: {', '.join(str(p) for p in record.signed)}" if record.signed else ""
+    show.message(f"SBOM: {record.sbom}; provenance: {record.provenance}{signed}")
 
 
 def _where(dockerfile: Dockerfile, inputs: Inputs, tracker: StepTracker, what: str) -> str:

@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from imagebuild.attest.keys import SigningKey
 from imagebuild.build.record import FileDigest
 from imagebuild.errors import ConfigError
 from imagebuild.inputs.schema import suggest
@@ -36,6 +37,7 @@ class BuildOptions:
     log_path: Path | None = None  # default build/<arch>.build.log
     constraint_mode: ConstraintMode = ConstraintMode.ON
     normalize: bool = True  # clamp timestamps to SOURCE_DATE_EPOCH after the build (imagebuild.normalize)
+    signing_key: SigningKey | None = None  # --sign-key: the SBOM and provenance also as signed DSSE envelopes
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,6 +1,7 @@
 """SLSA v1 provenance of a built image, as an in-toto Statement v1: a pure function of its build record.
 
-subject: the image ID (what ``docker inspect`` shows locally) and, once published, the pushed
+subject: the image identity (the normalised config's digest: the image ID on graph-driver stores),
+the canonical manifest's digest where the build knows it, and, once published, the pushed
 repository digest. resolvedDependencies: every pin with its identity, every locked python package
 with its wheel's sha256, and the files the build was made from (pins file, python lock, stage
 files, arch profile, constraints, the rendered Dockerfile and the build context) by sha256.
@@ -15,12 +16,12 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from imagebuild.attest.statement import STATEMENT_TYPE, ImageIdentity
 from imagebuild.build.record import BuildRecord
 from imagebuild.build.sbom import pin_component
 from imagebuild.inputs.python_lock import PythonLock
 from imagebuild.pins import Pin
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "urn:imagebuild:buildtype:dockerfile-classic-builder:v1"
 BUILDER_ID = "urn:imagebuild:builder:docker-classic"
@@ -49,7 +50,8 @@ def _pin(pin: Pin, lock: PythonLock | None) -> dict[str, Any]:
 
 
 def _subjects(record: BuildRecord) -> list[dict[str, Any]]:
-    subjects = [{"name": record.tag, "digest": {"sha256": _hex(record.image_id)}}]
+    """The image identity and, where known, its canonical manifest; once published, the pushed digest."""
+    subjects = ImageIdentity(identity=record.image_id, manifest_digest=record.manifest_digest).subjects(record.tag)
     if record.pushed:
         repository, _, digest = record.pushed.partition("@")
         subjects.append({"name": repository, "digest": {"sha256": _hex(digest)}})

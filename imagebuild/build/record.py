@@ -60,6 +60,9 @@ class BuildRecord:
     sbom: Path  # CycloneDX 1.6 JSON, next to the record
     provenance: Path  # in-toto Statement with a SLSA v1 provenance predicate
     pushed: str | None = None  # repository@sha256:... once published; a build pushes nothing
+    manifest_digest: str = ""  # the canonical manifest's digest, where the build knows it (containerd store)
+    base_diff_ids: tuple[str, ...] = ()  # the base image's layers: what the SBOM marks as the base's
+    signed: tuple[Path, ...] = ()  # the DSSE envelopes of the SBOM and provenance, when signed
 
     def to_json(self) -> dict[str, object]:
         """The build record file (build/ARCH.build.json), its keys in their long-standing order."""
@@ -78,6 +81,8 @@ class BuildRecord:
             "finished_at": self.finished.isoformat(),
             "sbom": str(self.sbom),
             "provenance": str(self.provenance),
+            "manifest_digest": self.manifest_digest or None,
+            "attestations": [str(path) for path in (self.sbom, self.provenance, *self.signed)],
             "source_date_epoch": self.source_date_epoch,
             "normalization": self.normalization,
         }

@@ -1,4 +1,4 @@
-"""The CycloneDX 1.6 SBOM of a built image: a pure function of its build record and pip inventory.
+"""The CycloneDX 1.6 SBOM of a built image: a pure function of its build record and what its layers hold.
 
 Components, each with a package URL and the hash that identifies it:
 
@@ -7,9 +7,15 @@ Components, each with a package URL and the hash that identifies it:
 * the AITER release wheel and PyPI pins with their sha256 (``pkg:pypi`` with file_name);
 * the toolchain pin by exact version;
 * every package of the python lock with its wheel's sha256 and the steps that install it;
-* the pip inventory read from the built image: a distribution a pin or the lock accounts for is
-  marked installed on that component, any other (the base image's own, the ones built from git
-  sources) is listed on its own as "installed, not locked".
+* every Python distribution in every site-packages and dist-packages directory of the image (read
+  from its layers, imagebuild.attest.image_contents): one a pin or the lock accounts for is marked
+  installed on that component, with its location; any other (the base image's own, the ones built
+  from git sources) is listed on its own, ``imagebuild:origin`` saying whether the base image's
+  layers hold it;
+* the operating system (os-release) and every package dpkg's status lists as installed, with
+  ``pkg:deb/<distro>/<name>@<version>?arch=...&distro=<id>-<version_id>``, as scanners look them up;
+* dependencies: the image on every component; a Debian package on the installed packages its
+  Depends name; a distribution on those its Requires-Dist name in the same directory.
 
 The document is deterministic (serial number derived from the image ID and inputs digest, the
 timestamp is the build's finish) and validated against the CycloneDX 1.6 schema before anyone
@@ -20,8 +26,6 @@ schema are the CycloneDX project's own, not ours.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
 
 from cyclonedx.model import (
     ExternalReference,
@@ -39,20 +43,15 @@ from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
+from imagebuild.attest.image_contents import DebianPackage, ImageContents, OsRelease, PythonDistribution
 from imagebuild.build.record import BuildRecord
 from imagebuild.errors import AttestationError
 from imagebuild.inputs.python_lock import LockedPackage, PythonLock
 from imagebuild.pins import PYPI_SIMPLE, Pin
 
 PROPERTY = "imagebuild"  # namespace of our CycloneDX properties
-
-
-@dataclass(frozen=True, kw_only=True)
-class InstalledDistribution:
-    """One entry of the pip inventory read from the built image."""
-
-    name: str
-    version: str
+BASE_ORIGIN = "base image"  # imagebuild:origin of what the base image's layers hold
+BUILT_ORIGIN = "built image layers, not locked"
 
 
 def _prop(name: str, value: str) -> Property:
@@ -131,8 +130,9 @@ def _python_identity(c: Component) -> tuple[str, str] | None:
     return canonicalize_name(purl.name), c.version
 
 
-def components(record: BuildRecord, inventory: Iterable[InstalledDistribution]) -> list[Component]:
-    """Every component of the image, pins first (file order), then the lock, then the inventory."""
+def components(record: BuildRecord, contents: ImageContents) -> list[Component]:
+    """Every component of the image: pins (file order), the lock, the OS and its packages, every Python
+    distribution the image's site directories hold that no pin or lock accounts for."""
     lock = record.lock
     found = [pin_component(pin, lock) for pin in record.pins]
     pinned = {identity[0] for c in found if (identity := _python_identity(c))}
@@ -140,43 +140,108 @@ def components(record: BuildRecord, inventory: Iterable[InstalledDistribution]) 
         found += [locked_component(p, lock.index) for p in lock.packages if p.name not in pinned]
     by_identity = {identity: c for c in found if (identity := _python_identity(c))}
     installed: set[tuple[str, str]] = set()
-    for dist in _unique(inventory):
-        key: tuple[str, str] = (canonicalize_name(dist.name), dist.version)
+    for dist in contents.python:
+        key = (canonicalize_name(dist.name), dist.version)
         known = by_identity.get(key)
         if known is not None:
             installed.add(key)
+            known.properties.add(_prop("location", dist.location))
             continue
-        found.append(
-            Component(
-                type=ComponentType.LIBRARY,
-                name=key[0],
-                version=dist.version,
-                bom_ref=f"installed:{key[0]}@{dist.version}",
-                purl=PackageURL(type="pypi", name=key[0], version=dist.version),
-                properties=[_prop("installed", "true"), _prop("origin", "image inventory, not locked")],
-            )
-        )
+        found.append(installed_component(dist, contents))
     for identity, component in by_identity.items():
         component.properties.add(_prop("installed", "true" if identity in installed else "false"))
+    if contents.os is not None:
+        found.append(os_component(contents.os))
+        found += [debian_component(package, contents) for package in contents.debian]
     return found
 
 
-def _unique(inventory: Iterable[InstalledDistribution]) -> list[InstalledDistribution]:
-    seen: dict[tuple[str, str], InstalledDistribution] = {}
-    for dist in inventory:
-        seen.setdefault((canonicalize_name(dist.name), dist.version), dist)
-    return [seen[k] for k in sorted(seen)]
+def _origin(layer: int, contents: ImageContents) -> Property:
+    return _prop("origin", BASE_ORIGIN if contents.from_base(layer) else BUILT_ORIGIN)
 
 
-def make_sbom(record: BuildRecord, inventory: Iterable[InstalledDistribution]) -> str:
-    """The SBOM as CycloneDX 1.6 JSON text, validated; ``inventory`` is what the built image's pip lists."""
+def installed_component(dist: PythonDistribution, contents: ImageContents) -> Component:
+    """A distribution found in a site directory that no pin or lock accounts for (the base's, MoRI's build)."""
+    name = canonicalize_name(dist.name)
+    return Component(
+        type=ComponentType.LIBRARY,
+        name=name,
+        version=dist.version,
+        bom_ref=f"python:{dist.location}/{name}@{dist.version}",
+        purl=PackageURL(type="pypi", name=name, version=dist.version),
+        properties=[_prop("installed", "true"), _prop("location", dist.location), _origin(dist.layer, contents)],
+    )
+
+
+def os_component(release: OsRelease) -> Component:
+    """The operating system, as scanners (Trivy, Grype) read it to pick the advisories of its packages."""
+    return Component(
+        type=ComponentType.OPERATING_SYSTEM,
+        name=release.id,
+        version=release.version_id or None,
+        bom_ref="os",
+        description=release.pretty_name or None,
+    )
+
+
+def debian_purl(package: DebianPackage, release: OsRelease) -> PackageURL:
+    qualifiers = {"arch": package.architecture, "distro": release.distro}
+    if package.source:
+        qualifiers["upstream"] = package.source
+    return PackageURL(type="deb", namespace=release.id, name=package.name, version=package.version, qualifiers=qualifiers)
+
+
+def debian_component(package: DebianPackage, contents: ImageContents) -> Component:
+    assert contents.os is not None
+    return Component(
+        type=ComponentType.LIBRARY,
+        name=package.name,
+        version=package.version,
+        bom_ref=f"deb:{package.name}:{package.architecture}",
+        purl=debian_purl(package, contents.os),
+        properties=[_origin(package.layer, contents)],
+    )
+
+
+def dependency_relations(parts: list[Component], contents: ImageContents) -> dict[str, list[str]]:
+    """bom-ref -> the bom-refs it depends on, where the image says: dpkg's Depends (the first alternative
+    installed), a distribution's Requires-Dist without an extra (in its own site directory)."""
+    refs = {str(c.bom_ref.value) for c in parts}
+    accounted = {
+        identity: str(c.bom_ref.value)
+        for c in parts
+        if (identity := _python_identity(c)) and not str(c.bom_ref.value).startswith("python:")
+    }
+    relations: dict[str, list[str]] = {}
+    debian = {p.name: f"deb:{p.name}:{p.architecture}" for p in contents.debian}
+    for package in contents.debian:
+        wanted = [next((debian[n] for n in alts if n in debian), None) for alts in package.depends]
+        relations[f"deb:{package.name}:{package.architecture}"] = sorted({w for w in wanted if w and w in refs})
+    python = {(d.location, canonicalize_name(d.name)): _python_ref(d, accounted) for d in contents.python}
+    for dist in contents.python:
+        needed = {python.get((dist.location, canonicalize_name(r))) for r in dist.requires}
+        relations[_python_ref(dist, accounted)] = sorted(n for n in needed if n)
+    return {ref: deps for ref, deps in relations.items() if ref in refs}
+
+
+def _python_ref(dist: PythonDistribution, accounted: dict[tuple[str, str], str]) -> str:
+    """The distribution's component: the pin's or lock's that accounts for it, else its own."""
+    key = (canonicalize_name(dist.name), dist.version)
+    return accounted.get(key) or f"python:{dist.location}/{key[0]}@{dist.version}"
+
+
+def make_sbom(record: BuildRecord, contents: ImageContents) -> str:
+    """The SBOM as CycloneDX 1.6 JSON text, validated; ``contents``: what the built image's layers hold."""
+    properties = [_prop("arch", record.arch), _prop("inputs-digest", record.inputs_digest)]
+    if record.manifest_digest:
+        properties.append(_prop("manifest-digest", record.manifest_digest))
     image = Component(
         type=ComponentType.CONTAINER,
         name=record.tag,
         version=record.image_id,
         bom_ref="image",
         hashes=[_sha256(record.image_id)],
-        properties=[_prop("arch", record.arch), _prop("inputs-digest", record.inputs_digest)],
+        properties=properties,
     )
     bom = Bom(
         serial_number=uuid.uuid5(uuid.NAMESPACE_URL, f"imagebuild:{record.image_id}:{record.inputs_digest}"),
@@ -186,10 +251,14 @@ def make_sbom(record: BuildRecord, inventory: Iterable[InstalledDistribution]) -
     bom.metadata.tools.components.add(
         Component(type=ComponentType.APPLICATION, name="imagebuild", version=record.tool_version)
     )
-    parts = components(record, inventory)
+    parts = components(record, contents)
+    by_ref = {str(c.bom_ref.value): c for c in parts}
     for component in parts:
         bom.components.add(component)
     bom.register_dependency(image, parts)
+    for ref, needed in dependency_relations(parts, contents).items():
+        if needed:
+            bom.register_dependency(by_ref[ref], [by_ref[n] for n in needed])
     text = JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
     validate_sbom(text)
     return text

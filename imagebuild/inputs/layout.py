@@ -63,7 +63,9 @@ OCI_LABELS = ("source", "revision", "created", "version")
 PIN_LABEL_PREFIX = "io.imagebuild.pin."
 ARCH_LABEL = "io.imagebuild.arch"
 VERSION_LABEL = "io.imagebuild.version"
-SBOM_LABEL = "io.imagebuild.sbom"  # the SBOM's file name (sbom_file_name), beside the build record
+# The SBOM's arch-wide name (sbom_file_name): a label is fixed before the build, so it cannot carry the
+# identity the SBOM's file name has (attestation_file_name); `ARCH-<id12>.sbom.cdx.json` beside the record.
+SBOM_LABEL = "io.imagebuild.sbom"
 INPUTS_LABEL = "io.imagebuild.inputs-digest"  # sha256 of the build context without its label block
 # The checkout's facts cannot live in a committed Dockerfile (its own commit is not known when it is
 # written): each such label takes its value from a build ARG that `imagebuild build` passes.
@@ -93,8 +95,17 @@ def default_tag(arch: str) -> str:
 
 
 def sbom_file_name(arch: str) -> str:
-    """The SBOM's file name, beside the build record; the image's SBOM label holds it."""
+    """What the image's SBOM label holds: the SBOM's kind and arch (the file also names the identity)."""
     return f"{arch}.sbom.cdx.json"
+
+
+SBOM_SUFFIX = ".sbom.cdx.json"
+PROVENANCE_SUFFIX = ".provenance.intoto.json"
+
+
+def attestation_file_name(arch: str, identity: str, suffix: str) -> str:
+    """``gfx942-<identity, 12 hex><suffix>``: one image's document, never another image's of the same arch."""
+    return f"{arch}-{identity.removeprefix('sha256:')[:12]}{suffix}"
 
 
 def build_record_path(root: Path, arch: str) -> Path:

@@ -131,6 +131,10 @@ class FakeEngine(Engine):
     # True: the containerd image store, which names an image by its manifest's digest (a load of an OCI
     # layout reports the manifest index.json names); False: a graph-driver store (the config's digest).
     manifest_ids: bool = False
+    # The layers (lowest first; path -> content, ``.wh.NAME`` a whiteout) `save` streams for an image
+    # this engine builds: what the SBOM reads. None: one layer of image_root_files().
+    built_layers: Sequence[Mapping[str, bytes]] | None = None
+    refuse_save: str | None = None  # the engine's message when it cannot save any image
 
     @property
     def address(self) -> str:
@@ -143,8 +147,9 @@ class FakeEngine(Engine):
             raise AssertionError(msg)
         recording = self.builds.pop(0)
         for event in classic_build_events(self._replay(recording)):
-            if event.image_id:  # the engine has the image it built
+            if event.image_id:  # the engine has the image it built, and saves its layers
                 self.images.append(image_info(event.image_id))
+                self.saved.setdefault(event.image_id, saved_image_tar(self.built_layers or [image_root_files()]))
             yield event
 
     def _replay(self, recording: Recording) -> Iterator[Mapping[str, Any]]:
@@ -235,6 +240,8 @@ class FakeEngine(Engine):
         return image_id
 
     def save(self, image_id: str) -> Iterator[bytes]:
+        if self.refuse_save is not None:
+            raise EngineError(self.refuse_save)
         payload = self.saved[self.inspect_image(image_id).id]
         for n, start in enumerate(range(0, len(payload), 1 << 16)):
             if self.interrupt_save_after is not None and n >= self.interrupt_save_after:
@@ -331,6 +338,41 @@ def _archive_names(data: bytes) -> list[str]:
             return [str(name) for name in manifest[0].get("RepoTags") or []]
     except (tarfile.TarError, KeyError, IndexError, TypeError, ValueError, AttributeError):
         return []
+
+
+DEBIAN_STATUS_ENTRY = "Package: {name}\nStatus: install ok installed\nArchitecture: amd64\nVersion: {version}\n{extra}\n"
+
+
+def image_root_files(
+    dists: Sequence[tuple[str, str]] = (("pip", "23.0.1"),),
+    debs: Sequence[tuple[str, str, str]] = (("libc6", "2.36-9+deb12u4", ""), ("bash", "5.2.15-2+b2", "Depends: libc6 (>= 2.36)\n")),
+    *,
+    site: str = "usr/lib/python3/dist-packages",
+) -> dict[str, bytes]:
+    """A small Debian 12 root as an image layer: os-release, a dpkg status, one METADATA per distribution."""
+    status = "".join(DEBIAN_STATUS_ENTRY.format(name=n, version=v, extra=e) for n, v, e in debs)
+    files = {
+        "usr/lib/os-release": b'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n',
+        "var/lib/dpkg/status": status.encode(),
+    }
+    for name, version in dists:
+        files[f"{site}/{name.replace('-', '_')}-{version}.dist-info/METADATA"] = (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nThe description.\n".encode()
+        )
+    return files
+
+
+def saved_image_tar(layers: Sequence[Mapping[str, bytes]], *, labels: Mapping[str, str] | None = None) -> bytes:
+    """A ``docker save`` (legacy layout, as Docker 20.10 writes it) of an image with these layers, lowest first."""
+    tars = [_tar(files) for files in layers]
+    diff_ids = ["sha256:" + hashlib.sha256(layer).hexdigest() for layer in tars]
+    config = json.dumps(
+        {"config": {"Labels": dict(labels or {})}, "rootfs": {"type": "layers", "diff_ids": diff_ids}}, sort_keys=True
+    ).encode()
+    image_id = "sha256:" + hashlib.sha256(config).hexdigest()
+    names = [f"{n:03d}{d[7:19]}/layer.tar" for n, d in enumerate(diff_ids)]
+    manifest = [{"Config": f"{image_id[7:]}.json", "RepoTags": None, "Layers": names}]
+    return _tar({**dict(zip(names, tars, strict=True)), f"{image_id[7:]}.json": config, "manifest.json": json.dumps(manifest).encode()})
 
 
 def _tar(files: Mapping[str, bytes]) -> bytes:

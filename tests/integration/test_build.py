@@ -90,8 +90,10 @@ def test_sbom_and_provenance_describe_the_built_image(
     sbom = json.loads(sbom_text)
     provenance = json.loads(Path(str(built["provenance"])).read_text())
     info = engine.inspect_image(str(built["tag"]))
-    # The labels name the documents: the SBOM's file and the digest of the build inputs.
-    assert info.labels["io.imagebuild.sbom"] == Path(str(built["sbom"])).name
+    # The labels name the documents: the SBOM's kind and arch, and the digest of the build inputs; the
+    # file name adds the image's identity.
+    assert info.labels["io.imagebuild.sbom"] == "gfx942.sbom.cdx.json"
+    assert Path(str(built["sbom"])).name == f"gfx942-{info.id.removeprefix('sha256:')[:12]}.sbom.cdx.json"
     digest = info.labels["io.imagebuild.inputs-digest"]
     properties = {p["name"]: p["value"] for p in sbom["metadata"]["component"]["properties"]}
     assert properties["imagebuild:inputs-digest"] == digest
@@ -113,6 +115,15 @@ def test_sbom_and_provenance_describe_the_built_image(
     }
     # Read from the image: step 4's tools, the pinned flydsl, MoRI built from its git source.
     assert {"tqdm", "prettytable", "meson", "flydsl", "amd-mori"} <= installed
+    # The OS layer: every package the image's own /app/apt-packages.txt lists, by its deb purl.
+    code, listed = engine.run(str(built["tag"]), ["cat", "/app/apt-packages.txt"], network_mode="none")
+    assert code == 0
+    debs = {(c["name"], c["version"]) for c in sbom["components"] if str(c.get("purl", "")).startswith("pkg:deb/")}
+    # NAME[:ARCH]=VERSION, as dpkg-query lists them (imagebuild-check record-packages)
+    rows = [line.partition("=") for line in listed.splitlines() if line.strip()]
+    assert len(rows) > 100
+    assert {(name.split(":")[0], version) for name, _, version in rows} <= debs
+    assert components["os"]["type"] == "operating-system"
 
 
 def test_verify_passes_on_the_built_image(

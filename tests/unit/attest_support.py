@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from imagebuild.attest.image_contents import DebianPackage, ImageContents, OsRelease, PythonDistribution
 from imagebuild.build.record import BuildRecord, FileDigest
-from imagebuild.build.sbom import InstalledDistribution
 from imagebuild.inputs.python_lock import PythonLock, read_python_lock
 from imagebuild.pins import PinSet, parse_pins
 from tests import REPO
@@ -17,12 +17,33 @@ IMAGE_ID = "sha256:" + "9" * 64
 INPUTS = "sha256:" + "8" * 64
 STARTED = datetime(2026, 11, 30, 11, 40, 5, tzinfo=UTC)
 FINISHED = datetime(2026, 11, 30, 12, 1, 30, tzinfo=UTC)
-INVENTORY = (
-    InstalledDistribution(name="tqdm", version="4.70.1"),
-    InstalledDistribution(name="flydsl", version="0.2.4"),
-    InstalledDistribution(name="amd_aiter", version="0.1.19"),
-    InstalledDistribution(name="amd-mori", version="1.2.2"),
-    InstalledDistribution(name="pip", version="23.0.1"),
+SITE = "/usr/lib/python3/dist-packages"
+
+
+def _dist(name: str, version: str, layer: int, *requires: str) -> PythonDistribution:
+    return PythonDistribution(name=name, version=version, location=SITE, requires=requires, layer=layer)
+
+
+def _deb(name: str, version: str, layer: int, *depends: tuple[str, ...], source: str = "") -> DebianPackage:
+    return DebianPackage(name=name, version=version, architecture="amd64", source=source, depends=depends, layer=layer)
+
+
+# What the image's layers hold: layer 0 is the base's, the others the build's.
+CONTENTS = ImageContents(
+    os=OsRelease(id="debian", version_id="12", pretty_name="Debian GNU/Linux 12 (bookworm)"),
+    debian=(
+        _deb("bash", "5.2.15-2+b2", 0, ("libc6",), ("base-files", "no-such-package")),
+        _deb("base-files", "12.4+deb12u5", 0),
+        _deb("libc6", "2.36-9+deb12u4", 0, source="glibc"),
+    ),
+    python=(
+        _dist("tqdm", "4.70.1", 1),
+        _dist("flydsl", "0.2.4", 1, "tqdm"),
+        _dist("amd_aiter", "0.1.19", 1),
+        _dist("amd-mori", "1.2.2", 1),
+        _dist("pip", "23.0.1", 0),
+    ),
+    base_layers=1,
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -9,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from imagebuild.build.attestations import INVENTORY_SCRIPT
 from imagebuild.build.core import BuildOptions, BuildRecord, build_image, prepare_build
 from imagebuild.build.progress import BuildProgress
 from imagebuild.project import find_project
-from imagebuild.testing import FakeClock, FakeEngine, Recording
+from imagebuild.testing import FakeClock, FakeEngine, Recording, image_root_files
 from sampleworld.layout import BAD_SHA
 from tests import REPO
 
@@ -55,6 +55,12 @@ def vllm_bad_pins(tmp_path: Path) -> Path:
     return path
 
 
+def recorded_distributions() -> list[tuple[str, str]]:
+    """(name, version) of what the recorded sample image holds (tests/data/build_streams/inventory.txt)."""
+    line = (BUILD_STREAMS / "inventory.txt").read_text().strip()
+    return [(str(n), str(v)) for n, v in json.loads(line.partition(":")[2])]
+
+
 @pytest.fixture
 def replay(tmp_path: Path) -> Replay:
     """replay(NAME or Recording, pins=, progress=, engine=, **BuildOptions): build_image on a FakeEngine
@@ -72,12 +78,11 @@ def replay(tmp_path: Path) -> Replay:
             recording = Recording.load(BUILD_STREAMS / f"{recording}.jsonl")
         project = find_project(REPO, pins or BUILD_STREAMS / "pins.toml")
         clock = FakeClock()
-        inventory = (BUILD_STREAMS / "inventory.txt").read_text()
         engine = engine or FakeEngine()
         engine.builds.append(recording)
         engine.clock = clock
-        # The SBOM's pip inventory, as the recorded image's python printed it.
-        engine.run_result = lambda _image, command: (0, inventory if INVENTORY_SCRIPT in command else "")
+        if engine.built_layers is None:  # the distributions the recorded image's python listed, as files
+            engine.built_layers = [image_root_files(recorded_distributions())]
         options = BuildOptions(
             **{
                 "arch": "gfx942",

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from imagebuild.attest.statement import CONFIG_MEDIA_TYPE, MANIFEST_MEDIA_TYPE
 from imagebuild.build.provenance import make_provenance, provenance_text
 from imagebuild.build.record import BuildRecord
 from tests.unit.attest_support import FILES, build_record, lock, pins
@@ -34,9 +35,18 @@ def test_subject_is_the_image_id_and_the_pushed_digest_once_published() -> None:
     made = statement()
     assert made["_type"] == "https://in-toto.io/Statement/v1"
     assert made["predicateType"] == "https://slsa.dev/provenance/v1"
-    assert made["subject"] == [{"name": "imagebuild/kimi-k3:gfx942", "digest": {"sha256": "9" * 64}}]
+    image = {"name": "imagebuild/kimi-k3:gfx942", "digest": {"sha256": "9" * 64}, "mediaType": CONFIG_MEDIA_TYPE}
+    assert made["subject"] == [image]
     pushed = statement(build_record(pushed="registry.example/kimi-k3@sha256:" + "7" * 64))
     assert pushed["subject"][1] == {"name": "registry.example/kimi-k3", "digest": {"sha256": "7" * 64}}
+
+
+def test_subjects_name_the_canonical_manifest_where_the_build_knows_it() -> None:
+    from dataclasses import replace
+
+    made = statement(replace(build_record(), manifest_digest="sha256:" + "6" * 64))
+    assert [s["digest"]["sha256"] for s in made["subject"]] == ["9" * 64, "6" * 64]
+    assert made["subject"][1]["mediaType"] == MANIFEST_MEDIA_TYPE
 
 
 def test_every_pin_lock_entry_and_input_file_is_a_resolved_dependency() -> None:

@@ -13,8 +13,9 @@ scenario, each line a message of ``POST /build`` with its time.
 * ``failure``: vLLM pinned to a commit its repository lacks: step 7 fails;
 * ``engine-lost``: the connection to the engine cut mid-build (through a
   socket proxy here, as a daemon restart or a dropped tunnel would);
-* ``inventory.txt``: what the built image's python prints for the SBOM's pip
-  inventory (imagebuild.build.attestations), which the replayed builds answer with.
+* ``inventory.txt``: the Python distributions the built image's python lists; the replayed
+  builds' images hold one METADATA file for each (imagebuild.testing.image_root_files), which
+  the SBOM reads from their layers.
 
 Re-record after changing stages/ (tests/unit/test_build_fake.py says so).
 """
@@ -39,7 +40,6 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 sys.path.insert(0, str(REPO))
 
-from imagebuild.build.attestations import INVENTORY_SCRIPT  # noqa: E402
 from imagebuild.build.core import BuildOptions, build_image, prepare_build  # noqa: E402
 from imagebuild.cli import main as imagebuild_main  # noqa: E402
 from imagebuild.engine.docker import DockerEngine  # noqa: E402
@@ -53,14 +53,20 @@ from sampleworld.world import up  # noqa: E402
 
 CUT_AFTER_S = 8.0  # engine-lost: the proxy drops the connection this long into a cold build
 TAG = f"imagebuild-record-{REPO.name}/kimi-k3:gfx942"  # per checkout: engines are shared
+_MARK = "imagebuild-inventory:"
+# Standard library only: runs on whatever python the image has, without pip's warnings in the output.
+INVENTORY_SCRIPT = (
+    "import json, importlib.metadata as m; "
+    "found = sorted({(d.metadata['Name'], d.version) for d in m.distributions() if d.metadata['Name']}); "
+    f"print({_MARK!r} + json.dumps(found))"
+)
 
 
 class RecordingEngine(DockerEngine):
-    """A DockerEngine that keeps every raw message of its builds with its time, and the SBOM inventory."""
+    """A DockerEngine that keeps every raw message of its builds with its time."""
 
     messages: list[RecordedMessage]
     started: float
-    inventory: str | None = None
 
     def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
         try:
@@ -74,12 +80,6 @@ class RecordingEngine(DockerEngine):
         for chunk in super().build_chunks(request):
             self.messages.append(RecordedMessage(at=time.monotonic() - self.started, chunk=chunk))
             yield chunk
-
-    def run(self, image: str, command: list[str], *, network_mode: str | None = None) -> tuple[int, str]:
-        code, output = super().run(image, command, network_mode=network_mode)
-        if INVENTORY_SCRIPT in command:
-            self.inventory = output
-        return code, output
 
 
 def record(engine: RecordingEngine, pins: Path, name: str, note: str, *, no_cache: bool = False) -> None:
@@ -156,8 +156,11 @@ def main() -> int:
     engine = RecordingEngine(docker.from_env(timeout=600), "unix:///var/run/docker.sock")
 
     record(engine, pins, "success", "cold build (no cache) of the sample world, all 18 steps", no_cache=True)
-    assert engine.inventory, "the cold build did not get as far as the SBOM"
-    (HERE / "inventory.txt").write_text(engine.inventory)
+    code, inventory = engine.run(TAG, ["python3", "-I", "-c", INVENTORY_SCRIPT], network_mode="none")
+    line = next((ln for ln in inventory.splitlines() if ln.startswith(_MARK)), None)
+    assert code == 0, f"the built image's python did not list its distributions: {inventory[-300:]}"
+    assert line, f"no inventory line in: {inventory[-300:]}"
+    (HERE / "inventory.txt").write_text(line + "\n")
     record(engine, pins, "cached", "the same build again: every step a cache hit")
 
     vllm = find_project(REPO, pins).load("gfx942").pins.get("vllm").identity
