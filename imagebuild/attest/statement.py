@@ -32,7 +32,9 @@ CYCLONEDX_PREDICATE = "https://cyclonedx.org/bom"  # in-toto's predicate type fo
 CONFIG_MEDIA_TYPE = "application/vnd.oci.image.config.v1+json"
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 FILE_MODE = 0o644
-SUFFIXES = (".intoto.json", ".cdx.json", ".json")  # what an envelope's name replaces with .dsse.json
+# What an envelope's name replaces: x.intoto.json -> x.dsse.json; beside an archive, where `*.json` must
+# find only the manifest, x.intoto.jsonl (one statement a line, in-toto's bundle form) -> x.dsse.jsonl.
+ENVELOPE_SUFFIXES = {".intoto.jsonl": ".dsse.jsonl", ".intoto.json": ".dsse.json", ".cdx.json": ".dsse.json", ".json": ".dsse.json"}
 
 
 def hex_of(digest: str) -> str:
@@ -79,15 +81,19 @@ def distribution_statement(
 
 
 def envelope_path(path: Path) -> Path:
-    """``x.provenance.intoto.json`` -> ``x.provenance.dsse.json``; ``x.sbom.cdx.json`` -> ``x.sbom.dsse.json``."""
+    """``x.provenance.intoto.json`` -> ``x.provenance.dsse.json``; ``x.sbom.cdx.json`` -> ``x.sbom.dsse.json``;
+    ``x.export.intoto.jsonl`` -> ``x.export.dsse.jsonl``."""
     name = path.name
-    for suffix in SUFFIXES:
+    for suffix, replacement in ENVELOPE_SUFFIXES.items():
         if name.endswith(suffix):
-            return path.with_name(name.removesuffix(suffix) + ".dsse.json")
+            return path.with_name(name.removesuffix(suffix) + replacement)
     return path.with_name(name + ".dsse.json")
 
 
-def statement_text(statement: Mapping[str, Any]) -> str:
+def statement_text(statement: Mapping[str, Any], *, one_line: bool = False) -> str:
+    """The statement as a file holds it: indented, or one line for a ``.jsonl`` file."""
+    if one_line:
+        return json.dumps(statement, sort_keys=True, separators=(",", ":")) + "\n"
     return json.dumps(statement, indent=2, sort_keys=True) + "\n"
 
 
@@ -116,10 +122,12 @@ def write_attestation(
     envelope = None
     if key is not None:
         payload = statement_text(statement).encode("utf-8") if statement is not None else document.encode("utf-8")
-        envelope = json.dumps(sign_envelope(payload, key), indent=2) + "\n"
+        signed = sign_envelope(payload, key)
+        envelope = json.dumps(signed, separators=(",", ":")) if path.suffix == ".jsonl" else json.dumps(signed, indent=2)
+        envelope += "\n"
     write_file(path, document)
     if envelope is None:
         return Written(document=path)
-    signed = envelope_path(path)
-    write_file(signed, envelope)
-    return Written(document=path, envelope=signed)
+    beside = envelope_path(path)
+    write_file(beside, envelope)
+    return Written(document=path, envelope=beside)

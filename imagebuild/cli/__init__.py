@@ -8,6 +8,7 @@ image       render, plan, verify
 lock        lock
 build       build
 distribute  publish, export, import
+attestations  attestations verify; the signing flags (--sign-key) build, export and publish share
 diff        diff
 slurm       slurm
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from imagebuild import __version__
-from imagebuild.cli import build, diff, distribute, image, lock, slurm
+from imagebuild.cli import attestations, build, diff, distribute, image, lock, slurm
 from imagebuild.cli.output import write_json
 from imagebuild.cli.verbs import (
     HelpFormatter,
@@ -42,6 +42,7 @@ REGISTRARS: tuple[Callable[[Verbs], None], ...] = (
     lock.register,
     build.register,
     distribute.register,  # publish, export, import
+    attestations.register,
     diff.register,
     slurm.register,
 )

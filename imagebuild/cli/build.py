@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from imagebuild.cli import arguments
+from imagebuild.cli.attestations import add_signing_flags, signing_key_of
 from imagebuild.cli.output import with_new_names, write_json
 from imagebuild.cli.verbs import Verb, Verbs, project_of
 from imagebuild.errors import ExitCode
@@ -36,6 +37,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     project = project_of(args)
     inputs = project.load(args.arch)
+    signing_key = signing_key_of(args)
     tags: list[str] = args.tag
     options = BuildOptions(
         arch=args.arch,
@@ -48,6 +50,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         pull=args.pull,
         iidfile=args.iidfile,
         normalize=not args.no_normalize,
+        signing_key=signing_key,
     )
     # Bad arguments and inputs are found before the engine is asked; the build takes the result as it is.
     prepared = prepare_build(project, inputs, options)
@@ -142,3 +145,4 @@ def register(verbs: Verbs) -> None:
         metavar="FILE",
         help="write the image ID (sha256:...) to FILE, as docker build does",
     )
+    add_signing_flags(p, "the SBOM and provenance")

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from imagebuild.cli import arguments
+from imagebuild.cli.attestations import add_signing_flags, signing_key_of
 from imagebuild.cli.output import write_json
 from imagebuild.cli.verbs import Verb, Verbs, project_of, warn_deprecated
 from imagebuild.errors import ConfigError, ExitCode, ImageBuildError
@@ -88,7 +89,7 @@ def publish_target(args: argparse.Namespace) -> tuple[str, str | None]:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from imagebuild.distribute.publish import PublishOptions, publish_image
+    from imagebuild.distribute.publish import PublishOptions, check_signing_place, publish_image
     from imagebuild.engine.docker import DockerEngine
 
     repository, tag = publish_target(args)
@@ -97,7 +98,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
         repository=repository,
         tag=tag,
         record_path=_default_record(args),
+        signing_key=signing_key_of(args),
     )
+    check_signing_place(options)
     with DockerEngine.opened() as engine:
         result = publish_image(options, engine, report=logger.info)
     if args.json:
@@ -109,6 +112,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
                 "repository": result.repository,
                 "tag": result.tag,
                 "record": str(result.recorded_in) if result.recorded_in else None,
+                "attestations": [str(path) for path in result.attestations],
             }
         )
     else:
@@ -125,6 +129,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         image=_default_image(args),
         output=check_output_dir(args.output),
         compression=Compression(args.compress),
+        signing_key=signing_key_of(args),
     )
     # A batch job's time limit or scancel sends SIGTERM: remove the temporary archive as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -199,6 +204,7 @@ def register(verbs: Verbs) -> None:
     p.add_argument(
         "--record", type=Path, help="build record to note the reference in (default build/ARCH.build.json)"
     )
+    add_signing_flags(p, "the publish statement")
 
     p = verbs.add(
         Verb(
@@ -230,6 +236,7 @@ def register(verbs: Verbs) -> None:
         default="zstd",
         help="archive compression (default zstd)",
     )
+    add_signing_flags(p, "the export statement")
 
     p = verbs.add(
         Verb(

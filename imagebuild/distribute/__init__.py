@@ -7,5 +7,5 @@ standard-library manifest reader and verified loader, as the zipapp export write
 stream made into the archive every engine and image store loads) and ``compression`` (how archives
 are compressed). The command line is ``imagebuild.cli.distribute``.
 
-May import: engine, importer, inputs and the packages below them.
+May import: attest (the statements export and publish write), engine, importer, inputs and the packages below them.
 """

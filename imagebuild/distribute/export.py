@@ -10,7 +10,10 @@ ID, so the archive carries no tags: loading it tags nothing until the importer h
 
 Files appear in this order, each complete (temporary name, fsync, rename): the archive, the importer
 (``imagebuild-import.pyz``, standard library only, for nodes without imagebuild; the same bytes from
-every export of one imagebuild), then the manifest (``<archive>.json``) last. A manifest therefore
+every export of one imagebuild), the archive's in-toto statement (``<archive>.export.intoto.jsonl``:
+subject the archive's sha256, predicate the image identity and manifest digest; with a signing key
+also its DSSE envelope, ``<archive>.export.dsse.jsonl``), then the manifest (``<archive>.json``, naming
+the statement files by sha256) last. A manifest therefore
 always names a complete archive, and an interrupted export leaves no file that looks complete.
 """
 
@@ -28,6 +31,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 from imagebuild import __version__
+from imagebuild.attest.keys import SigningKey
+from imagebuild.attest.statement import (
+    ImageIdentity,
+    distribution_statement,
+    statement_text,
+    write_attestation,
+)
 from imagebuild.distribute.archive_layout import ArchiveLayoutError, portable_archive
 from imagebuild.distribute.compression import Compression, Sink, compressing
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
@@ -39,6 +49,9 @@ from imagebuild.secrets import secret_value_reason
 from imagebuild.util.files import atomic_file
 
 PIN_LABEL_PREFIX = "io.imagebuild.pin."
+# The archive's distribution statement, beside it: `.jsonl` (one statement, in-toto's bundle form), so
+# that `*.json` beside an archive still finds only its manifest.
+EXPORT_SUFFIX = ".export.intoto.jsonl"
 PROGRESS_EVERY_S = 10.0
 
 
@@ -47,6 +60,7 @@ class ExportOptions:
     image: str
     output: Path
     compression: Compression = Compression.ZSTD
+    signing_key: SigningKey | None = None  # --sign-key: the export's statement also as a signed DSSE envelope
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +177,14 @@ def _export(
         )
         raise EngineError(msg)
     _write(output / IMPORTER_NAME, importer_zipapp(), mode=0o755)
+    image = ImageIdentity(identity=layout.config_digest, manifest_digest=layout.manifest_digest)
+    statement = distribution_statement(
+        subject={"name": name, "digest": {"sha256": sink.hash.hexdigest()}},
+        image=image,
+        action="export",
+        details={"archive": {"size": sink.size, "compression": options.compression.value}},
+    )
+    written = write_attestation(output / f"{name}{EXPORT_SUFFIX}", statement_text(statement, one_line=True), key=options.signing_key)
     manifest = Manifest(
         archive=name,
         sha256=sink.hash.hexdigest(),
@@ -176,6 +198,7 @@ def _export(
         labels=labels,
         imagebuild_version=__version__,
         origin=f"{socket.gethostname()}:{output}",
+        attestations={path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in written.paths},
     )
     parse_manifest(manifest.to_json(), name)  # what nodes will accept, checked before writing
     manifest_path = output / f"{name}.json"

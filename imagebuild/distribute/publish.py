@@ -3,7 +3,9 @@
 A tag moves; a digest does not. So the only output is ``HOST[:PORT]/REPO@sha256:...``: pulling it on
 any engine gives the image that was pushed, with the same image ID (the digest names the manifest, the
 manifest names the config blob whose sha256 is the image ID). The reference is also recorded in the
-build record when that record describes the pushed image.
+build record when that record describes the pushed image. Beside the record, an in-toto statement
+(``ARCH-<id12>.publish.intoto.json``; with a signing key also its DSSE envelope) names the pushed
+digest as its subject and the image identity in its predicate, and the record lists it.
 """
 
 from __future__ import annotations
@@ -15,8 +17,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuild.attest.keys import SigningKey
+from imagebuild.attest.statement import (
+    MANIFEST_MEDIA_TYPE,
+    ImageIdentity,
+    distribution_statement,
+    statement_text,
+    write_attestation,
+)
 from imagebuild.engine.interface import Engine, ImageInfo, PushEvent
-from imagebuild.errors import ConfigError, RegistryError
+from imagebuild.errors import ConfigError, ImageBuildError, RegistryError
+from imagebuild.inputs.layout import attestation_file_name
 from imagebuild.inputs.references import COMPONENT, TAG_RE
 from imagebuild.inputs.values import shown
 from imagebuild.util.files import write_atomically
@@ -26,6 +37,7 @@ from imagebuild.util.files import write_atomically
 REGISTRY_HOST = r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|\[?[0-9A-Fa-f:.]+\]?)(?::[0-9]{1,5})?|[A-Za-z0-9-]+:[0-9]{1,5}"
 REPOSITORY_RE = re.compile(rf"^(?:{REGISTRY_HOST})/{COMPONENT}(?:/{COMPONENT})*$")
 PROGRESS_EVERY_S = 5.0
+PUBLISH_SUFFIX = ".publish.intoto.json"  # the pushed digest's distribution statement, beside the build record
 DONE_STATUSES = ("Pushed", "Layer already exists", "Mounted from")
 
 
@@ -35,6 +47,7 @@ class PublishOptions:
     repository: str  # HOST[:PORT]/REPO, validated by check_repository
     tag: str | None = None  # default <arch>-<id12>
     record_path: Path | None = None  # the build record to note the reference in, when it is this image's
+    signing_key: SigningKey | None = None  # --sign-key: the publish statement also as a signed DSSE envelope
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +58,7 @@ class PublishResult:
     repository: str
     tag: str
     recorded_in: Path | None
+    attestations: tuple[Path, ...] = ()  # the publish statement (and its envelope), beside the record
 
 
 def shown_reference(text: str) -> str:
@@ -122,8 +136,16 @@ class _PushProgress:
         return f"{done}/{len(self.layers)} layers done ({existed} already in the registry), {sent / 1e6:.0f} MB sent"
 
 
+def check_signing_place(options: PublishOptions) -> None:
+    """A signed publish writes its envelope beside the build record: there must be one to write beside."""
+    if options.signing_key is not None and options.record_path is None:
+        msg = "--sign-key: publish writes its signed statement beside the build record; give --record FILE (or run in the checkout)"
+        raise ConfigError(msg)
+
+
 def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[str], None]) -> PublishResult:
     repository = check_repository(options.repository)
+    check_signing_place(options)
     info = engine.inspect_image(options.image)
     tag = check_tag(options.tag) if options.tag else default_tag(info)
     engine.tag(info.id, f"{repository}:{tag}")
@@ -141,7 +163,8 @@ def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[
     reference = f"{repository}@{digest}"
     if not info.identity:  # never a wrong identity: the digest still names exactly what was pushed
         report(f"the image's identity is unknown ({info.identity_unknown}); {reference} still names exactly what was pushed")
-    recorded = _record(options.record_path, info.identity, reference, report)
+    written = _attest(options, info, repository, digest, report)
+    recorded = _record(options.record_path, info.identity, reference, report, attestations=written)
     return PublishResult(
         reference=reference,
         digest=digest,
@@ -149,10 +172,38 @@ def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[
         repository=repository,
         tag=tag,
         recorded_in=recorded,
+        attestations=written,
     )
 
 
-def _record(path: Path | None, image_id: str, reference: str, report: Callable[[str], None]) -> Path | None:
+def _attest(
+    options: PublishOptions, info: ImageInfo, repository: str, digest: str, report: Callable[[str], None]
+) -> tuple[Path, ...]:
+    """The publish statement beside the build record: subject the pushed manifest, predicate the identity."""
+    if options.record_path is None or not info.identity:
+        why = "no build record to write it beside" if info.identity else "the image's identity is unknown"
+        report(f"no publish statement written: {why}")
+        return ()
+    statement = distribution_statement(
+        subject={"name": repository, "digest": {"sha256": digest.removeprefix("sha256:")}, "mediaType": MANIFEST_MEDIA_TYPE},
+        image=ImageIdentity(identity=info.identity, manifest_digest=digest),
+        action="publish",
+        details={"reference": f"{repository}@{digest}"},
+    )
+    arch = info.labels.get("io.imagebuild.arch", "image")
+    name = attestation_file_name(arch if TAG_RE.fullmatch(arch) else "image", info.identity, PUBLISH_SUFFIX)
+    try:
+        written = write_attestation(options.record_path.with_name(name), statement_text(statement), key=options.signing_key)
+    except OSError as e:
+        msg = f"pushed {repository}@{digest} (it stays pushed and tagged); its statement could not be written beside {options.record_path}: {e.strerror or e}"
+        raise ImageBuildError(msg) from e
+    report(f"publish statement: {', '.join(str(p) for p in written.paths)}")
+    return written.paths
+
+
+def _record(
+    path: Path | None, image_id: str, reference: str, report: Callable[[str], None], *, attestations: tuple[Path, ...] = ()
+) -> Path | None:
     """Add the reference to the build record's "published" list when the record describes this image."""
     if not image_id:
         report("the reference is not recorded: without the image's identity no build record can be matched to it")
@@ -173,5 +224,7 @@ def _record(path: Path | None, image_id: str, reference: str, report: Callable[[
         return None
     published = [p for p in record.get("published", []) if isinstance(p, str) and p != reference]
     record["published"] = [*published, reference]
+    named = [a for a in record.get("attestations", []) if isinstance(a, str) and a not in map(str, attestations)]
+    record["attestations"] = [*named, *map(str, attestations)]
     write_atomically(path, json.dumps(record, indent=2) + "\n")
     return path

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +52,16 @@ class Manifest:
     origin: str = ""  # host:directory it was exported to, for "copy it again from host:dir/archive"
     manifest_digest: str = ""  # of the OCI manifest index.json names: the containerd store's image ID
     uncompressed_size: int = 0  # the tar's bytes: where a decompression is stopped (0: version 1, not said)
+    # The attestations export wrote beside the archive (its distribution statement, signed or not): bare
+    # file name -> sha256 of the file.
+    attestations: dict[str, str] = field(default_factory=dict)
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}
         data["repo_tags"] = list(self.repo_tags)
+        data["attestations"] = dict(self.attestations)
         return data
 
 
@@ -81,7 +85,7 @@ def parse_manifest(data: object, where: str) -> Manifest:
         )
         raise BadInput(msg)
     name = data["archive"]
-    if not name or name in (".", "..") or "/" in name or "\\" in name or not name.isprintable():
+    if not _bare_name(name):
         msg = f"manifest {where}: 'archive' must be a bare file name beside the manifest, not {name!r}"
         raise BadInput(msg)
     checks = (
@@ -104,6 +108,7 @@ def parse_manifest(data: object, where: str) -> Manifest:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in data[key].items()):
             msg = f"manifest {where}: '{key}' must map strings to strings"
             raise BadInput(msg)
+    attestations = _attestations(data, where)
     origin = data.get("origin", "")
     return Manifest(
         archive=name, sha256=data["sha256"], size=data["size"], compression=data["compression"],
@@ -111,7 +116,23 @@ def parse_manifest(data: object, where: str) -> Manifest:
         labels=dict(data["labels"]), imagebuild_version=data["imagebuild_version"],
         origin=origin if isinstance(origin, str) else "", manifest_digest=str(data.get("manifest_digest", "")),
         format_version=data["format_version"], uncompressed_size=int(data.get("uncompressed_size") or 0),
+        attestations=dict(attestations),
     )  # fmt: skip
+
+
+def _attestations(data: dict[str, Any], where: str) -> dict[str, str]:
+    """The attestation files beside the archive, by sha256 (none before they were written)."""
+    value = data.get("attestations", {})
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and _bare_name(k) and isinstance(v, str) and SHA256_RE.match(v) for k, v in value.items()
+    ):
+        msg = f"manifest {where}: 'attestations' must map bare file names beside the manifest to sha256 hex digests"
+        raise BadInput(msg)
+    return dict(value)
+
+
+def _bare_name(name: str) -> bool:
+    return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name and name.isprintable()
 
 
 def _manifest_digest_ok(data: dict[str, Any]) -> bool:

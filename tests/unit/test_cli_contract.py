@@ -107,6 +107,7 @@ def no_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_every_verb_is_registered() -> None:
     assert set(ids(VERBS)) == {
         "render", "plan", "lock", "build", "verify", "publish", "export", "import", "diff", "slurm",
+        "attestations",
     }  # fmt: skip
 
 

@@ -60,16 +60,24 @@ def test_export_then_import_gives_the_same_image_id_and_its_tags(
     assert node.tags == {TAG: source.tags[TAG]}
 
 
-def test_export_writes_archive_importer_and_manifest_and_nothing_else(tmp_path: Path) -> None:
+def test_export_writes_archive_importer_statement_and_manifest_and_nothing_else(tmp_path: Path) -> None:
     source, manifest_path = _export(tmp_path)
     image_id = source.tags[TAG]
     archive = _archive(manifest_path)
     assert archive.name == f"kimi-k3-{image_id.removeprefix('sha256:')[:12]}.tar.zst"
     assert manifest_path.name == f"{archive.name}.json"
+    statement_path = manifest_path.parent / f"{archive.name}.export.intoto.jsonl"
     assert sorted(p.name for p in manifest_path.parent.iterdir()) == sorted(
-        [archive.name, manifest_path.name, IMPORTER_NAME]
+        [archive.name, manifest_path.name, IMPORTER_NAME, statement_path.name]
     )
     data = _manifest(manifest_path)
+    # The statement: the archive is its subject, the image identity its predicate's; the manifest names it.
+    statement = json.loads(statement_path.read_text())
+    assert statement["subject"] == [{"name": archive.name, "digest": {"sha256": data["sha256"]}}]
+    assert statement["predicate"]["image"]["identity"] == image_id
+    assert statement["predicate"]["action"] == "export"
+    assert data["attestations"] == {statement_path.name: hashlib.sha256(statement_path.read_bytes()).hexdigest()}
+    assert statement_path.stat().st_mode & 0o044 == 0o044
     assert data["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
     assert data["size"] == archive.stat().st_size
     assert data["image_id"] == image_id
