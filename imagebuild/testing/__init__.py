@@ -23,6 +23,7 @@ from imagebuild.testing.engine import (
     Recording,
     image_info,
     image_root_files,
+    layer_tar,
     saved_image_tar,
 )
 from imagebuild.testing.ports import EPHEMERAL_RANGE, dev_tool, free_port
@@ -39,5 +40,6 @@ __all__ = [
     "free_port",
     "image_info",
     "image_root_files",
+    "layer_tar",
     "saved_image_tar",
 ]

@@ -375,6 +375,11 @@ def saved_image_tar(layers: Sequence[Mapping[str, bytes]], *, labels: Mapping[st
     return _tar({**dict(zip(names, tars, strict=True)), f"{image_id[7:]}.json": config, "manifest.json": json.dumps(manifest).encode()})
 
 
+def layer_tar(files: Mapping[str, bytes]) -> bytes:
+    """A layer tar holding ``files`` (path -> content), as `saved_image_tar` puts it in the save."""
+    return _tar(files)
+
+
 def _tar(files: Mapping[str, bytes]) -> bytes:
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
