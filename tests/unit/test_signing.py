@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,13 +15,14 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from imagebuild.attest.dsse import pae, sign_envelope
 from imagebuild.attest.keys import load_signing_key, load_verification_key
 from imagebuild.attest.verify import verify_attestation
+from imagebuild.build.record import BuildRecord
 from imagebuild.cli import main
 from imagebuild.distribute.compression import Compression
 from imagebuild.distribute.export import ExportOptions, export_image
 from imagebuild.errors import ConfigError, ExitCode, UnverifiedError
 from imagebuild.testing import FakeEngine
-from tests.unit.conftest import Replay
 
+Replay = Callable[..., tuple[FakeEngine, BuildRecord]]  # the replay fixture (tests/unit/conftest.py)
 PASSPHRASE = "correct-horse-battery-staple-9f3"  # must reach no output and no file
 
 
