@@ -223,7 +223,7 @@ def test_the_shipped_importer_names_a_missing_engine(exported: Path, tmp_path: P
     assert done.returncode == 3
     assert done.stderr == (
         f"imagebuild-import: error: the Docker engine at unix://{tmp_path}/docker.sock did not answer GET "
-        f"/version ([Errno 2] No such file or directory); start docker on this node, or point DOCKER_HOST at "
+        f"/info ([Errno 2] No such file or directory); start docker on this node, or point DOCKER_HOST at "
         "its engine\n"
     )
 

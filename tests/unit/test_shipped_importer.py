@@ -16,7 +16,7 @@ from imagebuild import importer
 from imagebuild.distribute.export import ExportOptions, export_image
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, ZIP_TIME, importer_zipapp
 from imagebuild.engine.interface import BuildEvent, classic_build_events
-from imagebuild.importer.docker_api import loaded_images, loads_zstd, response_error, stream_error
+from imagebuild.importer.docker_api import loaded_images, response_error, stream_error
 from imagebuild.testing import FakeEngine
 
 TAG = "imagebuild/kimi-k3:gfx942"
@@ -95,17 +95,9 @@ def test_the_zipapp_names_a_missing_engine_with_exit_3(tmp_path: Path, python: P
     assert done.returncode == 3, done.stderr
     assert done.stderr == (
         f"imagebuild-import: error: the Docker engine at unix://{tmp_path}/docker.sock did not answer GET "
-        "/version ([Errno 2] No such file or directory); start docker on this node, or point DOCKER_HOST at "
+        "/info ([Errno 2] No such file or directory); start docker on this node, or point DOCKER_HOST at "
         "its engine\n"
     )
-
-
-@pytest.mark.parametrize(
-    ("version", "expected"),
-    [("1.41", False), ("1.42", True), ("1.47", True), ("2.0", True), ("1", False), ("x.y", False)],
-)
-def test_zstd_loads_from_api_1_42_docker_23(version: str, expected: bool) -> None:
-    assert loads_zstd(version) is expected
 
 
 def test_a_stream_error_is_its_detail_and_other_messages_are_none() -> None:
