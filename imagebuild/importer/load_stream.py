@@ -14,8 +14,10 @@ tar's end blocks, so the refused load leaves no image. A version 1 manifest decl
 archives are bounded by V1_EXPANSION times their compressed size (at least V1_FLOOR), far above what
 image layers compress to (the sample image: 3.1 times with zstd) and far below a bomb's thousands.
 
-Measured cost (``benchmarks/bench_load_stream.py``, 1 GiB synthetic tar, see the README): the filter
-passes a plain tar at several GB/s, decompression dominates.
+Measured cost (``python benchmarks/bench_load_stream.py``, 1 GB synthetic tars, fastest of 3, load
+average 5 on 2 cores): a docker-save-like tar (four large layers) passes the filter at 4.9 GB/s
+against 6.1 GB/s for a plain copy of the same chunks; behind zstd decompression 2.2 against 2.4 GB/s.
+Each header costs about 50 us (a tar of 4 KiB files: 90 MB/s), and a save has tens of them.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ member never reaches the engine as a complete tar, so nothing is loaded from it.
 end blocks (record padding) is dropped.
 
 Only the 512-byte headers are parsed; member data is handed on as slices of the input chunks, so
-passing a layer costs a slice per chunk (``benchmarks/bench_load_stream.py``: see the README).
+passing a layer costs a slice per chunk (numbers in ``load_stream``'s docstring and the README).
 Standard library only, as the whole importer.
 """
 
