@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import tarfile
 from typing import Any, List, Tuple, Union
 
 from .failures import IntegrityFailure
@@ -190,10 +189,7 @@ class TarFilter:
             self._records.clear()
             return list(held)
         rewritten = _without_names(member.effective, data, self.archive)
-        info = tarfile.TarInfo(member.effective)
-        info.size, info.mode = len(rewritten), 0o444
-        header = info.tobuf(format=tarfile.USTAR_FORMAT, encoding="utf-8", errors="surrogateescape")
-        return [header, rewritten, bytes(_padded(len(rewritten)) - len(rewritten))]
+        return [_ustar_header(member.effective, len(rewritten)), rewritten, bytes(_padded(len(rewritten)) - len(rewritten))]
 
 
 _RECORD_NAMES = {"x": "PAX extended header", "L": "GNU long name", "K": "GNU long link name"}
@@ -229,6 +225,17 @@ class _Member:
     def effective(self) -> str:
         """The path the engine's untar writes: filepath.Clean, then joined under its directory."""
         return posixpath.normpath(self.name).lstrip("/") or "."
+
+
+def _ustar_header(name: str, size: int) -> bytes:
+    """A clean ustar header of a read-only regular file, as export writes its own (the same bytes from
+    every Python: tarfile's differ between versions in the device fields)."""
+    fields = [
+        name.encode().ljust(100, b"\0"), b"0000444\0", b"0000000\0", b"0000000\0", b"%011o\0" % size,
+        b"00000000000\0", b" " * 8, b"0", bytes(100), b"ustar\0", b"00", bytes(32), bytes(32), bytes(8), bytes(8),
+    ]  # fmt: skip
+    block = b"".join(fields).ljust(BLOCK, b"\0")
+    return block[:148] + b"%06o\0 " % sum(block) + block[156:]
 
 
 def _c_string(data: bytes) -> str:
