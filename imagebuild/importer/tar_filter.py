@@ -15,7 +15,8 @@ and ``./``, ``a/../`` and leading ``/`` fall away. This module parses each heade
 cannot read the same way: a bad checksum, a PAX global header setting a path, sparse files, a
 member under a symbolic link of the same archive (the untar writes through it, so ``x -> .`` and
 ``x/manifest.json`` would be the top-level file), one of the named files as anything but a regular
-file, two PAX or GNU records for one member, and a tar that ends early. The two end-of-archive
+file, two PAX or GNU records for one member, and a tar that ends early (records a global header
+makes Go forget are dropped, so that no reader applies them). The two end-of-archive
 blocks are sent only once the whole input has been read (``end``): a stream refused after the last
 member never reaches the engine as a complete tar, so nothing is loaded from it. What follows the
 end blocks (record padding) is dropped.
@@ -132,14 +133,16 @@ class TarFilter:
         self._records[kind] = member
         self._held.append(block)
         self._read_data(member, _padded(member.size), "keep")
-        return []
+        return self._data_done() if not member.size else []
 
     def _global(self, member: _Member, block: bytes) -> list[Piece]:
         if member.size > MAX_RECORDS:
             self._refuse(f"a PAX global header of {member.size} bytes at byte {member.offset}; export the image again")
-        self._held.append(block)
+        # Go forgets the PAX and GNU records before a global header (Python's tarfile does not): dropped,
+        # so that no reader of what the engine is sent can apply them to the member after it.
+        self._held, self._records = [block], {}
         self._read_data(member, _padded(member.size), "keep")
-        return []
+        return self._data_done() if not member.size else []
 
     def _entry(self, member: _Member, block: bytes) -> list[Piece]:
         pax = _pax_records(self._records["x"].data, self._records["x"], self.archive) if "x" in self._records else {}
@@ -186,7 +189,6 @@ class TarFilter:
             if "path" in _pax_records(data, member, self.archive):
                 self._refuse(f"a PAX global header at byte {member.offset} sets a path for the members after it; export the image again")
             held, self._held = [*self._held, padded], []
-            self._records.clear()
             return list(held)
         rewritten = _without_names(member.effective, data, self.archive)
         return [_ustar_header(member.effective, len(rewritten)), rewritten, bytes(_padded(len(rewritten)) - len(rewritten))]

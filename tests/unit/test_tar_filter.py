@@ -186,3 +186,23 @@ def test_a_base256_size_is_read_as_go_reads_it() -> None:
     _set_checksum(header := bytearray(data[:512]))
     data[:512] = header
     assert names_and_files(filtered(bytes(data))) == [("a", b"x" * 700)]
+
+
+def test_an_empty_pax_global_header_ends_the_records_before_it_as_in_go() -> None:
+    """x (path=decoy), an empty g, then manifest.json: Go forgets the x at the g, so the member is
+    manifest.json, and must be rewritten."""
+    x_record = b"19 path=decoy.json\n"
+    assert len(x_record) == 19
+    x_header, _ = member("PaxHeader", type=tarfile.XHDTYPE)
+    g_header, _ = member("GlobalHead", type=tarfile.XGLTYPE)
+    x_header.size, g_header.size = len(x_record), 0
+    body = NAMED_MANIFEST
+    info, _ = member("manifest.json")
+    info.size = len(body)
+    data = (
+        x_header.tobuf(tarfile.USTAR_FORMAT) + x_record.ljust(512, b"\0") + g_header.tobuf(tarfile.USTAR_FORMAT)
+        + info.tobuf(tarfile.USTAR_FORMAT) + body.ljust(512, b"\0") + TAR_END
+    )  # fmt: skip
+    out = filtered(data)
+    assert VICTIM.encode() not in out
+    assert names_and_files(out)[-1][0] == "manifest.json"
