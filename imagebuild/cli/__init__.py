@@ -4,6 +4,7 @@ app         ``main``, the entry point: parses, runs the verb, reports an error o
 verbs       how a verb registers: the global flags and common options every verb shares, help, epilog
 arguments   argument types, each value checked as it is parsed (before any engine or network)
 output      the one JSON writer: every verb's document, success and failure, with schema_version
+scaffold    init
 image       render, plan, verify
 lock        lock
 build       build

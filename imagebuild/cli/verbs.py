@@ -105,7 +105,7 @@ GLOBAL_FLAGS = (
         options={
             "type": Path,
             "metavar": "DIR",
-            "help": "run as if started in DIR, the checkout (not searched for upwards)",
+            "help": "run as if started in DIR, the project (not searched for upwards)",
         },
     ),
 )

@@ -106,7 +106,7 @@ def no_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_every_verb_is_registered() -> None:
     assert set(ids(VERBS)) == {
-        "render", "plan", "lock", "build", "verify", "publish", "export", "import", "diff", "slurm",
+        "init", "render", "plan", "lock", "build", "verify", "publish", "export", "import", "diff", "slurm",
     }  # fmt: skip
 
 
@@ -146,7 +146,9 @@ def test_every_verb_has_json_and_its_keys_in_the_readme() -> None:
 def test_json_failure_is_a_json_document_and_nothing_else(
     verb: Verb, no_engine: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The verb runs and fails (no checkout here, no engine, '?' for each required value)."""
+    """The verb runs and fails (no project here, no engine, '?' for each required value; init: a file here)."""
+    if verb.name == "init":
+        (no_engine / "notes.txt").write_text("not empty\n")
     code = main(["-C", str(no_engine), verb.name, *required_arguments(verb, "?"), "--json"])
     out, err = capsys.readouterr()
     assert code in (ExitCode.BAD_INPUT, ExitCode.NO_ENGINE)
@@ -262,6 +264,7 @@ def _successful_runs(tmp: Path, engine: FakeEngine) -> dict[str, list[str]]:
     """A command line of each verb that succeeds in the unit tier (a fake engine, no network)."""
     engine.add_saved_image(TAG, size=1 << 12, labels={"io.imagebuild.arch": "gfx942"})
     return {
+        "init": ["init", str(tmp / "project")],
         "render": ["-C", str(REPO), "render", "--allow-unpinned", "-o", str(tmp / "context")],
         "plan": ["-C", str(REPO), "plan", "--explain"],
         "publish": ["publish", TAG, "-t", "127.0.0.1:5000/ml/kimi-k3:v1"],
@@ -284,7 +287,7 @@ def _successful_runs(tmp: Path, engine: FakeEngine) -> dict[str, list[str]]:
 
 # lock needs its sources (tests/lock), build a recorded stream and verify a container: build's and
 # verify's documents are checked as made from a replayed build and a result below.
-SUCCEEDING = ["render", "plan", "publish", "export", "import", "diff", "slurm"]
+SUCCEEDING = ["init", "render", "plan", "publish", "export", "import", "diff", "slurm"]
 
 
 @pytest.mark.parametrize("name", SUCCEEDING)
@@ -330,7 +333,7 @@ def test_global_flags_reach_the_verb(
     assert err == ""  # -q after the verb silenced "A change of 'router' rebuilds ..."
     assert out.splitlines()[0].split() == ["step", "instruction", "title", "pins"]
     assert main(["-C", str(tmp_path), "plan"]) == 2
-    assert "not an imagebuild checkout (no stages/image.toml in it)" in capsys.readouterr().err
+    assert "not an imagebuild project (no stages/image.toml in it)" in capsys.readouterr().err
 
 
 def test_a_closed_stdout_is_not_a_traceback() -> None:
