@@ -12,7 +12,7 @@ distribute  publish, export, import
 diff        diff
 slurm       slurm
 
-One grammar for every verb (README.md, "Command-line grammar"; tests/unit/test_cli_contract.py).
+One grammar for every verb (docs/commands.md, "Command-line grammar"; tests/unit/test_cli_contract.py).
 May import: everything in imagebuild; nothing imports it.
 """
 

@@ -2,7 +2,7 @@
 
 --help exits 0 with examples and the verb's exit codes; an unknown flag is one line and exit 2;
 every verb has --json: success and failure are one JSON document, schema_version first, with the
-keys README.md's "Command-line grammar" documents for the verb, and nothing else on stdout; the
+keys docs/commands.md's "Command-line grammar" documents for the verb, and nothing else on stdout; the
 global flags and the common options work before and after the verb; -o and -t are the same flag as
 --output and --tag wherever a verb has them.
 """
@@ -65,12 +65,12 @@ def required_arguments(verb: Verb, value: str = "x") -> list[str]:
 
 
 def documented_keys() -> dict[str, tuple[set[str], set[str]]]:
-    """README's table of each verb's --json keys: (keys every document has, every key it names).
+    """docs/commands.md's table of each verb's --json keys: (keys every document has, every key it names).
 
     A key in parentheses is in some runs only, or a key of each row.
     """
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    table = readme.split("| verb | keys |\n|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    commands = (REPO / "docs" / "commands.md").read_text(encoding="utf-8")
+    table = commands.split("| verb | keys |\n|---|---|\n", 1)[1].split("\n\n", 1)[0]
     keys: dict[str, tuple[set[str], set[str]]] = {}
     for row in table.splitlines():
         match = re.fullmatch(r"\| (.+?) \| (.+) \|", row)
@@ -85,14 +85,14 @@ DOCUMENTED = documented_keys()
 
 
 def check_document(out: str, verb: str) -> dict[str, object]:
-    """stdout is one JSON document, schema_version first, with the keys the README gives the verb."""
+    """stdout is one JSON document, schema_version first, with the keys docs/commands.md gives the verb."""
     document: dict[str, object] = json.loads(out)
     assert next(iter(document)) == "schema_version"
     assert document["schema_version"] == 1
     always, named = DOCUMENTED[verb]
     keys = set(document) - {"schema_version"}
     assert always <= keys, f"{verb}: documented but missing: {always - keys}"
-    assert keys <= named, f"{verb}: not in the README's table: {keys - named}"
+    assert keys <= named, f"{verb}: not in docs/commands.md's table: {keys - named}"
     return document
 
 
