@@ -153,6 +153,18 @@ def register(verbs: Verbs) -> None:
         help="mount only the --rdma-lib paths, not the default list",
     )
     p.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG", help="one more #SBATCH option")
+    p.add_argument("--no-init", action="store_true", help="no init as the container's PID 1 (docker run --init)")
+    jit = p.add_mutually_exclusive_group()
+    jit.add_argument(
+        "--jit-cache",
+        metavar="DIR",
+        help=f"each node's host JIT cache, mounted over the image's (default {jobs.DEFAULT_JIT_CACHE_ROOT}/<image>)",
+    )
+    jit.add_argument("--no-jit-cache", action="store_true", help="keep the JIT caches in the container")
+    p.add_argument("--no-exclusive", action="store_true", help="share the nodes with other jobs (no --exclusive)")
+    p.add_argument(
+        "--no-gpu-request", action="store_true", help="request no GPUs from SLURM (--gpus-per-node); use --sbatch-arg"
+    )
     p.add_argument(
         "-o",
         "--output",
@@ -198,6 +210,10 @@ def _request(args: argparse.Namespace, recorded: RecordedImage | None) -> jobs.J
         rdma_libs=tuple(args.rdma_lib),
         default_rdma_libs=not args.no_default_rdma_libs,
         sbatch_args=tuple(args.sbatch_arg),
+        init=not args.no_init,
+        jit_cache="" if args.no_jit_cache else args.jit_cache,
+        exclusive=not args.no_exclusive,
+        gpu_request=not args.no_gpu_request,
     )
 
 
@@ -214,6 +230,7 @@ def slurm_document(job: jobs.Job, *, output: Path | None, script: str | None) ->
         "image": image.reference if isinstance(image, jobs.PulledImage) else None,
         "archive": image.manifest if isinstance(image, jobs.ArchivedImage) else None,
         "image_id": image.image_id if isinstance(image, jobs.ArchivedImage) else None,
+        "jit_cache": job.jit_cache or None,
     }
 
 
