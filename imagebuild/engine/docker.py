@@ -40,7 +40,7 @@ from imagebuild.engine.interface import (
     push_event,
 )
 from imagebuild.engine.overlay2_store import stored_image
-from imagebuild.engine.store_kind import engine_store
+from imagebuild.engine.store_kind import api_version_problem, engine_store
 from imagebuild.engine.unreachable import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, probe, unreachable
 from imagebuild.errors import ConfigError, EngineError, UnknownImageError
 from imagebuild.importer.docker_api import (
@@ -98,6 +98,10 @@ class DockerEngine(Engine):
                 )
                 raise EngineError(msg) from e
             raise EngineError(unreachable(address, e)) from e
+        problem = api_version_problem(address, str(client.api.api_version))  # negotiated: the engine's own
+        if problem is not None:
+            client.close()
+            raise EngineError(problem)
         return cls(client, address)
 
     @property
