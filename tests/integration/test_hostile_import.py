@@ -2,7 +2,7 @@
 table, and a zstd bomb is stopped before a Docker 26 engine (which could decompress zstd itself) loads
 anything. Each archive comes with a manifest that matches it, as whoever writes one can write both.
 
-The donor image of the sample world (FROM scratch, a few files) stands in for the archive's image.
+The donor image of the sample world plus a label (a leaf image of its own) stands in for the archive's image.
 """
 
 from __future__ import annotations
@@ -44,9 +44,16 @@ def _image_ids(host: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def donor_export(world: World, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The donor image exported once (zstd); returns its manifest."""
+    """An image of this module's own (the donor plus a label: a leaf no other test builds on, so every
+    engine can remove it before a load) exported once (zstd); returns its manifest."""
     output = tmp_path_factory.mktemp("hostile")
-    assert main(["export", world.donor_image, "--output", str(output)]) == 0
+    dockerfile = f"FROM {world.donor_image}\nLABEL io.imagebuild.test=hostile-import\n"
+    built = subprocess.run(
+        ["docker", "build", "--quiet", "-t", "imagebuild-test-hostile/archive:leaf", "-"],
+        input=dockerfile.encode(), capture_output=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr.decode()
+    assert main(["export", "imagebuild-test-hostile/archive:leaf", "--output", str(output)]) == 0
     (manifest,) = output.glob("*.json")
     return manifest
 
@@ -126,6 +133,7 @@ def test_a_zstd_bomb_is_stopped_before_a_docker_26_engine_loads_anything(
     assert manifest["size"] < 1 << 20  # a small archive, 256 MiB of tar
     for engine_id in (manifest["image_id"], manifest["manifest_digest"]):
         _docker(engine.docker_host, "image", "rm", "--force", engine_id)
+    assert _docker(engine.docker_host, "image", "inspect", manifest["image_id"]).returncode != 0, "not removed"
     before = _image_ids(engine.docker_host)
     monkeypatch.setenv("DOCKER_HOST", engine.docker_host)
     capsys.readouterr()
