@@ -31,6 +31,7 @@ def pin_data() -> dict[str, Any]:
     data["base"].update(digest="sha256:" + "1" * 64, platform_digest="sha256:" + "2" * 64)
     data["donor"].update(digest="sha256:" + "3" * 64, platform_digest="sha256:" + "3" * 64)
     data["aiter"].update(sha256="4" * 64, size=1234)
+    data["apt"].update(snapshot="20260101T000000Z")
     return data
 
 
