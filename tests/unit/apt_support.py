@@ -13,6 +13,7 @@ from imagebuild.inputs.apt_lock import (
 )
 from imagebuild.inputs.stages import load_stages
 from imagebuild.pins import AptPin, load_pins
+from tests import REPO
 
 # What bookworm's step 4 really resolves to on a base that has none of them (a sample of it).
 PACKAGES = (
@@ -27,7 +28,8 @@ def apt_lock_for(pins_path: Path, packages: tuple[AptPackage, ...] = PACKAGES) -
     pins = load_pins(pins_path)
     pin = next(p for p in pins if isinstance(p, AptPin))
     assert pin.snapshot is not None
-    definition = load_stages(pins_path.parent / "stages")
+    stages = pins_path.parent / "stages"
+    definition = load_stages(stages if stages.is_dir() else REPO / "stages")
     found = definition.apt_step()
     assert found is not None
     base = pins.image(definition.base_pin).platform_digest
