@@ -7,6 +7,7 @@ can ask for its fixtures by name; nothing imports them.
 `sample_cluster` the sample SLURM cluster (sampleworld/cluster.py) with its two nodes and their engines.
 `docker_engine_matrix` the engine matrix (sampleworld/engine_matrix.py): the main engine and two Docker 26
 engines (overlay2, containerd image store), for tests that parametrize over engines.
+`podman_docker_host` Podman's Docker-compatible API service (sampleworld/podman_engine.py), as DOCKER_HOST.
 
 It brings the world up through the package API (idempotent; the base image is cached by recipe, so only
 a machine's first session runs debootstrap) and, at the end of the session, stops only the servers that
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from sampleworld import World, cluster, down, engine_matrix, up
+from sampleworld import World, cluster, down, engine_matrix, podman_engine, up
 from sampleworld.engines import NodeEngine, ensure_engine, node_engine, stop_engine
 from sampleworld.layout import DEFAULT_STATE_DIR, StateDir
 
@@ -92,3 +93,17 @@ def docker_engine_matrix() -> Iterator[list[engine_matrix.MatrixEngine]]:
     finally:
         if started:
             engine_matrix.down(state, only=started)
+
+
+@pytest.fixture(scope="session")
+def podman_docker_host() -> Iterator[str]:
+    """Podman 4.3's Docker-compatible API service, running: what DOCKER_HOST takes to reach it.
+
+    At the end it stops only if this session started it."""
+    state = StateDir(sample_world_state_dir().resolve())
+    started = podman_engine.ensure_podman(state)
+    try:
+        yield podman_engine.podman_engine(state).host
+    finally:
+        if started:
+            podman_engine.stop_podman(state)

@@ -343,6 +343,7 @@ def build_record(
         log=places.log,
         sbom=places.attestations.sbom,
         provenance=places.attestations.provenance,
+        recipes=prepared.context.recipes,
     )
 
 

@@ -60,6 +60,8 @@ class BuildRecord:
     sbom: Path  # CycloneDX 1.6 JSON, next to the record
     provenance: Path  # in-toto Statement with a SLSA v1 provenance predicate
     pushed: str | None = None  # repository@sha256:... once published; a build pushes nothing
+    # The launcher recipes the image carries, by name: `imagebuild slurm --from-record` runs one of them.
+    recipes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         """The build record file (build/ARCH.build.json), its keys in their long-standing order."""
@@ -80,4 +82,5 @@ class BuildRecord:
             "provenance": str(self.provenance),
             "source_date_epoch": self.source_date_epoch,
             "normalization": self.normalization,
+            "recipes": list(self.recipes),
         }

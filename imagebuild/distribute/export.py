@@ -11,7 +11,8 @@ ID, so the archive carries no tags: loading it tags nothing until the importer h
 Files appear in this order, each complete (temporary name, fsync, rename): the archive, the importer
 (``imagebuild-import.pyz``, standard library only, for nodes without imagebuild; the same bytes from
 every export of one imagebuild), then the manifest (``<archive>.json``) last. A manifest therefore
-always names a complete archive, and an interrupted export leaves no file that looks complete.
+always names a complete archive, and an interrupted export leaves no file that looks complete. The
+manifest's absolute path is then noted in the build record, when that record describes the image.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import BinaryIO
 from imagebuild import __version__
 from imagebuild.distribute.archive_layout import ArchiveLayoutError, portable_archive
 from imagebuild.distribute.compression import Compression, Sink, compressing
+from imagebuild.distribute.record_notes import EXPORTED, note_in_record
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
 from imagebuild.engine.interface import Engine, ImageInfo
 from imagebuild.errors import ConfigError, EngineError, ImageBuildError
@@ -47,6 +49,7 @@ class ExportOptions:
     image: str
     output: Path
     compression: Compression = Compression.ZSTD
+    record_path: Path | None = None  # the build record to note the manifest in, when it is this image's
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +57,7 @@ class ExportResult:
     manifest_path: Path
     manifest: Manifest
     seconds: float
+    recorded_in: Path | None = None  # the build record the manifest was noted in
 
 
 class _HashingSink:
@@ -185,7 +189,10 @@ def _export(
         f"wrote {name} ({sink.size / 1e9:.2f} GB from {progress.saved / 1e9:.2f} GB, {options.compression}) "
         f"in {seconds:.1f}s; manifest {manifest_path.name}"
     )
-    return ExportResult(manifest_path=manifest_path, manifest=manifest, seconds=seconds)
+    recorded = note_in_record(
+        options.record_path, image_id=info.identity, key=EXPORTED, value=str(manifest_path), report=report
+    )
+    return ExportResult(manifest_path=manifest_path, manifest=manifest, seconds=seconds, recorded_in=recorded)
 
 
 class _Counted:

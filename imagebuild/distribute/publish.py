@@ -8,18 +8,17 @@ build record when that record describes the pushed image.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagebuild.distribute.record_notes import PUBLISHED, note_in_record
 from imagebuild.engine.interface import Engine, ImageInfo, PushEvent
 from imagebuild.errors import ConfigError, RegistryError
 from imagebuild.inputs.references import COMPONENT, TAG_RE
 from imagebuild.inputs.values import shown
-from imagebuild.util.files import write_atomically
 
 # A repository to push to starts with a host docker takes for a registry (a dot or a port, or
 # localhost: without one, docker would push to Docker Hub), then docker's path components.
@@ -141,7 +140,9 @@ def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[
     reference = f"{repository}@{digest}"
     if not info.identity:  # never a wrong identity: the digest still names exactly what was pushed
         report(f"the image's identity is unknown ({info.identity_unknown}); {reference} still names exactly what was pushed")
-    recorded = _record(options.record_path, info.identity, reference, report)
+    recorded = note_in_record(
+        options.record_path, image_id=info.identity, key=PUBLISHED, value=reference, report=report
+    )
     return PublishResult(
         reference=reference,
         digest=digest,
@@ -150,28 +151,3 @@ def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[
         tag=tag,
         recorded_in=recorded,
     )
-
-
-def _record(path: Path | None, image_id: str, reference: str, report: Callable[[str], None]) -> Path | None:
-    """Add the reference to the build record's "published" list when the record describes this image."""
-    if not image_id:
-        report("the reference is not recorded: without the image's identity no build record can be matched to it")
-        return None
-    if path is None or not path.is_file():
-        report(f"no build record{f' at {path}' if path else ''}: the reference is not recorded")
-        return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        report(f"build record {path} cannot be read ({e}): the reference is not recorded")
-        return None
-    if not isinstance(record, dict) or record.get("image_id") != image_id:
-        described = record.get("image_id") if isinstance(record, dict) else None
-        report(
-            f"build record {path} describes image {described}, not {image_id}: the reference is not recorded there"
-        )
-        return None
-    published = [p for p in record.get("published", []) if isinstance(p, str) and p != reference]
-    record["published"] = [*published, reference]
-    write_atomically(path, json.dumps(record, indent=2) + "\n")
-    return path

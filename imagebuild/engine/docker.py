@@ -40,12 +40,11 @@ from imagebuild.engine.interface import (
     push_event,
 )
 from imagebuild.engine.overlay2_store import stored_image
-from imagebuild.engine.store_kind import engine_store
+from imagebuild.engine.store_kind import api_version_problem, engine_store
 from imagebuild.engine.unreachable import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, probe, unreachable
 from imagebuild.errors import ConfigError, EngineError, UnknownImageError
 from imagebuild.importer.docker_api import (
     loaded_images,
-    loads_zstd,
     stream_error,
     tag_table,
 )
@@ -99,6 +98,10 @@ class DockerEngine(Engine):
                 )
                 raise EngineError(msg) from e
             raise EngineError(unreachable(address, e)) from e
+        problem = api_version_problem(address, str(client.api.api_version))  # negotiated: the engine's own
+        if problem is not None:
+            client.close()
+            raise EngineError(problem)
         return cls(client, address)
 
     @property
@@ -317,10 +320,6 @@ class DockerEngine(Engine):
 
     def _image_id(self, name: str) -> str:
         return str(self._api.inspect_image(name)["Id"])
-
-    @property
-    def loads_zstd(self) -> bool:
-        return loads_zstd(str(self._api.api_version))
 
     def has_image(self, image_id: str) -> bool:
         try:

@@ -9,6 +9,9 @@ build layer of the one equals the other's, entry for entry:
   parent it is;
 * any other entry whose type, permissions, owners, size, mtime, link target, xattrs and content are
   those below it is left out (a file copied up by opening it for writing, say);
+* a directory kept only as the parent of something kept, and untouched by the step (its mtime is
+  the one below), gets the time the normalised layer below gave it: the raw time below depends on
+  the path the layers took into the cache (a context COPY by the docker CLI or by imagebuild);
 * an opaque marker (``D/.wh..wh..opq``: D replaced as a whole) becomes a whiteout for each name
   below D that the layer does not bring back, at that name's place in the walk order, and is left
   out itself; a whiteout of a path nothing below has is left out;
@@ -45,7 +48,8 @@ class LayerReducer:
     def __init__(self, lower: LowerState, epoch: int) -> None:
         self._lower = lower
         self._epoch = epoch
-        self._pending: list[tarfile.TarInfo] = []  # unchanged directories that may turn out to be parents
+        # Unchanged directories that may turn out to be parents, with the mtime the step's layer gave them.
+        self._pending: list[tuple[tarfile.TarInfo, int]] = []
         self._opaque: list[_Opaque] = []
         self.dropped = 0
 
@@ -83,7 +87,7 @@ class LayerReducer:
             return
         below = self._lower.get(path)
         if info.isdir() and below is not None and below[0].is_dir and below[0].same_dir(meta):
-            self._pending.append(info)
+            self._pending.append((info, meta.mtime))
             return
         if not info.isdir() and self.unchanged(info, meta, digest):
             self.dropped += 1
@@ -104,7 +108,7 @@ class LayerReducer:
             for name in context.below:
                 if name not in context.seen:
                     yield from self._emit_whiteout(context.directory, name)
-        while self._pending and (path is None or not _inside(path, entry_path(self._pending[-1].name))):
+        while self._pending and (path is None or not _inside(path, entry_path(self._pending[-1][0].name))):
             self._pending.pop()
             self.dropped += 1
 
@@ -132,9 +136,13 @@ class LayerReducer:
 
     def _flush(self, path: str) -> Iterator[tarfile.TarInfo]:
         """The pending directories ``path`` is inside: kept after all, as its parents."""
-        keep = [d for d in self._pending if _inside(path, entry_path(d.name))]
-        self._pending = [d for d in self._pending if d not in keep]
-        yield from keep
+        keep = [p for p in self._pending if _inside(path, entry_path(p[0].name))]
+        self._pending = [p for p in self._pending if p not in keep]
+        for directory, raw_mtime in keep:
+            below = self._lower.get(entry_path(directory.name))
+            if below is not None and below[0].mtime == raw_mtime:  # untouched by the step
+                directory.mtime = self._lower.written_mtime(entry_path(directory.name))
+            yield directory
 
     def _whiteout(self, name: str) -> tarfile.TarInfo:
         info = tarfile.TarInfo(name)

@@ -86,7 +86,7 @@ def normalize_saved(saved: BinaryIO, plan: LayerPlan, workdir: Path, *, what: st
                 )
         except LayerError as e:
             raise NormalizeFailure(str(e)) from e
-        lower.apply(result.held)
+        lower.apply(result.held, result.written_mtimes)
         spooled_bytes[0] += result.size
         spooled_bytes[1] = max(spooled_bytes)
         if not any(layer.path == other.path for other in built[index + 1 :]):

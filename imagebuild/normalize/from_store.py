@@ -55,7 +55,7 @@ def normalize_stored(image: StoredImage, plan: LayerPlan, workdir: Path, *, what
             source.drain()
         except (TarSplitError, LayerError) as e:
             raise StoreReadFailure(str(e)) from e
-        lower.apply(result.held)
+        lower.apply(result.held, result.written_mtimes)
         if source.digest != layer.diff_id:
             msg = f"{what} layer {number}: {layer.files} gives sha256 {source.digest}, the image says {layer.diff_id}"
             raise StoreReadFailure(msg)

@@ -8,7 +8,8 @@ the normaliser reduces every build layer to that difference (``imagebuild.normal
 which needs, for each path a layer names, what the layers below it left there.
 
 ``LowerState`` is that, applied layer by layer: per path its type, permissions, owners, size, mtime,
-link target and xattrs, and a way to its content's digest (computed when a comparison needs it).
+link target and xattrs, and a way to its content's digest (computed when a comparison needs it), all
+as the engine committed them, and the mtime the normalised layer wrote where that differs.
 Memory: one small record per path of the flattened filesystem.
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import tarfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -84,6 +85,7 @@ class _Node:
     meta: Meta
     digest: Digest | None  # regular files only
     children: set[str] = field(default_factory=set)  # names, for directories
+    written_mtime: int | None = None  # the normalised layer's mtime, where it is not meta.mtime
 
 
 class LowerState:
@@ -99,15 +101,24 @@ class LowerState:
         node = self._nodes.get(path)
         return (node.meta, node.digest) if node is not None else None
 
+    def written_mtime(self, path: str) -> int:
+        """The mtime the normalised layers give ``path`` (which must be present)."""
+        node = self._nodes[path]
+        return node.meta.mtime if node.written_mtime is None else node.written_mtime
+
     def children(self, path: str) -> set[str]:
         node = self._nodes.get(path)
         return set(node.children) if node is not None else set()
 
-    def apply(self, entries: Iterable[tuple[str, Meta, Digest | None]]) -> None:
+    def apply(
+        self, entries: Iterable[tuple[str, Meta, Digest | None]], written_mtimes: Mapping[str, int] | None = None
+    ) -> None:
         """Apply one layer, as overlay semantics do: whiteouts and opaque markers first, then its entries.
 
-        ``entries`` are (entry name, Meta, content digest) in the layer's order.
+        ``entries`` are (entry name, Meta, content digest) in the layer's order; ``written_mtimes``
+        (by path) the mtimes the normalised layer wrote: a path it left out keeps the one below.
         """
+        written = written_mtimes or {}
         layer = [(entry_path(name), meta, digest) for name, meta, digest in entries]
         for path, _, _ in layer:
             parent, base = posixpath.split(path)
@@ -119,17 +130,19 @@ class LowerState:
         for path, meta, digest in layer:
             if posixpath.basename(path).startswith(WHITEOUT) or not path:
                 continue
-            self._add(path, meta, digest)
+            self._add(path, meta, digest, written.get(path))
 
-    def _add(self, path: str, meta: Meta, digest: Digest | None) -> None:
+    def _add(self, path: str, meta: Meta, digest: Digest | None, written_mtime: int | None = None) -> None:
         old = self._nodes.get(path)
         if old is not None and not (old.meta.is_dir and meta.is_dir):
             self._remove(path)  # a file replaced by a directory (or back) loses what was under it
             old = None
         if old is not None:
-            old.meta, old.digest = meta, digest  # a directory keeps its children
+            if written_mtime is None:  # left out of the normalised layer: what is below shows through
+                written_mtime = old.meta.mtime if old.written_mtime is None else old.written_mtime
+            old.meta, old.digest, old.written_mtime = meta, digest, written_mtime  # a directory keeps its children
         else:
-            self._nodes[path] = _Node(meta=meta, digest=digest)
+            self._nodes[path] = _Node(meta=meta, digest=digest, written_mtime=written_mtime)
         parent, name = posixpath.split(path)
         if parent and parent not in self._nodes:  # a layer may name a file without its directory
             self._nodes[parent] = _Node(meta=_IMPLIED_DIR, digest=None)

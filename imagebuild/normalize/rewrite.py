@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO, cast
 
 from imagebuild.normalize.canonical import LayerReducer
-from imagebuild.normalize.lower import Digest, Meta
+from imagebuild.normalize.lower import Digest, Meta, entry_path
 from imagebuild.util.streams import CHUNK, HashingWriter, Sink, forget_members
 
 SPOOL_IN_MEMORY = 16 * CHUNK  # a compared file up to this size stays in memory
@@ -57,6 +57,7 @@ class RewriteResult:
     dropped: int = 0  # entries the reducer left out (they change nothing below)
     # With a reducer: the input layer's entries (name, metadata, content digest), for the lower state.
     held: list[tuple[str, Meta, Digest | None]] = field(default_factory=list)
+    written_mtimes: dict[str, int] = field(default_factory=dict)  # with a reducer: by path, what it wrote
 
 
 def canonical(info: tarfile.TarInfo) -> None:
@@ -121,6 +122,7 @@ def rewrite_layer(
     out = HashingWriter(sink)
     entries = clamped = 0
     held: list[tuple[str, Meta, Digest | None]] = []
+    written_mtimes: dict[str, int] = {}
     try:
         with (
             tarfile.open(
@@ -149,7 +151,7 @@ def rewrite_layer(
                     writer.addfile(info, data)
                     entries += 1
                 else:
-                    entries += _reduced(writer, reducer, info, meta, data, held=held)
+                    entries += _reduced(writer, reducer, info, meta, data, held=held, written=written_mtimes)
                 forget_members(reader)
                 forget_members(writer)
             if reducer is not None:
@@ -161,7 +163,13 @@ def rewrite_layer(
         raise LayerError(msg) from e
     dropped = reducer.dropped if reducer is not None else 0
     return RewriteResult(
-        diff_id=out.digest, size=out.size, entries=entries, clamped=clamped, dropped=dropped, held=held
+        diff_id=out.digest,
+        size=out.size,
+        entries=entries,
+        clamped=clamped,
+        dropped=dropped,
+        held=held,
+        written_mtimes=written_mtimes,
     )
 
 
@@ -173,6 +181,7 @@ def _reduced(
     data: IO[bytes] | None,
     *,
     held: list[tuple[str, Meta, Digest | None]],
+    written: dict[str, int],
 ) -> int:
     """Write what the reducer keeps of ``info`` (and the parents and whiteouts before it); the count."""
     digest: Digest | None = None
@@ -189,15 +198,16 @@ def _reduced(
     elif data is not None:
         hashing = _HashingSource(data)
         payload, digest = hashing, hashing.digest
-    written = 0
+    count = 0
     try:
         for entry in reducer.feed(info, meta, digest):
             writer.addfile(entry, cast("IO[bytes]", payload) if entry is info else None)
-            written += 1
+            written[entry_path(entry.name)] = int(entry.mtime)
+            count += 1
     finally:
         if spooled is not None:
             spooled.close()
     if isinstance(payload, _HashingSource):
         digest = _constant(payload.digest())  # the copy is done: fix the value
     held.append((info.name, meta, digest))
-    return written
+    return count

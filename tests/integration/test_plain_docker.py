@@ -124,7 +124,7 @@ def context_dir(locked_pins: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def label_build_args(labels: dict[str, str]) -> dict[str, str]:
-    """What the README tells a plain-docker user to pass: the checkout's facts as build args."""
+    """What docs/build-context.md tells a plain-docker user to pass: the checkout's facts as build args."""
     return {arg: labels[label] for label, arg in CHECKOUT_LABEL_ARGS.items()}
 
 
@@ -155,28 +155,36 @@ def reference_manifest(imagebuild_image: dict[str, object], engine: DockerEngine
     return manifest(engine, str(imagebuild_image["image_id"]))
 
 
+@pytest.fixture(scope="module")
+def plain_classic_image(imagebuild_image: dict[str, object], context_dir: Path) -> str:
+    """The rendered context built from scratch by the docker CLI with the classic builder."""
+    cli = shutil.which("docker")
+    assert cli, "the docker CLI is needed"
+    labels = imagebuild_image["labels"]
+    assert isinstance(labels, dict)
+    return docker_build(cli, context_dir, TAG.format("classic"), label_build_args(labels), buildkit=False)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("builder", ["classic", "buildkit"])
 def test_plain_docker_build_of_the_directory_gives_the_same_image(
     imagebuild_image: dict[str, object],
     reference_manifest: dict[str, list[object]],
-    context_dir: Path,
     engine: DockerEngine,
     builder: str,
+    request: pytest.FixtureRequest,
 ) -> None:
-    cli = shutil.which("docker")
-    assert cli, "the docker CLI is needed"
-    if builder == "buildkit":
-        found, how = buildkit_cli()
-        if found is None:
-            skip_or_fail(f"BuildKit cannot run on this machine: {how}")
-        cli = found
     labels = imagebuild_image["labels"]
     assert isinstance(labels, dict)
     reference = str(imagebuild_image["image_id"])
-    image = docker_build(
-        cli, context_dir, TAG.format(builder), label_build_args(labels), buildkit=builder == "buildkit"
-    )
+    if builder == "classic":
+        image = request.getfixturevalue("plain_classic_image")
+    else:
+        found, how = buildkit_cli()
+        if found is None:
+            skip_or_fail(f"BuildKit cannot run on this machine: {how}")
+        context_dir = request.getfixturevalue("context_dir")
+        image = docker_build(found, context_dir, TAG.format(builder), label_build_args(labels), buildkit=True)
     assert image
     assert image != reference  # built from scratch (--no-cache), not taken from the cache
     built, expected = engine.inspect_image(image), engine.inspect_image(reference)
@@ -191,3 +199,26 @@ def test_plain_docker_build_of_the_directory_gives_the_same_image(
     differing = sorted(path for path in theirs.keys() | ours.keys() if theirs.get(path) != ours.get(path))
     assert differing == [], [(p, theirs.get(p), ours.get(p)) for p in differing[:10]]
 
+
+
+@pytest.mark.slow
+def test_a_cached_build_after_a_plain_one_gives_the_same_identity(
+    imagebuild_image: dict[str, object], plain_classic_image: str, locked_pins: Path, tmp_path: Path
+) -> None:
+    """The docker CLI sends the context's real mtimes, imagebuild's context tar 0: whichever chain the
+    classic builder's cache takes (the newest: the plain build's), the normalised image is the same, the
+    COPY layers' entries and the untouched parents above them all getting their step's epoch."""
+    record = tmp_path / "record.json"
+    argv = ["build", "--pins", str(locked_pins), "--network", "host", "--tag", TAG.format("after-plain")]
+    assert main([*argv, "--record", str(record)]) == 0
+    again = json.loads(record.read_text())
+    # Built on the plain build's layers (the labels imagebuild passes make one image more on top).
+    assert parent(again["normalization"]["unnormalized_id"]) == parent(plain_classic_image)
+    assert again["image_id"] == imagebuild_image["image_id"]
+
+
+def parent(image: str) -> str:
+    done = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Parent}}", image], capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()

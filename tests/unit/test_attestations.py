@@ -77,10 +77,6 @@ class RunOnlyEngine(Engine):
     def load(self, chunks: Iterable[bytes]) -> list[str]:
         raise NotImplementedError
 
-    @property
-    def loads_zstd(self) -> bool:
-        raise NotImplementedError
-
     def has_image(self, image_id: str) -> bool:
         raise NotImplementedError
 

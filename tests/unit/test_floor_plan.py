@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inputs", "engine"),
     ("pins",),
     ("project",),
-    ("render", "lock"),
+    ("render", "lock", "scaffold"),
     ("normalize", "distribute", "verify"),
     ("diff", "build", "slurm"),
     ("testing",),

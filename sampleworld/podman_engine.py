@@ -1,0 +1,175 @@
+"""Podman as an engine for tests: bookworm's podman 4.3.1 answering the Docker API on a socket of its own.
+
+`podman system service` serves Docker's API (1.41) in front of containers/storage; imagebuild talks to
+it as to any engine, through DOCKER_HOST. Everything it keeps is ours: its graph root in the state dir,
+its run root, socket and pid file under /run (unix socket paths are limited to about 100 bytes), and its
+own containers.conf, registries.conf and storage.conf (CONTAINERS_CONF, CONTAINERS_REGISTRIES_CONF,
+CONTAINERS_STORAGE_CONF), so the host's podman and docker share nothing with it.
+
+Measured on this machine: bookworm's crun refuses this host's cgroups, so containers.conf names runc;
+without explicit `default_ulimits` a container's start fails raising RLIMIT_NOFILE past the hard limit
+podman inherits (20000 open files in this sandbox) or RLIMIT_NPROC, so they are set lower; the sample registry on loopback is plain http, which podman must be told is allowed.
+
+`ensure_podman` starts it unless ours answers; `stop_podman` stops only the pid this state dir recorded
+(checked against its command line), then what it left running that names our directories (conmon).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sampleworld import log, proc
+from sampleworld.engines import RUN_ROOT, NodeEngine, ping
+from sampleworld.errors import SampleWorldError
+from sampleworld.layout import REGISTRY, StateDir
+
+NAME = "podman"
+START_TIMEOUT_S = 60
+LEFTOVER_PROCESSES = ("conmon", "podman", "runc")
+NOFILE, NPROC = 65536, 4096  # per container: plenty for verify and the tests' containers
+
+CONTAINERS_CONF = """\
+[containers]
+default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodmanEngine:
+    root: Path  # persistent: graph root, config files, log
+    run_dir: Path  # short path: run root, socket, pid file
+
+    @property
+    def socket(self) -> Path:
+        return self.as_node_engine().socket  # where sampleworld.engines' API helpers look
+
+    @property
+    def host(self) -> str:
+        return f"unix://{self.socket}"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.run_dir / "podman.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "podman.log"
+
+    @property
+    def graph_root(self) -> Path:
+        return self.root / "storage"
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "CONTAINERS_CONF": str(self.root / "containers.conf"),
+            "CONTAINERS_REGISTRIES_CONF": str(self.root / "registries.conf"),
+            "CONTAINERS_STORAGE_CONF": str(self.root / "storage.conf"),
+        }
+
+    def argv(self) -> tuple[str, ...]:
+        return (
+            "podman", "--root", str(self.graph_root), "--runroot", str(self.run_dir / "run"),
+            "system", "service", "--time", "0", self.host,
+        )  # fmt: skip
+
+    def as_node_engine(self) -> NodeEngine:
+        """For the API helpers (ping, api_get) of sampleworld.engines: they need only the socket."""
+        return NodeEngine(name=NAME, root=self.root, run_dir=self.run_dir)
+
+
+def podman_engine(state: StateDir) -> PodmanEngine:
+    key = hashlib.sha256(f"{state.root}\0{NAME}".encode()).hexdigest()[:12]
+    return PodmanEngine(root=state.root / "engines" / NAME, run_dir=RUN_ROOT / key)
+
+
+def _write_config(engine: PodmanEngine) -> None:
+    engine.root.mkdir(parents=True, exist_ok=True)
+    engine.run_dir.mkdir(parents=True, exist_ok=True)
+    # Podman asks for 1048576 open files unless told, and no container may exceed the service's hard
+    # limits (the service lowers its own RLIMIT_NPROC to 32768 here): ask for less, which is always allowed.
+    nofile = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], NOFILE)
+    (engine.root / "containers.conf").write_text(CONTAINERS_CONF.format(nofile=nofile, nproc=NPROC))
+    (engine.root / "registries.conf").write_text(
+        f'unqualified-search-registries = []\n\n[[registry]]\nlocation = "{REGISTRY}"\ninsecure = true\n'
+    )
+    (engine.root / "storage.conf").write_text(
+        f'[storage]\ndriver = "overlay"\ngraphroot = "{engine.graph_root}"\nrunroot = "{engine.run_dir / "run"}"\n'
+    )
+
+
+def running_pid(engine: PodmanEngine) -> int | None:
+    try:
+        pid = int(engine.pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if proc.pid_alive(pid) and str(engine.socket) in proc.cmdline(pid):
+        return pid
+    return None
+
+
+def ensure_podman(state: StateDir) -> bool:
+    """Start Podman's API service unless ours answers; True when this call started it."""
+    engine = podman_engine(state)
+    node = engine.as_node_engine()
+    if running_pid(engine) is not None and ping(node):
+        return False
+    if shutil.which("podman") is None:
+        msg = "podman is not installed: scripts/ensure-docker.sh installs it (Debian's podman package)"
+        raise SampleWorldError(msg)
+    if running_pid(engine) is None:
+        _write_config(engine)
+        engine.socket.unlink(missing_ok=True)
+        pid = proc.spawn(engine.argv(), log_path=engine.log_file, env=engine.env())
+        engine.pid_file.write_text(f"{pid}\n")
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not ping(node):
+        if time.monotonic() > deadline:
+            msg = f"podman does not answer on {engine.socket} after {START_TIMEOUT_S}s; see {engine.log_file}"
+            raise SampleWorldError(msg)
+        time.sleep(0.2)
+    log.info(f"engine {NAME}: pid {running_pid(engine)} answering at {engine.host}")
+    return True
+
+
+def stop_podman(state: StateDir) -> bool:
+    """Stop the Podman service this state dir started (and what it left running); True when one was."""
+    engine = podman_engine(state)
+    pid = running_pid(engine)
+    if pid is None:
+        return False
+    proc.stop_pid(pid, timeout=30)
+    for left in leftover_pids(engine):
+        log.info(f"engine {NAME}: stopping pid {left} it left running: {proc.cmdline(left)[:200]}")
+        proc.stop_pid(left, timeout=15)
+    engine.pid_file.unlink(missing_ok=True)
+    log.info(f"engine {NAME}: stopped pid {pid}")
+    return True
+
+
+def leftover_pids(engine: PodmanEngine) -> list[int]:
+    """Podman's helpers (conmon, runc) whose command line names our run dir or graph root."""
+    marks = (f"{engine.run_dir}/", f"{engine.root}/")
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        line = proc.cmdline(int(entry.name))
+        if comm.startswith(LEFTOVER_PROCESSES) and any(m in line for m in marks) and proc.pid_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return sorted(found)
