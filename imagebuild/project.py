@@ -14,6 +14,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from imagebuild.errors import ConfigError
+from imagebuild.inputs.apt_lock import AptLock, apt_lock_path_for, read_apt_lock
 from imagebuild.inputs.arch import ArchProfile, load_arch
 from imagebuild.inputs.layout import context_dir
 from imagebuild.inputs.python_lock import PythonLock, lock_path_for, read_python_lock
@@ -65,6 +66,11 @@ class Project:
         return lock_path_for(self.pins_path)
 
     @property
+    def apt_lock_path(self) -> Path:
+        """apt.lock.toml beside the pins file: the sample pins have their own."""
+        return apt_lock_path_for(self.pins_path)
+
+    @property
     def uses_checkout_pins(self) -> bool:
         """Whether the pins are the checkout's own pins.toml (what docker/ARCH/ is rendered from)."""
         return self.pins_path == (self.root / "pins.toml").resolve()
@@ -80,6 +86,7 @@ class Project:
             arch=load_arch(self.arch_dir, arch),
             constraints=read_constraints(self.constraints_dir),
             python_lock=read_python_lock(self.python_lock_path),
+            apt_lock=read_apt_lock(self.apt_lock_path),
         )
 
 
@@ -90,6 +97,7 @@ class Inputs:
     arch: ArchProfile
     constraints: str  # the text of /etc/pip-constraints.txt
     python_lock: PythonLock | None = None  # pylock.toml beside the pins file (None: not locked yet)
+    apt_lock: AptLock | None = None  # apt.lock.toml beside the pins file (None: not locked yet)
 
 
 def find_project(start: Path, pins: Path | None = None, *, search_parents: bool = True) -> Project:
