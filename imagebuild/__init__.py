@@ -11,10 +11,11 @@ this list (``tests/unit/test_floor_plan.py`` holds the layers and checks every i
     inputs/              reading stages/, arch profiles, pylock.toml; value kinds; shared facts (layout)
     engine/              the container engine: the interface, and docker-py behind it
     pins/                pins.toml as typed pins; SOURCE_DATE_EPOCH from them
-    project              a checkout, and its inputs loaded once
+    project              what makes a project (a checkout, or one init wrote), its inputs loaded once
     render/              inputs -> Dockerfile and build context (pure: no git, no engine)
     lock/                resolve pins to immutable identities; the python lock
     attest/              attestations: subjects, DSSE signing and verifying, what an image's layers hold
+    scaffold/            a new project from a definition imagebuild ships (imagebuild init)
     normalize/           rewrite a built image's layers so the same pins give the same image ID
     distribute/          publish to a registry, export to a verified archive, import
     verify/              testinfra smoke checks against a built image

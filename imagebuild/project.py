@@ -1,4 +1,9 @@
-"""Where a checkout keeps its inputs, and loading them together."""
+"""What makes a project (a directory holding an image definition), and loading its inputs together.
+
+A project is any directory with the files of :data:`PROJECT_FILES`: this repository's checkout is one,
+and ``imagebuild init`` writes another (a team keeps its image definition in its own repository). It is
+found by its marker, ``stages/image.toml``, in the working directory or above it, or given with ``-C``.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from imagebuild.errors import ConfigError
+from imagebuild.inputs.apt_lock import AptLock, apt_lock_path_for, read_apt_lock
 from imagebuild.inputs.arch import ArchProfile, load_arch
 from imagebuild.inputs.layout import context_dir
 from imagebuild.inputs.python_lock import PythonLock, lock_path_for, read_python_lock
@@ -18,9 +24,23 @@ from imagebuild.inputs.stages import load_stages
 from imagebuild.inputs.values import control_problem, shown
 from imagebuild.pins import PinSet, load_pins
 
+# What render, lock and build read from a project, as the one-line error outside one names it.
+PROJECT_MARKER = "stages/image.toml"
+PROJECT_FILES: tuple[str, ...] = (
+    PROJECT_MARKER,  # the image: its stages' order, args and tunables
+    "stages/NN-*.toml",  # one file per step
+    "stages/arch/ARCH.toml",  # the arch profile (gfx942)
+    "constraints/*.txt",  # the build-toolchain constraint
+    "pins.toml",  # every source, pinned by lock
+    "pylock.toml",  # the stages' python packages, locked by lock
+)
+WHAT_MAKES_A_PROJECT = f"a project holds {', '.join(PROJECT_FILES)}"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Project:
+    """A directory holding an image definition: its inputs' paths (the pins file may be elsewhere)."""
+
     root: Path
     pins_path: Path
 
@@ -46,6 +66,11 @@ class Project:
         return lock_path_for(self.pins_path)
 
     @property
+    def apt_lock_path(self) -> Path:
+        """apt.lock.toml beside the pins file: the sample pins have their own."""
+        return apt_lock_path_for(self.pins_path)
+
+    @property
     def uses_checkout_pins(self) -> bool:
         """Whether the pins are the checkout's own pins.toml (what docker/ARCH/ is rendered from)."""
         return self.pins_path == (self.root / "pins.toml").resolve()
@@ -61,6 +86,7 @@ class Project:
             arch=load_arch(self.arch_dir, arch),
             constraints=read_constraints(self.constraints_dir),
             python_lock=read_python_lock(self.python_lock_path),
+            apt_lock=read_apt_lock(self.apt_lock_path),
         )
 
 
@@ -71,20 +97,23 @@ class Inputs:
     arch: ArchProfile
     constraints: str  # the text of /etc/pip-constraints.txt
     python_lock: PythonLock | None = None  # pylock.toml beside the pins file (None: not locked yet)
+    apt_lock: AptLock | None = None  # apt.lock.toml beside the pins file (None: not locked yet)
 
 
 def find_project(start: Path, pins: Path | None = None, *, search_parents: bool = True) -> Project:
-    """The checkout containing ``start``: the nearest directory with stages/image.toml.
+    """The project containing ``start``: the nearest directory with stages/image.toml.
 
-    ``search_parents=False`` (``imagebuild -C DIR``): ``start`` itself or nothing.
+    ``search_parents=False`` (``imagebuild -C DIR``): ``start`` itself or nothing. The error names what
+    makes a project and the verb that makes one, for a user who installed imagebuild and has none yet.
     """
     for candidate in (start, *start.parents) if search_parents else (start,):
-        if (candidate / "stages" / "image.toml").is_file():
+        if (candidate / PROJECT_MARKER).is_file():
             return Project(root=candidate, pins_path=_absolute(pins or candidate / "pins.toml"))
+    make_one = f"{WHAT_MAKES_A_PROJECT}; `imagebuild init DIR` writes one"
     if not search_parents:
-        msg = f"-C {start}: not an imagebuild checkout (no stages/image.toml in it); give the repository's directory"
+        msg = f"-C {start}: not an imagebuild project (no {PROJECT_MARKER} in it); {make_one}"
         raise ConfigError(msg)
-    msg = f"{start}: not inside an imagebuild checkout (no stages/image.toml here or above); cd into the repository or give it with -C DIR"
+    msg = f"{start}: not inside an imagebuild project (no {PROJECT_MARKER} here or above); {make_one}, or cd into one or give it with -C DIR"
     raise ConfigError(msg)
 
 

@@ -352,6 +352,7 @@ def build_record(
         manifest_digest=manifest_digest,
         base_diff_ids=base_layers,
         signed=documents.envelopes() if prepared.options.signing_key else (),
+        recipes=prepared.context.recipes,
     )
 
 

@@ -63,6 +63,8 @@ class BuildRecord:
     manifest_digest: str = ""  # the canonical manifest's digest, where the build knows it (containerd store)
     base_diff_ids: tuple[str, ...] = ()  # the base image's layers: what the SBOM marks as the base's
     signed: tuple[Path, ...] = ()  # the DSSE envelopes of the SBOM and provenance, when signed
+    # The launcher recipes the image carries, by name: `imagebuild slurm --from-record` runs one of them.
+    recipes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         """The build record file (build/ARCH.build.json), its keys in their long-standing order."""
@@ -85,4 +87,5 @@ class BuildRecord:
             "attestations": [str(path) for path in (self.sbom, self.provenance, *self.signed)],
             "source_date_epoch": self.source_date_epoch,
             "normalization": self.normalization,
+            "recipes": list(self.recipes),
         }

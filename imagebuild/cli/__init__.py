@@ -4,6 +4,7 @@ app         ``main``, the entry point: parses, runs the verb, reports an error o
 verbs       how a verb registers: the global flags and common options every verb shares, help, epilog
 arguments   argument types, each value checked as it is parsed (before any engine or network)
 output      the one JSON writer: every verb's document, success and failure, with schema_version
+scaffold    init
 image       render, plan, verify
 lock        lock
 build       build
@@ -12,7 +13,7 @@ attestations  attestations verify; the signing flags (--sign-key) build, export 
 diff        diff
 slurm       slurm
 
-One grammar for every verb (README.md, "Command-line grammar"; tests/unit/test_cli_contract.py).
+One grammar for every verb (docs/commands.md, "Command-line grammar"; tests/unit/test_cli_contract.py).
 May import: everything in imagebuild; nothing imports it.
 """
 

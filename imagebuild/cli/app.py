@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from imagebuild import __version__
-from imagebuild.cli import attestations, build, diff, distribute, image, lock, slurm
+from imagebuild.cli import attestations, build, diff, distribute, image, lock, scaffold, slurm
 from imagebuild.cli.output import write_json
 from imagebuild.cli.verbs import (
     HelpFormatter,
@@ -38,6 +38,7 @@ from imagebuild.secrets import redact
 
 # Every verb, in the order `imagebuild --help` lists them; a new verb adds its module's register here.
 REGISTRARS: tuple[Callable[[Verbs], None], ...] = (
+    scaffold.register,  # init
     image.register,  # render, plan, verify
     lock.register,
     build.register,
@@ -129,7 +130,7 @@ def _project_directory(arguments: list[str]) -> Path | None:
         return None
     directory: Path = known.project[-1]
     if not directory.is_dir():
-        msg = f"argument -C/--project: {directory} is not a directory; give the checkout's directory"
+        msg = f"argument -C/--project: {directory} is not a directory; give the project's directory"
         raise UsageError(msg, "imagebuild")
     return directory
 

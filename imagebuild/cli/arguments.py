@@ -157,3 +157,15 @@ def output_directory(text: str) -> Path:
         msg = "'-': this verb writes several files, which stdout cannot hold; name a directory"
         raise argparse.ArgumentTypeError(msg)
     return Path(text)
+
+
+def project_directory(text: str) -> Path:
+    """init's DIR: a directory to write a project into (made if missing; what is in it is checked by init)."""
+    _printable_path(text)
+    if not text:
+        msg = "'' is empty; name a directory for the project, e.g. . or my-image"
+        raise argparse.ArgumentTypeError(msg)
+    if Path(text).exists() and not Path(text).is_dir():
+        msg = f"{text!r} is not a directory; name a new or empty directory for the project"
+        raise argparse.ArgumentTypeError(msg)
+    return Path(text)

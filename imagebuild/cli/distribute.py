@@ -30,7 +30,7 @@ def _default_image(args: argparse.Namespace) -> str:
 
 
 def _default_record(args: argparse.Namespace) -> Path | None:
-    """The build record publish notes the reference in: --record, else the checkout's, if in one."""
+    """The build record publish and export note where the image went: --record, else the project's, if in one."""
     if args.record:
         return Path(args.record)
     try:
@@ -130,13 +130,15 @@ def cmd_export(args: argparse.Namespace) -> int:
         output=check_output_dir(args.output),
         compression=Compression(args.compress),
         signing_key=signing_key_of(args),
+        record_path=_default_record(args),
     )
     # A batch job's time limit or scancel sends SIGTERM: remove the temporary archive as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
     with DockerEngine.opened() as engine:
         result = export_image(options, engine, report=logger.info)
     if args.json:
-        write_json({"manifest": str(result.manifest_path), **result.manifest.to_json()})
+        record = str(result.recorded_in) if result.recorded_in else None
+        write_json({"manifest": str(result.manifest_path), "record": record, **result.manifest.to_json()})
     else:
         sys.stdout.write(f"{result.manifest_path}\n")
     return 0
@@ -237,6 +239,9 @@ def register(verbs: Verbs) -> None:
         help="archive compression (default zstd)",
     )
     add_signing_flags(p, "the export statement")
+    p.add_argument(
+        "--record", type=Path, help="build record to note the manifest in (default build/ARCH.build.json)"
+    )
 
     p = verbs.add(
         Verb(

@@ -3,7 +3,7 @@
 Every document, success or failure, starts with ``"schema_version": 1``; a script checks it before
 reading the rest, and a later release that renames or drops a key raises it. Where a key was renamed
 to the name other verbs use for the same thing (``seconds`` for a duration, ``step`` for a step's
-number), the old key is kept beside it for one release (README, "Command-line grammar").
+number), the old key is kept beside it for one release (docs/commands.md, "Command-line grammar").
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from imagebuild.launcher.inputs import SPECS
 from imagebuild.log import logger
 from imagebuild.slurm import job as jobs
 from imagebuild.slurm.archive import read_archive
+from imagebuild.slurm.from_record import RecordedImage, read_record, recorded_recipe
 from imagebuild.slurm.recipe import check_topology
 from imagebuild.slurm.script import render_script
 from imagebuild.util.files import atomic_file
@@ -43,6 +44,8 @@ def register(verbs: Verbs) -> None:
                 "--archive /shared/images/kimi-k3-06203f705c54.tar.zst.json > kimi-k3.sbatch",
                 "imagebuild slurm --nodes 2 --variant pp2xtp8 --model-path /shared/models/kimi-k3 "
                 "--image registry.example.com/ml/kimi-k3@sha256:<64 hex> -o kimi-k3.sbatch --json",
+                "imagebuild slurm --nodes 2 --variant pp2xtp8 --model-path /shared/models/kimi-k3 "
+                "--from-record -o kimi-k3.sbatch",
             ),
             checkout=False,
             json="the job (nodes, recipe, variant, image) and where the script went (or the script)",
@@ -50,7 +53,10 @@ def register(verbs: Verbs) -> None:
         )
     )
     p.add_argument("--nodes", type=int, required=True, help="nodes of the job; must fit the recipe's TP x PP")
-    p.add_argument("--recipe", default=SPECS["RECIPE"].default, help="launcher recipe (default %(default)s)")
+    p.add_argument(
+        "--recipe",
+        help=f"launcher recipe (default: the one the --from-record image carries, else {SPECS['RECIPE'].default})",
+    )
     p.add_argument("--variant", required=True, help="variant of the recipe, e.g. pp2xtp8")
     p.add_argument(
         "--model-path", required=True, help="model directory, the same absolute path on every node"
@@ -59,6 +65,15 @@ def register(verbs: Verbs) -> None:
     source.add_argument("--image", metavar="REF@sha256:...", help="pull this reference on every node")
     source.add_argument(
         "--archive", type=Path, metavar="MANIFEST", help="import this archive (manifest on shared storage)"
+    )
+    source.add_argument(
+        "--from-record",
+        nargs="?",
+        type=Path,
+        const=Path(),  # the working directory's project: its build/gfx942.build.json
+        metavar="RECORD",
+        help="the image publish or export noted in this build record (or a project directory's; default: "
+        "the project's build/gfx942.build.json), and the recipe it carries",
     )
     p.add_argument("--job-name", help="SLURM job name (default RECIPE-VARIANT)")
     p.add_argument("--partition", help="SLURM partition")
@@ -138,6 +153,18 @@ def register(verbs: Verbs) -> None:
         help="mount only the --rdma-lib paths, not the default list",
     )
     p.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG", help="one more #SBATCH option")
+    p.add_argument("--no-init", action="store_true", help="no init as the container's PID 1 (docker run --init)")
+    jit = p.add_mutually_exclusive_group()
+    jit.add_argument(
+        "--jit-cache",
+        metavar="DIR",
+        help=f"each node's host JIT cache, mounted over the image's (default {jobs.DEFAULT_JIT_CACHE_ROOT}/<image>)",
+    )
+    jit.add_argument("--no-jit-cache", action="store_true", help="keep the JIT caches in the container")
+    p.add_argument("--no-exclusive", action="store_true", help="share the nodes with other jobs (no --exclusive)")
+    p.add_argument(
+        "--no-gpu-request", action="store_true", help="request no GPUs from SLURM (--gpus-per-node); use --sbatch-arg"
+    )
     p.add_argument(
         "-o",
         "--output",
@@ -147,12 +174,19 @@ def register(verbs: Verbs) -> None:
     )
 
 
-def _request(args: argparse.Namespace) -> jobs.JobRequest:
+def _request(args: argparse.Namespace, recorded: RecordedImage | None) -> jobs.JobRequest:
+    """The job as asked: --image or --archive and --recipe, or what the build record names (--from-record)."""
+    default = SPECS["RECIPE"].default
     image: jobs.PulledImage | jobs.ArchivedImage
-    image = read_archive(args.archive) if args.archive is not None else jobs.PulledImage(reference=args.image)
+    if recorded is not None:
+        image, recipe = recorded.image, recorded_recipe(args.recipe, recorded, default)
+    elif args.archive is not None:
+        image, recipe = read_archive(args.archive), args.recipe or default
+    else:
+        image, recipe = jobs.PulledImage(reference=args.image), args.recipe or default
     return jobs.JobRequest(
         nodes=args.nodes,
-        recipe=args.recipe,
+        recipe=recipe,
         variant=args.variant,
         model_path=args.model_path,
         image=image,
@@ -176,6 +210,10 @@ def _request(args: argparse.Namespace) -> jobs.JobRequest:
         rdma_libs=tuple(args.rdma_lib),
         default_rdma_libs=not args.no_default_rdma_libs,
         sbatch_args=tuple(args.sbatch_arg),
+        init=not args.no_init,
+        jit_cache="" if args.no_jit_cache else args.jit_cache,
+        exclusive=not args.no_exclusive,
+        gpu_request=not args.no_gpu_request,
     )
 
 
@@ -192,13 +230,17 @@ def slurm_document(job: jobs.Job, *, output: Path | None, script: str | None) ->
         "image": image.reference if isinstance(image, jobs.PulledImage) else None,
         "archive": image.manifest if isinstance(image, jobs.ArchivedImage) else None,
         "image_id": image.image_id if isinstance(image, jobs.ArchivedImage) else None,
+        "jit_cache": job.jit_cache or None,
     }
 
 
 def run(args: argparse.Namespace) -> int:
-    job = jobs.make_job(_request(args))
+    recorded = read_record(args.from_record) if args.from_record is not None else None
+    job = jobs.make_job(_request(args, recorded))
     topology = check_topology(job)
     text = render_script(job, topology, version=__version__)
+    if recorded is not None:  # said once every value passed: a refused job shows only its one line
+        logger.info("%s", recorded.chosen)
     if args.output is None:
         if args.json:  # stdout is the document: the script is in it
             write_json(slurm_document(job, output=None, script=text))

@@ -8,7 +8,7 @@ Registration adds what every verb shares: the global flags, the common options
 ``--progress`` for verbs that show progress), all accepted before the verb and
 after it, and an epilog with the examples and the exit codes from
 ``imagebuild.errors``. ``tests/unit/test_cli_contract.py`` checks each
-registered verb for this; README.md's "Command-line grammar" is the table.
+registered verb for this; docs/commands.md's "Command-line grammar" is the table.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ GLOBAL_FLAGS = (
         options={
             "type": Path,
             "metavar": "DIR",
-            "help": "run as if started in DIR, the checkout (not searched for upwards)",
+            "help": "run as if started in DIR, the project (not searched for upwards)",
         },
     ),
 )

@@ -5,7 +5,8 @@ into a content-addressed archive and its manifest), ``shipped_importer`` (``imag
 standard-library manifest reader and verified loader, as the zipapp export writes next to each archive),
 ``local_import`` (the same package behind `imagebuild import`), ``archive_layout`` (any engine's save
 stream made into the archive every engine and image store loads) and ``compression`` (how archives
-are compressed). The command line is ``imagebuild.cli.distribute``.
+are compressed); ``record_notes`` notes in the build record where the image went (publish's reference,
+export's manifest), for ``imagebuild slurm --from-record``. The command line is ``imagebuild.cli.distribute``.
 
 May import: attest (the statements export and publish write), engine, importer, inputs and the packages below them.
 """

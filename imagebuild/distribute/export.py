@@ -14,7 +14,8 @@ every export of one imagebuild), the archive's in-toto statement (``<archive>.ex
 subject the archive's sha256, predicate the image identity and manifest digest; with a signing key
 also its DSSE envelope, ``<archive>.export.dsse.jsonl``), then the manifest (``<archive>.json``, naming
 the statement files by sha256) last. A manifest therefore
-always names a complete archive, and an interrupted export leaves no file that looks complete.
+always names a complete archive, and an interrupted export leaves no file that looks complete. The
+manifest's absolute path is then noted in the build record, when that record describes the image.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from imagebuild.attest.statement import (
 )
 from imagebuild.distribute.archive_layout import ArchiveLayoutError, portable_archive
 from imagebuild.distribute.compression import Compression, Sink, compressing
+from imagebuild.distribute.record_notes import EXPORTED, note_in_record
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
 from imagebuild.engine.interface import Engine, ImageInfo
 from imagebuild.errors import ConfigError, EngineError, ImageBuildError
@@ -61,6 +63,7 @@ class ExportOptions:
     output: Path
     compression: Compression = Compression.ZSTD
     signing_key: SigningKey | None = None  # --sign-key: the export's statement also as a signed DSSE envelope
+    record_path: Path | None = None  # the build record to note the manifest in, when it is this image's
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +71,7 @@ class ExportResult:
     manifest_path: Path
     manifest: Manifest
     seconds: float
+    recorded_in: Path | None = None  # the build record the manifest was noted in
 
 
 class _HashingSink:
@@ -208,7 +212,10 @@ def _export(
         f"wrote {name} ({sink.size / 1e9:.2f} GB from {progress.saved / 1e9:.2f} GB, {options.compression}) "
         f"in {seconds:.1f}s; manifest {manifest_path.name}"
     )
-    return ExportResult(manifest_path=manifest_path, manifest=manifest, seconds=seconds)
+    recorded = note_in_record(
+        options.record_path, image_id=info.identity, key=EXPORTED, value=str(manifest_path), report=report
+    )
+    return ExportResult(manifest_path=manifest_path, manifest=manifest, seconds=seconds, recorded_in=recorded)
 
 
 class _Counted:

@@ -10,7 +10,6 @@ digest as its subject and the image identity in its predicate, and the record li
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable
@@ -25,12 +24,12 @@ from imagebuild.attest.statement import (
     statement_text,
     write_attestation,
 )
+from imagebuild.distribute.record_notes import ATTESTATIONS, PUBLISHED, note_in_record
 from imagebuild.engine.interface import Engine, ImageInfo, PushEvent
 from imagebuild.errors import ConfigError, ImageBuildError, RegistryError
 from imagebuild.inputs.layout import attestation_file_name
 from imagebuild.inputs.references import COMPONENT, TAG_RE
 from imagebuild.inputs.values import shown
-from imagebuild.util.files import write_atomically
 
 # A repository to push to starts with a host docker takes for a registry (a dot or a port, or
 # localhost: without one, docker would push to Docker Hub), then docker's path components.
@@ -164,7 +163,11 @@ def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[
     if not info.identity:  # never a wrong identity: the digest still names exactly what was pushed
         report(f"the image's identity is unknown ({info.identity_unknown}); {reference} still names exactly what was pushed")
     written = _attest(options, info, repository, digest, report)
-    recorded = _record(options.record_path, info.identity, reference, report, attestations=written)
+    recorded = note_in_record(
+        options.record_path, image_id=info.identity, key=PUBLISHED, value=reference, report=report
+    )
+    for path in written:
+        note_in_record(options.record_path, image_id=info.identity, key=ATTESTATIONS, value=str(path), report=report)
     return PublishResult(
         reference=reference,
         digest=digest,
@@ -200,31 +203,3 @@ def _attest(
     report(f"publish statement: {', '.join(str(p) for p in written.paths)}")
     return written.paths
 
-
-def _record(
-    path: Path | None, image_id: str, reference: str, report: Callable[[str], None], *, attestations: tuple[Path, ...] = ()
-) -> Path | None:
-    """Add the reference to the build record's "published" list when the record describes this image."""
-    if not image_id:
-        report("the reference is not recorded: without the image's identity no build record can be matched to it")
-        return None
-    if path is None or not path.is_file():
-        report(f"no build record{f' at {path}' if path else ''}: the reference is not recorded")
-        return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        report(f"build record {path} cannot be read ({e}): the reference is not recorded")
-        return None
-    if not isinstance(record, dict) or record.get("image_id") != image_id:
-        described = record.get("image_id") if isinstance(record, dict) else None
-        report(
-            f"build record {path} describes image {described}, not {image_id}: the reference is not recorded there"
-        )
-        return None
-    published = [p for p in record.get("published", []) if isinstance(p, str) and p != reference]
-    record["published"] = [*published, reference]
-    named = [a for a in record.get("attestations", []) if isinstance(a, str) and a not in map(str, attestations)]
-    record["attestations"] = [*named, *map(str, attestations)]
-    write_atomically(path, json.dumps(record, indent=2) + "\n")
-    return path

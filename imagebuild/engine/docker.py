@@ -45,7 +45,6 @@ from imagebuild.engine.unreachable import ADDRESS_FORMS, DEFAULT_SOCKET, plain_r
 from imagebuild.errors import ConfigError, EngineError, UnknownImageError
 from imagebuild.importer.docker_api import (
     loaded_images,
-    loads_zstd,
     stream_error,
     tag_table,
 )
@@ -321,10 +320,6 @@ class DockerEngine(Engine):
 
     def _image_id(self, name: str) -> str:
         return str(self._api.inspect_image(name)["Id"])
-
-    @property
-    def loads_zstd(self) -> bool:
-        return loads_zstd(str(self._api.api_version))
 
     def has_image(self, image_id: str) -> bool:
         try:

@@ -198,12 +198,7 @@ class Engine(ABC):
 
     @abstractmethod
     def load(self, chunks: Iterable[bytes]) -> list[str]:
-        """Load a ``docker save`` tar (plain, gzip, or zstd where ``loads_zstd``); return the loaded IDs."""
-
-    @property
-    @abstractmethod
-    def loads_zstd(self) -> bool:
-        """Whether ``load`` accepts zstd-compressed archives (Docker 23 and later)."""
+        """Load a plain ``docker save`` tar (the importer decompresses and filters it); return the loaded IDs."""
 
     @property
     def ids_are_manifests(self) -> bool:

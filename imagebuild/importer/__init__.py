@@ -9,7 +9,9 @@ import each other relatively (in the zipapp the package is not under ``imagebuil
 failures       the one-line failures and their exit codes (imagebuild's own)
 manifest       the manifest format: the Manifest written by export, read and checked here
 verified_load  import_archive: hash while streaming into an engine, check, then tag; ImportEngine
-tag_guard      what a load did to the engine's tag table, undone: only the importer tags
+load_stream    what the engine is sent: the archive decompressed here, stopped past its declared size
+tar_filter     that tar without the names it carries (RepoTags, repositories, index.json annotations)
+tag_guard      the second line: any tag a load still created or moved, undone
 text           values from a manifest or an engine, escaped for a terminal
 docker_api     the engine API's load and error messages, as both engines read them
 socket_engine  SocketEngine: the engine API over DOCKER_HOST with http.client

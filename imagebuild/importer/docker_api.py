@@ -10,15 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping
 
-ZSTD_LOAD_API = (1, 42)  # Docker 23.0 (API 1.42) is the first engine whose `load` reads zstd archives
 LOADED_ID = "Loaded image ID: "  # an archive saved by image ID, as export saves
 LOADED_NAME = "Loaded image: "  # a tagged archive (not one of export's)
-
-
-def loads_zstd(api_version: str) -> bool:
-    """Whether an engine of this API version ("1.41") loads zstd archives itself."""
-    parts = [int(part) for part in api_version.split(".")[:2] if part.isdigit()]
-    return len(parts) == 2 and tuple(parts) >= ZSTD_LOAD_API
 
 
 def names_images_by_manifest(info: Mapping[str, Any]) -> bool:

@@ -19,7 +19,6 @@ from typing import Any, Iterable
 
 from .docker_api import (
     loaded_images,
-    loads_zstd,
     names_images_by_manifest,
     response_error,
     stream_error,
@@ -44,8 +43,6 @@ class SocketEngine:
             certs = Path(os.environ.get("DOCKER_CERT_PATH") or Path.home() / ".docker")
             self._tls = ssl.create_default_context(cafile=str(certs / "ca.pem"))
             self._tls.load_cert_chain(str(certs / "cert.pem"), str(certs / "key.pem"))
-        version = self._json("/version", "report its version").get("ApiVersion", "0.0")
-        self.loads_zstd = loads_zstd(str(version))
         self.ids_are_manifests = names_images_by_manifest(self._json("/info", "report how it stores images"))
 
     @classmethod

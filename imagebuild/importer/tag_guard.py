@@ -1,12 +1,13 @@
-"""Only the importer tags: what a load did to the engine's tag table is undone.
+"""Only the importer tags, second line: whatever a load still did to the engine's tag table is undone.
 
-``docker load`` applies the names an archive carries (``RepoTags`` in manifest.json, name annotations
-in index.json) before the importer has checked anything, and the API has no way to load without
-them. An archive export wrote carries none; any other may name an unrelated local image
-(``victim:latest``) and move that tag. So the importer reads the tag table before the load and,
-whatever the load's outcome, puts back every tag the load moved and removes every tag it created,
-after giving the loaded image a name of the importer's own so that removing a foreign name never
-deletes it. Tags are then applied only from the manifest, after the checks.
+The first line is ``tar_filter``: the engine is sent a tar that carries no name (``RepoTags`` null,
+no ``repositories``, no name annotations in index.json), so on the normal path a load creates no
+tag at all and nothing here acts. But an engine could still name what it loads some other way (a
+future load format, a store that keeps a name per import), and a moved ``victim:latest`` would be
+silent. So the importer reads the tag table before the load and, whatever the load's outcome, puts
+back every tag the load moved and removes every tag it created, after giving the loaded image a
+name of the importer's own so that removing a foreign name never deletes it; it says so when it
+had to. Tags are then applied only from the manifest, after the checks.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ class TagTable(Protocol):
 
 
 def hold_name(image_id: str) -> str:
-    return f"{HOLD_REPOSITORY}:{image_id.removeprefix('sha256:')[:12]}"
+    digest = image_id.split(":", 1)[-1]  # not str.removeprefix: Python 3.9, and the importer runs on 3.8
+    return f"{HOLD_REPOSITORY}:{digest[:12]}"
 
 
 def undo_load_tags(engine: TagTable, before: Mapping[str, str], loaded: list[str]) -> list[str]:

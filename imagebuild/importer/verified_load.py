@@ -1,6 +1,7 @@
-"""Import an archive into an engine: one pass, its bytes hashed as they stream into the engine.
+"""Import an archive into an engine: one pass, its bytes hashed as they are read on their way in.
 
-The archive carries no tags (export saves by image ID), so a load tags nothing; the manifest's tags
+What the engine is sent is ``load_stream``'s: the archive decompressed here, stopped one byte past
+its declared size, without any name it carries. So a load tags nothing; the manifest's tags
 are applied only after the sha256 matched and the engine reported the image the manifest names: its
 identity (the config digest) on graph-driver stores and Podman, the digest of the archive's OCI
 manifest (which names that config) on the containerd store. A failed check removes the image the
@@ -12,21 +13,19 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import queue
-import shutil
 import stat
-import subprocess
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Generator, Iterable, Iterator, Protocol
+from typing import BinaryIO, Callable, Generator, Iterable, Protocol
 
-from .failures import BadInput, EngineUnavailable, IntegrityFailure
+from .failures import BadInput, IntegrityFailure
+from .load_stream import CHUNK_SIZE, engine_tar
 from .manifest import Manifest, read_manifest
 from .tag_guard import release, undo_load_tags
 from .text import shown
 
-CHUNK_SIZE = 1 << 20
 HASH_QUEUE = 8  # chunks between the reader and the hashing thread: memory stays bounded
 PROGRESS_EVERY_S = 10.0
 
@@ -36,8 +35,6 @@ class ImportEngine(Protocol):
 
     @property
     def address(self) -> str: ...
-    @property
-    def loads_zstd(self) -> bool: ...
     @property
     def ids_are_manifests(self) -> bool: ...
     def has_image(self, image_id: str) -> bool: ...
@@ -100,59 +97,6 @@ class _HashingReader:
         if self._hasher.is_alive():
             self._queue.put(None)
             self._hasher.join()
-
-
-def _zstd_decompressed(chunks: Iterator[bytes], archive: Path, declared: int = 0) -> Generator[bytes, None, None]:
-    """Decompress through the zstd tool, for engines older than Docker 23 (they cannot read zstd).
-
-    ``declared``: the manifest's uncompressed size; one byte past it ends the load (a small archive
-    that decompresses to terabytes would otherwise fill the engine's disk first).
-    """
-    tool = shutil.which("zstd")
-    if tool is None:
-        msg = (
-            f"archive {archive}: zstd-compressed, the engine predates Docker 23 and cannot read zstd, "
-            "and no zstd tool is on PATH: install zstd on this node, or export with --compress gzip"
-        )
-        raise EngineUnavailable(msg)
-    proc = subprocess.Popen([tool, "-dcq"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert proc.stdin is not None
-    assert proc.stdout is not None
-    stdin, stdout = proc.stdin, proc.stdout
-
-    def feed() -> None:
-        try:
-            for chunk in chunks:
-                stdin.write(chunk)
-        except (BrokenPipeError, ValueError):  # the reader stopped (engine error); drain() hashes the rest
-            pass
-        finally:
-            with contextlib.suppress(BrokenPipeError):
-                stdin.close()
-
-    feeder = threading.Thread(target=feed, name="zstd-feed", daemon=True)
-    feeder.start()
-    try:
-        given = 0
-        while True:
-            chunk = stdout.read(CHUNK_SIZE)
-            if not chunk:
-                break
-            given += len(chunk)
-            if declared and given > declared:
-                msg = f"archive {archive}: decompresses past the {declared} bytes its manifest declares; copy it again"
-                raise IntegrityFailure(msg)
-            yield chunk
-        feeder.join()
-        if proc.wait() != 0:
-            msg = f"archive {archive}: zstd could not decompress it (exit {proc.returncode}); copy it again"
-            raise IntegrityFailure(msg)
-    finally:
-        if proc.poll() is None:
-            proc.kill()  # stopped early (the engine refused): the feeder then stops on a broken pipe
-        stdout.close()
-        feeder.join()
-        proc.wait()
 
 
 def import_archive(
@@ -234,12 +178,10 @@ def _load_hashed(
     with archive.open("rb") as file, contextlib.closing(
         _HashingReader(file, manifest.size, report, archive.name)
     ) as reader:
-        stream: Generator[bytes, None, None] = reader.chunks()
-        if manifest.compression == "zstd" and not engine.loads_zstd:
-            stream = _zstd_decompressed(stream, archive, manifest.uncompressed_size)
+        stream = engine_tar(reader.chunks(), manifest, archive)
         try:
             loaded = engine.load(stream)
-        except Exception as e:  # any engine's failure: judged by the caller, once the whole file is hashed
+        except Exception as e:  # the engine's failure, or the stream's: judged once the whole file is hashed
             engine_error = e
         finally:
             stream.close()  # stops a zstd process the engine left unread

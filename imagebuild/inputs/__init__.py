@@ -8,6 +8,8 @@ arch         arch profiles (stages/arch/NAME.toml)
 stage_model  the image's steps as typed data
 stages       stages/: loading and checking the steps
 python_lock  pylock.toml: the hash-locked Python packages
+debian       Debian's grammars: package names, versions, suites, snapshot IDs
+apt_lock     apt.lock.toml: the exact OS packages step 4 installs from the apt snapshot
 
 May import: errors, secrets, log, util. Nothing here knows pins, the engine or rendering.
 """

@@ -35,6 +35,11 @@ class ArchProfile:
         """The wheel-tag machine name of the platform (x86_64, aarch64)."""
         return {"amd64": "x86_64", "arm64": "aarch64"}[self.platform.split("/")[1]]
 
+    @property
+    def deb_architecture(self) -> str:
+        """dpkg's name of the platform's architecture (amd64, arm64): apt.lock.toml is kept per one."""
+        return self.platform.split("/")[1]
+
     def build_args(self) -> dict[str, str]:
         return {
             "GFX_COMPILATION_ARCH": self.gfx_arch,

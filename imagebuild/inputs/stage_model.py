@@ -76,7 +76,19 @@ class PypiDownload:
     into: str
 
 
-Command = Shell | Pip | GitCheckout | FetchFile | PypiDownload
+@dataclass(frozen=True, kw_only=True)
+class AptInstall:
+    """Install the step's ``apt_packages`` as apt.lock.toml locks them, from the apt pin's snapshot only.
+
+    The renderer writes the snapshot's sources list (the base's own lists moved aside for the
+    step and put back), installs exactly the locked ``name=version`` set and fails when apt would
+    install anything else; the names are data (the step's ``apt_packages``), never a shell string.
+    """
+
+    pin: str
+
+
+Command = Shell | Pip | GitCheckout | FetchFile | PypiDownload | AptInstall
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +108,7 @@ class Step:
     from_pin: str | None = None  # COPY --from the stage of this pin
     commands: tuple[Command, ...] = ()  # RUN
     python_packages: tuple[str, ...] = ()  # requirements this step installs from the python lock
+    apt_packages: tuple[str, ...] = ()  # OS packages this step installs from the apt lock
 
     @property
     def label(self) -> str:
@@ -133,6 +146,14 @@ class ImageDefinition:
         image = self.steps[0].image
         assert image is not None, "load_stages makes step 1 a FROM of a pin"
         return image
+
+    def apt_step(self) -> tuple[Step, AptInstall] | None:
+        """The one step that installs OS packages from the apt lock, and its command (None: none does)."""
+        for step in self.steps:
+            for command in step.commands:
+                if isinstance(command, AptInstall):
+                    return step, command
+        return None
 
     def lock_groups(self) -> dict[str, tuple[str, ...]]:
         """Dependency group of the python lock -> the requirements declared for it, in file order."""

@@ -25,9 +25,11 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from imagebuild.errors import ConfigError
+from imagebuild.inputs.debian import DEB_PACKAGE
 from imagebuild.inputs.layout import STAGE_NAMES
 from imagebuild.inputs.schema import Table, read_toml, suggest
 from imagebuild.inputs.stage_model import (
+    AptInstall,
     Command,
     FetchFile,
     GitCheckout,
@@ -67,7 +69,7 @@ _STEP_KEYS: dict[Instruction, tuple[str, ...]] = {
     Instruction.FROM: ("image",),
     Instruction.WORKDIR: ("path",),
     Instruction.COPY: ("src", "dest", "from"),
-    Instruction.RUN: ("commands", "python_packages"),
+    Instruction.RUN: ("commands", "python_packages", "apt_packages"),
 }
 _COMMON_STEP_KEYS = ("title", "why", "instruction", "env", "env_after")
 _COMMAND_KEYS = {
@@ -75,6 +77,7 @@ _COMMAND_KEYS = {
     "git": ("git", "into", "submodules", "blobless"),
     "fetch": ("fetch", "into"),
     "pypi": ("pypi", "into"),
+    "apt": ("apt",),
 }
 
 
@@ -156,6 +159,8 @@ def _parse_command(raw: Any, where: str) -> Command:
             submodules=t.boolean("submodules", default=False),
             blobless=t.boolean("blobless", default=False),
         )
+    if kind == "apt":
+        return AptInstall(pin=t.string("apt", kind=PIN_NAME))
     if kind == "fetch":
         return FetchFile(pin=t.string("fetch"), into=t.string("into", kind=ABSOLUTE_PATH))
     return PypiDownload(pin=t.string("pypi"), into=t.string("into", kind=ABSOLUTE_PATH))
@@ -263,7 +268,24 @@ def _parse_step(path: Path, number: int, slug: str) -> Step:
     commands = tuple(_parse_command(c, f"{path} commands[{i}]") for i, c in enumerate(raw))
     python_packages = _requirements(t, "python_packages")
     _check_installs(path, commands, python_packages)
-    return Step(**common, commands=commands, python_packages=python_packages)
+    apt_packages = _apt_packages(t, commands)
+    return Step(**common, commands=commands, python_packages=python_packages, apt_packages=apt_packages)
+
+
+def _apt_packages(t: Table, commands: tuple[Command, ...]) -> tuple[str, ...]:
+    """The step's OS packages (Debian names, each once), installed by exactly one { apt = PIN } command."""
+    names = tuple(t.strings("apt_packages", kind=DEB_PACKAGE))
+    installs = sum(isinstance(c, AptInstall) for c in commands)
+    if len(set(names)) != len(names):
+        msg = f"{t.where}: apt_packages names a package twice; name each once"
+        raise ConfigError(msg)
+    if names and installs != 1:
+        msg = f'{t.where}: apt_packages needs exactly one {{ apt = "PIN" }} command to install them (has {installs})'
+        raise ConfigError(msg)
+    if installs and not names:
+        msg = f"{t.where}: an {{ apt = ... }} install needs the packages it installs in apt_packages"
+        raise ConfigError(msg)
+    return names
 
 
 def _load_spec(path: Path) -> ImageSpec:
@@ -325,6 +347,10 @@ def load_stages(stages_dir: Path) -> ImageDefinition:
         msg = f"{extra_from[0].source}: only step 01 may be a FROM; the final stage is one stage"
         raise ConfigError(msg)
     _check_copy_stages(spec, steps)
+    apt_steps = [s.source.name for s in steps if s.apt_packages]
+    if len(apt_steps) > 1:  # apt.lock.toml holds one package set, resolved against the base
+        msg = f"{stages_dir}: only one step may install apt_packages; {', '.join(apt_steps)} both do"
+        raise ConfigError(msg)
     return ImageDefinition(spec=spec, steps=tuple(steps))
 
 

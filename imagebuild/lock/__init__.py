@@ -21,6 +21,7 @@ Modules, in the order a lock runs:
     registry_auth  registry tokens and docker's credentials, sent only where they belong
     files          a URL's sha256 and size, in constant memory
     pypi           a package index's files, and the wheel for the target
+    apt_snapshot   an apt pin's newest snapshot, as its snapshot service answers
     python         the python lock: stage declarations to pylock.toml
     uv             uv behind the python lock's Resolver interface
     report         what both locks found, in one shape: tables and JSON

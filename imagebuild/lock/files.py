@@ -5,6 +5,14 @@ chunks and only the hash state is kept. A body shorter than its
 Content-Length is an error (retried by the HTTP helper), never a hash. A
 wheel is a zip archive: a download that does not start like one (a login or
 release page served with 200) is refused instead of being pinned.
+
+A body LONGER than its Content-Length is hashed as the Content-Length says:
+requests (urllib3) stops reading there and the rest is dropped without a word,
+and so do pip (23.2, its vendored urllib3) and curl (7.88, ``Excess found`` in
+``-v`` only, exit 0), the two tools the build installs and fetches pins with.
+The recorded sha256 is therefore of the bytes the build gets, and is not
+refused (``tests/lock/test_files.py``, a raw loopback server sending extra
+bytes, proves all three).
 """
 
 from __future__ import annotations

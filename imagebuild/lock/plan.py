@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from imagebuild.lock.report import IdentityFields, PinChange, Status
-from imagebuild.pins import GitPin, LockState, Pin, PypiPin, Refresh
+from imagebuild.pins import AptPin, GitPin, LockState, Pin, PypiPin, Refresh
 
 
 def identity_fields(pin: Pin) -> dict[str, str | int]:
@@ -49,8 +49,9 @@ def is_complete(pin: Pin) -> bool:
 
 
 def asked_for_outdated(pin: Pin) -> bool:
-    """Whether --outdated asks the pin's source: a moving ref, or an index's release list (no download)."""
-    return pin.refresh is Refresh.ALWAYS or isinstance(pin, PypiPin)
+    """Whether --outdated asks the pin's source: a moving ref, an index's release list, or a snapshot
+    service's newest snapshot (one request each, no download)."""
+    return pin.refresh is Refresh.ALWAYS or isinstance(pin, PypiPin | AptPin)
 
 
 def needs_resolution(pin: Pin, *, upgrade: bool) -> bool:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from imagebuild.inputs.arch import ArchProfile
+from imagebuild.inputs.debian import SNAPSHOT_ID_RE
+from imagebuild.lock.apt_snapshot import newest_snapshot
 from imagebuild.lock.committime import commit_time
 from imagebuild.lock.files import hash_url
 from imagebuild.lock.git import GitOptions, GitProcesses, resolve_ref
@@ -39,6 +41,7 @@ from imagebuild.pins import (
     COMMITTED_RE,
     DIGEST_RE,
     SHA256_RE,
+    AptPin,
     GitPin,
     ImagePin,
     LockState,
@@ -85,6 +88,7 @@ _FORMS: dict[str, tuple[re.Pattern[str], str]] = {
     "platform_digest": (DIGEST_RE, "a sha256 digest"),
     "sha256": (SHA256_RE, "a 64-hex sha256"),
     "committed": (COMMITTED_RE, "a UTC time like 2026-01-01T00:00:00Z"),
+    "snapshot": (SNAPSHOT_ID_RE, "a snapshot ID like 20261201T000000Z"),
 }
 
 
@@ -178,6 +182,10 @@ def _pypi(pin: PypiPin, ctx: SourceContext) -> Resolved:
     )
 
 
+def _apt(pin: AptPin, ctx: SourceContext) -> Resolved:
+    return newest_snapshot(pin, ctx.http)
+
+
 # One resolver per kind of pin with a remote source; each takes a pin of its kind.
 Resolver = Callable[[Any, SourceContext], Resolved]
 RESOLVERS: dict[PinKind, Resolver] = {
@@ -185,6 +193,7 @@ RESOLVERS: dict[PinKind, Resolver] = {
     PinKind.IMAGE: _image,
     PinKind.WHEEL: _wheel,
     PinKind.PYPI: _pypi,
+    PinKind.APT: _apt,
 }
 
 

@@ -1,13 +1,14 @@
 """pins.toml: every source of the image, as typed, validated pins.
 
 Only this package reads or writes pins.toml; everything else sees the frozen
-dataclasses of ``kinds`` and ``files`` (one class per kind of pin) and the ``PinSet`` of
+dataclasses of ``kinds`` and ``files`` and ``apt`` (one class per kind of pin) and the ``PinSet`` of
 ``pinset``. Each pin records the ``fingerprint`` lock wrote it with, so an edit since (a
 changed ref, a hand-edited commit) is seen offline (``base``). Writing (for ``imagebuild lock``) goes through tomlkit so comments,
 order and formatting survive; the caller writes the text atomically.
 """
 
 from imagebuild.inputs.values import COMMIT_RE, COMMITTED_RE, DIGEST_RE, SHA256_RE
+from imagebuild.pins.apt import AptPin
 from imagebuild.pins.base import PYPI_SIMPLE, Drift, LockState, Pin, PinKind, Refresh
 from imagebuild.pins.description import PackageUrl, PinDescription
 from imagebuild.pins.files import PypiPin, WheelPin
@@ -21,6 +22,7 @@ __all__ = [
     "PIN_TYPES",
     "PYPI_SIMPLE",
     "SHA256_RE",
+    "AptPin",
     "Drift",
     "GitPin",
     "IdentityUpdate",

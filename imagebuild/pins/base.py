@@ -28,6 +28,7 @@ class PinKind(StrEnum):
     WHEEL = "wheel"
     PYPI = "pypi"
     TOOLCHAIN = "toolchain"
+    APT = "apt"
 
 
 class Refresh(StrEnum):

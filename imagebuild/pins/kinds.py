@@ -6,7 +6,7 @@ sha256). Each kind's class says which keys its table in pins.toml has and how
 they parse, which fields are its identity, which Docker ARGs it provides, when
 ``imagebuild lock`` asks its source again (and where: ``source_url``, ``registry``)
 and what a changed identity means, and what the SBOM and the provenance say
-about it (``describe``). The file pins (wheel, pypi) are in ``files``. Adding a kind is
+about it (``describe``). The file pins (wheel, pypi) are in ``files``, the apt snapshot pin in ``apt``. Adding a kind is
 adding a class and listing it in PIN_TYPES (and a resolver in lock/sources.py when it has a
 remote source); ``tests/unit/test_pin_kinds.py`` checks both are there.
 """
@@ -37,6 +37,7 @@ from imagebuild.inputs.values import (
     TOOLCHAIN_VERSION,
     shown,
 )
+from imagebuild.pins.apt import AptPin
 from imagebuild.pins.base import (
     Drift,
     LockState,
@@ -297,7 +298,7 @@ class ToolchainPin(Pin):
 
 
 PIN_TYPES: dict[PinKind, type[Pin]] = {
-    cls.kind: cls for cls in (ImagePin, GitPin, WheelPin, PypiPin, ToolchainPin)
+    cls.kind: cls for cls in (ImagePin, GitPin, WheelPin, PypiPin, ToolchainPin, AptPin)
 }
 
 

@@ -19,6 +19,7 @@ The package, along its seams:
 * ``scope``    which ARGs exist, their values and owners, and which a text needs;
 * ``commands`` a stage command (shell, pip, git, fetch, pypi) -> shell lines;
 * ``pip``      every pip call: hash-locked sources, the build constraint, the guard;
+* ``apt``      step 4's OS packages: apt.lock.toml's exact set, from the snapshot only;
 * ``policy``   what may not be rendered: unpinned sources, classic-builder syntax;
 * ``assemble`` the loop over the steps that puts the lines together.
 """

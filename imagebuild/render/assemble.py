@@ -10,6 +10,7 @@ import json
 import textwrap
 from dataclasses import dataclass, field, replace
 
+from imagebuild.inputs.apt_lock import AptLock
 from imagebuild.inputs.arch import ArchProfile
 from imagebuild.inputs.layout import BUILD_CONSTRAINT_FILE, CONSTRAINT_FILE, CONTEXT_ROOTFS
 from imagebuild.inputs.python_lock import LOCK_FILE_NAME, PythonLock
@@ -19,6 +20,7 @@ from imagebuild.pins import GitPin, PinSet
 from imagebuild.pins.epoch import ARG_NAME as EPOCH_ARG
 from imagebuild.pins.epoch import epoch_of
 from imagebuild.project import Inputs
+from imagebuild.render.apt import AptSelection, select_apt
 from imagebuild.render.commands import command_lines
 from imagebuild.render.model import (
     ConstraintMode,
@@ -36,7 +38,15 @@ COMMENT_WIDTH = 96
 
 def render_inputs(inputs: Inputs, options: RenderOptions | None = None) -> Dockerfile:
     """The Dockerfile a checkout's loaded inputs give (pure: the same inputs, the same text)."""
-    return render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, options, lock=inputs.python_lock)
+    return render(
+        inputs.definition,
+        inputs.pins,
+        inputs.arch,
+        inputs.constraints,
+        options,
+        lock=inputs.python_lock,
+        apt_lock=inputs.apt_lock,
+    )
 
 
 def render(
@@ -47,9 +57,12 @@ def render(
     options: RenderOptions | None = None,
     *,
     lock: PythonLock | None = None,
+    apt_lock: AptLock | None = None,
 ) -> Dockerfile:
-    """The Dockerfile; ``lock`` is the python lock (pylock.toml) the locked pip installs read."""
+    """The Dockerfile; ``lock`` is the python lock (pylock.toml) the locked pip installs read,
+    ``apt_lock`` the OS packages (apt.lock.toml) the apt install of step 4 reads."""
     options = options or RenderOptions()
+    apt = select_apt(definition, pins, arch, apt_lock, allow_unpinned=options.allow_unpinned)
     scope = build_scope(definition, pins, arch, options)
     base = definition.steps[0]
     assert base.image is not None
@@ -84,13 +97,15 @@ def render(
             scope,
             declared=declared,
             lock=lock,
+            apt=apt,
             options=options,
             base_prefix=base_pin.arg_prefix,
         )
         lines += step_lines
         steps.append(rendered)
     consumed = {donor_pin.name}.union(*(s.pins for s in steps))
-    header = _header(arch, pins, constraints, check_pinned(pins, consumed, options))
+    unpinned = check_pinned(pins, consumed, options) + ([apt.unpinned] if apt and apt.unpinned else [])
+    header = _header(arch, pins, constraints, unpinned)
     dockerfile = Dockerfile(
         arch=arch.name,
         lines=tuple(header + lines),
@@ -118,12 +133,13 @@ def _render_step(
     *,
     declared: Declared,
     lock: PythonLock | None,
+    apt: AptSelection | None,
     options: RenderOptions,
     base_prefix: str,
 ) -> tuple[list[Line], RenderedStep, Declared]:
     """One step's lines (comments, the ARGs it needs first, ENV, the instruction), its summary, and
     what the final stage has declared after it (``declared`` is left as it was)."""
-    body = _step_body(defined, definition, pins, lock, options.constraint_mode)
+    body = _step_body(defined, definition, pins, lock, options.constraint_mode, apt=apt)
     step = _without_constraint_env(defined) if options.constraint_mode is ConstraintMode.OFF else defined
     needs = _step_needs(step, body, definition, scope=scope, declared=declared, base_prefix=base_prefix)
     consumed = declared.pins | needs.pins
@@ -249,7 +265,13 @@ class _StepBody:
 
 
 def _step_body(
-    step: Step, definition: ImageDefinition, pins: PinSet, lock: PythonLock | None, mode: ConstraintMode
+    step: Step,
+    definition: ImageDefinition,
+    pins: PinSet,
+    lock: PythonLock | None,
+    mode: ConstraintMode,
+    *,
+    apt: AptSelection | None = None,
 ) -> _StepBody:
     if step.instruction is Instruction.FROM:
         assert step.image is not None
@@ -272,7 +294,7 @@ def _step_body(
     used = set()
     installed: set[str] = set()
     for cmd in step.commands:
-        cmd_lines, consumed, packages = command_lines(cmd, step, pins, lock, mode)
+        cmd_lines, consumed, packages = command_lines(cmd, step, pins, lock, mode, apt=apt)
         shell_lines += cmd_lines
         used |= consumed
         installed |= packages

@@ -12,9 +12,19 @@ from typing import TypeVar, assert_never
 
 from imagebuild.errors import ConfigError
 from imagebuild.inputs.python_lock import PythonLock
-from imagebuild.inputs.stage_model import Command, FetchFile, GitCheckout, Pip, PypiDownload, Shell, Step
+from imagebuild.inputs.stage_model import (
+    AptInstall,
+    Command,
+    FetchFile,
+    GitCheckout,
+    Pip,
+    PypiDownload,
+    Shell,
+    Step,
+)
 from imagebuild.inputs.values import shell_quoted_text, shell_word
 from imagebuild.pins import GitPin, Pin, PinSet, PypiPin, WheelPin
+from imagebuild.render.apt import AptSelection, apt_lines, apt_pin
 from imagebuild.render.model import ConstraintMode
 from imagebuild.render.pip import hash_locked_download, pip_lines
 
@@ -22,7 +32,13 @@ SourcePin = TypeVar("SourcePin", bound=Pin)
 
 
 def command_lines(
-    cmd: Command, step: Step, pins: PinSet, lock: PythonLock | None, mode: ConstraintMode
+    cmd: Command,
+    step: Step,
+    pins: PinSet,
+    lock: PythonLock | None,
+    mode: ConstraintMode,
+    *,
+    apt: AptSelection | None = None,
 ) -> tuple[list[str], set[str], set[str]]:
     """Shell lines for one command, the pins it consumes and the locked packages it installs."""
     match cmd:
@@ -37,6 +53,8 @@ def command_lines(
             return _fetch(cmd, _source_pin(pins, cmd.pin, WheelPin, step)), {cmd.pin}, set()
         case PypiDownload():
             return _pypi(cmd, _source_pin(pins, cmd.pin, PypiPin, step), mode), {cmd.pin}, set()
+        case AptInstall():
+            return apt_lines(step, apt_pin(pins, cmd, step), apt), {cmd.pin}, set()
         case _:
             assert_never(cmd)
 

@@ -73,6 +73,15 @@ class BuildContext:
     def inputs_digest(self) -> str:
         return inputs_digest(self.inputs_tar)
 
+    @property
+    def recipes(self) -> tuple[str, ...]:
+        """The launcher recipes the image carries (step 18), by name: what a job on it may run."""
+        prefix = f"{CONTEXT_LAUNCHER}/recipes/"
+        carried = (
+            Path(f.path).stem for f in self.files if f.path.startswith(prefix) and f.path.endswith(".toml")
+        )
+        return tuple(sorted(carried))
+
     def tar(self) -> bytes:
         return make_context(list(self.files))
 

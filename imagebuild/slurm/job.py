@@ -9,7 +9,7 @@ directive or a docker mount specification are held to the characters those forma
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 from imagebuild.errors import ConfigError
@@ -46,6 +46,9 @@ DEFAULT_BARRIER_TIMEOUT_S = 1800
 DEFAULT_STOP_TIMEOUT_S = 20
 DEFAULT_SHM_SIZE = "256g"
 DEFAULT_ULIMITS = (("nofile", "524288:524288"), ("memlock", "-1:-1"))
+# Each node's host directory for the JIT caches, keyed by the image (kernels built against one image's
+# libraries are stale for another): mounted over the image's cache dirs so a job does not start cold.
+DEFAULT_JIT_CACHE_ROOT = "/var/tmp/imagebuild-jit-cache"
 # Host RDMA userspace libraries mounted over the image's copies so they match the host's driver
 # (the reference's list): Debian/Ubuntu locations; each one is mounted only where it is a regular file.
 DEFAULT_RDMA_LIBS = (
@@ -121,6 +124,10 @@ class JobRequest:
     rdma_libs: tuple[str, ...] = ()  # added to the defaults
     default_rdma_libs: bool = True
     sbatch_args: tuple[str, ...] = ()
+    init: bool = True  # docker run --init: an init as PID 1 forwards signals and reaps
+    jit_cache: str | None = None  # None: DEFAULT_JIT_CACHE_ROOT/<image>; "" : no host JIT cache
+    exclusive: bool = True  # #SBATCH --exclusive: the nodes are the job's alone
+    gpu_request: bool = True  # #SBATCH --gpus-per-node from the recipe, when the devices are given
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +157,16 @@ class Job:
     docker_args: tuple[str, ...]
     rdma_libs: tuple[str, ...]
     sbatch_args: tuple[str, ...]
+    init: bool
+    jit_cache: str  # the host directory on every node; "" for none
+    exclusive: bool
+    gpu_request: bool  # request GPUs per node from SLURM (only with gpu_devices)
+
+    @property
+    def image_key(self) -> str:
+        """The image's identity in 12 hex digits: what keys its JIT cache on the nodes."""
+        digest = self.image.reference if isinstance(self.image, PulledImage) else self.image.image_id
+        return digest.rsplit("sha256:", 1)[-1][:12]
 
 
 def _bad(option: str, value: object, why: str) -> str:
@@ -294,12 +311,14 @@ def make_job(request: JobRequest) -> Job:
     rdma = (*DEFAULT_RDMA_LIBS, *request.rdma_libs) if request.default_rdma_libs else request.rdma_libs
     recipe = check_name("--recipe", request.recipe)
     variant = check_name("--variant", request.variant)
-    return Job(
+    image = _check_source(request.image)
+    _distinct_ports(request)
+    job = Job(
         nodes=check_positive("--nodes", request.nodes),
         recipe=recipe,
         variant=variant,
         model_path=check_path("--model-path", request.model_path, mounted=True),
-        image=_check_source(request.image),
+        image=image,
         job_name=check_name("--job-name", request.job_name or f"{recipe}-{variant}"),
         partition=None if request.partition is None else check_name("--partition", request.partition),
         time=_check_time(request.time),
@@ -318,7 +337,26 @@ def make_job(request: JobRequest) -> Job:
         docker_args=_docker_args(request.docker_args),
         rdma_libs=tuple(check_path("--rdma-lib", path, mounted=True) for path in rdma),
         sbatch_args=_sbatch_args(request.sbatch_args),
+        init=request.init,
+        jit_cache="",
+        exclusive=request.exclusive,
+        gpu_request=request.gpu_request and request.gpu_devices,
     )
+    if request.jit_cache is None:
+        return replace(job, jit_cache=f"{DEFAULT_JIT_CACHE_ROOT}/{job.image_key}")
+    if request.jit_cache:
+        return replace(job, jit_cache=check_path("--jit-cache", request.jit_cache, mounted=True))
+    return job
+
+
+def _distinct_ports(request: JobRequest) -> None:
+    """The head binds all three on one host: two equal ports would fail there, after the nodes loaded."""
+    ports = {"--serve-port": request.serve_port, "--master-port": request.master_port, "--barrier-port": request.barrier_port}
+    seen: dict[int, str] = {}
+    for option, port in ports.items():
+        if port in seen:
+            raise ConfigError(_bad(option, port, f"is also {seen[port]}'s: the head binds every port, so each needs its own"))
+        seen[port] = option
 
 
 def _check_source(image: PulledImage | ArchivedImage) -> PulledImage | ArchivedImage:

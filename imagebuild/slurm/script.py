@@ -58,7 +58,7 @@ def _array(name: str, values: Iterable[str], indent: str = "    ") -> str:
     return f"{indent}{name}=(\n{body}\n{indent})"
 
 
-def _sbatch_lines(job: Job) -> str:
+def _sbatch_lines(job: Job, topology: Topology) -> str:
     lines = [
         "# One task per node: the launcher in its container is the only thing the job runs on a node.",
         f"#SBATCH --job-name={job.job_name}",
@@ -67,6 +67,18 @@ def _sbatch_lines(job: Job) -> str:
         "# An explicit wall time: a job asking more than the account may have is parked PENDING, silently.",
         f"#SBATCH --time={job.time}",
     ]
+    if job.exclusive and "--exclusive" not in job.sbatch_args:
+        lines += [
+            "# The nodes are the job's alone: another job's vLLM on them would take the GPUs, the memory",
+            "# and the ports this one binds (rendered without it by --no-exclusive).",
+            "#SBATCH --exclusive",
+        ]
+    if job.gpu_request:
+        lines += [
+            "# Every GPU of a node, as the recipe's TP x PP needs (--no-gpu-request for sites that name GPUs",
+            "# another way: give theirs with --sbatch-arg).",
+            f"#SBATCH --gpus-per-node={topology.gpus_per_node}",
+        ]
     if job.partition is not None:
         lines.append(f"#SBATCH --partition={job.partition}")
     lines += [f"#SBATCH {arg}" for arg in job.sbatch_args]
@@ -119,6 +131,13 @@ settings() {{
     BARRIER_TIMEOUT_S={job.barrier_timeout_s}
     # What `docker stop` gives the launcher (sentinel, then vLLM) before SIGKILL; below SLURM's KillWait.
     STOP_TIMEOUT_S={job.stop_timeout_s}
+    # 1: docker's init is the container's PID 1, so a SIGTERM that comes before the launcher has set its
+    # handlers is still delivered, and the job ends in seconds, not after STOP_TIMEOUT_S and a SIGKILL.
+    INIT={int(job.init)}
+    # Each node's host directory for the JIT caches (AITER, vLLM, Triton, COMGR under /opt/vllm_cache;
+    # MoRI under /root/.mori), keyed by the image: a job reuses the kernels earlier jobs compiled, and
+    # the launcher's stale-lock cleanup works on it. Empty: the image's own, thrown away with the container.
+    JIT_CACHE={_q(job.jit_cache)}
 {devices}
     GPU_DEVICES={int(job.gpu_devices)}
     # vLLM's shared memory. With --ipc host (below) /dev/shm is the host's; this applies only without.
@@ -229,6 +248,11 @@ run_node() {
     local limit lib var status=0 client image
     image=$(node_image)
     for limit in "${ULIMITS[@]}"; do run+=(--ulimit "$limit"); done
+    if ((INIT)); then run+=(--init); fi
+    if [[ -n $JIT_CACHE ]]; then
+        mkdir -p "$JIT_CACHE/vllm_cache" "$JIT_CACHE/mori"
+        run+=(--volume "$JIT_CACHE/vllm_cache:/opt/vllm_cache" --volume "$JIT_CACHE/mori:/root/.mori")
+    fi
     if ((GPU_DEVICES)); then
         run+=(--device /dev/kfd --device /dev/dri --group-add video)
         if [[ -e /dev/infiniband ]]; then run+=(--device /dev/infiniband); fi
@@ -291,7 +315,9 @@ main() {
     mkdir -p "$job_dir"
     # A requeued job keeps its id: the last attempt's sentinel or exit status must not end this one.
     rm -f "$job_dir/@SENTINEL@" "$job_dir"/node*.exit
-    say "$RECIPE/$VARIANT on $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST); logs in $job_dir"
+    local nodes="$SLURM_JOB_NUM_NODES nodes"
+    if ((SLURM_JOB_NUM_NODES == 1)); then nodes="1 node"; fi
+    say "$RECIPE/$VARIANT on $nodes ($SLURM_JOB_NODELIST); logs in $job_dir"
     # The tasks run these functions: they reach every node through srun's environment.
     export -f settings say container_name remove_container node_address fetch_image node_image run_node cleanup_node
     local step=(srun --export=ALL --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1)
@@ -338,7 +364,7 @@ def render_script(job: Job, topology: Topology, *, version: str) -> str:
     )
     return "\n\n".join(
         (
-            _header(job, topology, version) + _sbatch_lines(job),
+            _header(job, topology, version) + _sbatch_lines(job, topology),
             "# The node functions run through `srun bash -c NAME`, which shellcheck cannot follow.\n"
             "# shellcheck disable=SC2329\n"
             "set -euo pipefail",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
 import json
+import posixpath
 import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -28,6 +30,7 @@ from imagebuild.engine.interface import (
     classic_build_events,
 )
 from imagebuild.errors import EngineError, RegistryError, UnknownImageError
+from imagebuild.importer.tar_filter import NAME_ANNOTATIONS  # what the containerd store names images by
 from imagebuild.inputs.layout import APP_DIR
 from imagebuild.testing.clock import FakeClock
 
@@ -119,7 +122,6 @@ class FakeEngine(Engine):
     removed: list[str] = field(default_factory=list)
     closed: bool = False
     saved: dict[str, bytes] = field(default_factory=dict)  # image ID -> what `save` streams
-    zstd_loads: bool = True  # Docker 23 and later; False: 20.10 like this machine's engine
     refuse_load: str | None = None  # the engine's message when it refuses every load
     refuse_push: str | None = None
     interrupt_save_after: int | None = None  # chunks of `save`, then Ctrl-C
@@ -127,6 +129,10 @@ class FakeEngine(Engine):
     pulls: list[str] = field(default_factory=list)  # references, in order
     refuse_pull: str | None = None
     loads: int = 0
+    received: list[bytes] = field(default_factory=list)  # what each load was sent, as sent
+    # Every name a load's archive carried (RepoTags, repositories, index.json's name annotations), in
+    # order: the fake applies them as docker load does, and keeps them here even once they are undone.
+    archive_names: list[str] = field(default_factory=list)
     stored: dict[str, StoredImage] = field(default_factory=dict)  # image ID -> its layer store, when readable
     # True: the containerd image store, which names an image by its manifest's digest (a load of an OCI
     # layout reports the manifest index.json names); False: a graph-driver store (the config's digest).
@@ -193,7 +199,7 @@ class FakeEngine(Engine):
 
     # Distribution: an image's saved bytes are data too, and its ID is their sha256 (Docker's is the
     # config's digest, which covers every layer), so a damaged archive loads as another image or not
-    # at all. `load` reads gzip always and zstd only when `loads_zstd` (Docker 23+), like the engine.
+    # at all. `load` reads plain, gzip and zstd tars, as Docker 23 and later do.
 
     def add_saved_image(
         self, tag: str, *, size: int = 3 << 20, labels: Mapping[str, str] | None = None
@@ -255,6 +261,7 @@ class FakeEngine(Engine):
     def load(self, chunks: Iterable[bytes]) -> list[str]:
         self.loads += 1
         data = b"".join(chunks)
+        self.received.append(data)
         if self.refuse_load:
             raise EngineError(self.refuse_load)
         invalid = "Error processing tar file(exit status 1): archive/tar: invalid tar header"
@@ -262,17 +269,17 @@ class FakeEngine(Engine):
             if data[:2] == b"\x1f\x8b":
                 data = gzip.decompress(data)
             elif data[:4] == b"\x28\xb5\x2f\xfd":
-                if not self.loads_zstd:
-                    raise EngineError(invalid)
                 data = zstandard.ZstdDecompressor().decompressobj().decompress(data)
         except (OSError, EOFError, zlib.error, zstandard.ZstdError) as e:
             msg = f"Error processing tar file: {e}"
             raise EngineError(msg) from e
-        loaded = _archive_image_id(data, manifest_ids=self.manifest_ids)
+        files = _untarred(data)
+        loaded = _archive_image_id(files, manifest_ids=self.manifest_ids)
         if loaded is None:
             raise EngineError(invalid)
         image_id, config_digest = loaded
-        for name in _archive_names(data):  # as docker load: the archive's own names, before any check
+        for name in _archive_names(files, manifest_ids=self.manifest_ids):  # as docker load: before any check
+            self.archive_names.append(name)
             self.tags[name] = image_id
         self.saved[image_id] = data
         if not self.has_image(image_id):
@@ -282,10 +289,6 @@ class FakeEngine(Engine):
 
     def store(self) -> EngineStore:
         return EngineStore(version=self.version(), kind=CONTAINERD if self.manifest_ids else GRAPH_DRIVER)
-
-    @property
-    def loads_zstd(self) -> bool:
-        return self.zstd_loads
 
     def has_image(self, image_id: str) -> bool:
         return any(info.id == image_id for info in self.images)
@@ -310,34 +313,61 @@ class FakeEngine(Engine):
         self.closed = True
 
 
-def _archive_image_id(data: bytes, *, manifest_ids: bool) -> tuple[str, str] | None:
+def _untarred(data: bytes) -> dict[str, bytes]:
+    """The archive's files as docker load's untar leaves them: by cleaned name, the last one winning,
+    a symbolic link read through (in the archive's own directory, as docker's safePath does)."""
+    files: dict[str, bytes] = {}
+    links: dict[str, str] = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:  # PAX paths and GNU long names applied
+            for member in tar:
+                name = posixpath.normpath(member.name).lstrip("/")
+                files.pop(name, None)
+                links.pop(name, None)
+                if member.issym():
+                    links[name] = posixpath.normpath(posixpath.join(posixpath.dirname(name), member.linkname)).lstrip("/")
+                elif member.isreg():
+                    files[name] = (tar.extractfile(member) or io.BytesIO()).read()
+    except tarfile.TarError:
+        return {}
+    for name, target in links.items():
+        if target in files:
+            files[name] = files[target]
+    return files
+
+
+def _archive_image_id(files: Mapping[str, bytes], *, manifest_ids: bool) -> tuple[str, str] | None:
     """(the ID a ``docker load`` of this archive reports, the config digest), as the store names images.
 
     Graph-driver stores read manifest.json: the digest of the config it names. The containerd store
     reads index.json when there is an oci-layout: the digest of the manifest it names.
     """
     try:
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            manifest = json.load(tar.extractfile("manifest.json") or io.BytesIO(b"null"))
-            config = tar.extractfile(manifest[0]["Config"])
-            if config is None:
-                return None
-            config_digest = "sha256:" + hashlib.sha256(config.read()).hexdigest()
-            if manifest_ids and {"oci-layout", "index.json"} <= set(tar.getnames()):
-                index = json.load(tar.extractfile("index.json") or io.BytesIO(b"null"))
-                return str(index["manifests"][0]["digest"]), config_digest
-            return config_digest, config_digest
-    except (tarfile.TarError, KeyError, IndexError, TypeError, ValueError):
+        manifest = json.loads(files["manifest.json"])
+        config = files[posixpath.normpath(manifest[0]["Config"])]
+        config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
+        if manifest_ids and {"oci-layout", "index.json"} <= set(files):
+            return str(json.loads(files["index.json"])["manifests"][0]["digest"]), config_digest
+        return config_digest, config_digest
+    except (KeyError, IndexError, TypeError, ValueError):
         return None
 
 
-def _archive_names(data: bytes) -> list[str]:
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            manifest = json.load(tar.extractfile("manifest.json") or io.BytesIO(b"null"))
-            return [str(name) for name in manifest[0].get("RepoTags") or []]
-    except (tarfile.TarError, KeyError, IndexError, TypeError, ValueError, AttributeError):
-        return []
+def _archive_names(files: Mapping[str, bytes], *, manifest_ids: bool) -> list[str]:
+    """The names docker load gives: manifest.json's RepoTags (else the legacy repositories file), and on
+    the containerd store also index.json's name annotations."""
+    names: list[str] = []
+    with contextlib.suppress(KeyError, IndexError, TypeError, ValueError, AttributeError):
+        if "manifest.json" in files:
+            names += [str(name) for entry in json.loads(files["manifest.json"]) for name in entry.get("RepoTags") or []]
+        elif "repositories" in files:
+            names += [f"{repo}:{tag}" for repo, tags in json.loads(files["repositories"]).items() for tag in tags]
+    with contextlib.suppress(KeyError, IndexError, TypeError, ValueError, AttributeError):
+        if manifest_ids and "index.json" in files:
+            for descriptor in json.loads(files["index.json"])["manifests"]:
+                annotations = descriptor.get("annotations") or {}
+                names += [str(annotations[key]) for key in sorted(NAME_ANNOTATIONS) if key in annotations]
+    return names
 
 
 DEBIAN_STATUS_ENTRY = "Package: {name}\nStatus: install ok installed\nArchitecture: amd64\nVersion: {version}\n{extra}\n"

@@ -86,7 +86,14 @@ def test_registry_path_every_node_pulls_by_digest_serves_and_stops(
         "--env",
         f"EXPECT_FILES={present}:{missing}",
     )
-    render_job(sample_cluster, dirs, "--image", published, extra=rdma)
+    # The nodes' host JIT cache, with the lock a job killed mid-compile left two hours ago: the
+    # launcher's cleanup must find it there, through the mount over the image's cache dir.
+    jit = tmp_path / "jit"
+    stale = jit / "vllm_cache" / "aiter_jit" / "build" / "lock_module_moe"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    render_job(sample_cluster, dirs, "--image", published, extra=(*rdma, "--jit-cache", str(jit)))
 
     result = submit_and_wait(sample_cluster, dirs)
     print(f"registry-path job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
@@ -109,6 +116,13 @@ def test_registry_path_every_node_pulls_by_digest_serves_and_stops(
     assert any("the head raised /run_logs/" in line and "stopping vLLM" in line for line in worker)
     assert (result.log_dir / "node0.exit").read_text().strip() == "0"
     assert (result.log_dir / "node1.exit").read_text().strip() == "0"
+    assert not stale.exists(), "the stale lock in the host JIT cache was not cleaned up"
+    assert any(f"removed a stale AITER JIT lock /opt/vllm_cache/aiter_jit/build/{stale.name}" in line for line in head + worker)
+    assert (jit / "mori").is_dir()
+    # The reference's log names, one per node.
+    assert sorted(p.name for p in result.log_dir.glob("colocated_bench_NODE*.log")) == [
+        "colocated_bench_NODE0.log", "colocated_bench_NODE1.log",
+    ]  # fmt: skip
     _no_job_containers(sample_cluster)
 
 

@@ -96,9 +96,17 @@ def test_publish_gives_a_digest_reference_that_pulls_the_same_image_on_a_fresh_e
     reference = reference.strip()
     record = json.loads(Path(str(built["record_path"])).read_text())
     assert reference in record["published"]
+    assert record["recipes"] == ["kimi-k3"]  # what the built image carries, as build recorded it
 
     _forget(node, str(built["image_id"]))
     assert node_engine.pull(reference) == built["image_id"]
+
+    # The job needs no reference typed again: the record holds it, and the recipe.
+    job = ["slurm", "--nodes", "2", "--variant", "pp2xtp8", "--model-path", "/models/kimi-k3"]
+    assert main([*job, "--from-record", str(built["record_path"])]) == 0
+    from_record = capsys.readouterr().out
+    assert main([*job, "--image", reference, "--recipe", "kimi-k3"]) == 0
+    assert from_record == capsys.readouterr().out
 
 
 def test_the_shipped_importer_loads_verifies_and_tags_on_a_fresh_engine_with_python38(
@@ -223,7 +231,7 @@ def test_the_shipped_importer_names_a_missing_engine(exported: Path, tmp_path: P
     assert done.returncode == 3
     assert done.stderr == (
         f"imagebuild-import: error: the Docker engine at unix://{tmp_path}/docker.sock did not answer GET "
-        f"/version ([Errno 2] No such file or directory); start docker on this node, or point DOCKER_HOST at "
+        f"/info ([Errno 2] No such file or directory); start docker on this node, or point DOCKER_HOST at "
         "its engine\n"
     )
 

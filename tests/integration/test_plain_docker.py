@@ -124,7 +124,7 @@ def context_dir(locked_pins: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def label_build_args(labels: dict[str, str]) -> dict[str, str]:
-    """What the README tells a plain-docker user to pass: the checkout's facts as build args."""
+    """What docs/build-context.md tells a plain-docker user to pass: the checkout's facts as build args."""
     return {arg: labels[label] for label, arg in CHECKOUT_LABEL_ARGS.items()}
 
 

@@ -213,7 +213,7 @@ def test_served_name_defaults_to_the_model_directory_name(capsys: pytest.Capture
 
 def test_log_dir_and_sentinel_follow_log_root_and_job(capsys: pytest.CaptureFixture[str]) -> None:
     plan = plan_json(capsys, k3_env(NODE_RANK="1", LOG_ROOT="/shared/logs"))
-    assert plan["log_file"] == "/shared/logs/12345/colocated_NODE1.log"
+    assert plan["log_file"] == "/shared/logs/12345/colocated_bench_NODE1.log"
     assert plan["sentinel"] == "/shared/logs/12345/.shutdown"
     assert plan_json(capsys, k3_env(SLURM_JOB_ID=""))["sentinel"] == "/run_logs/local/.shutdown"
 

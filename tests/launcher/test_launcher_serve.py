@@ -89,7 +89,7 @@ def test_head_serves_runs_the_benchmark_and_tears_down(
     assert record["env"]["NIAH_MODEL"] == "kimi-k3"
     # vLLM's output reaches both the console and the per-node log.
     assert "Application startup complete" in out
-    assert "Application startup complete" in (log_dir(env) / "colocated_NODE0.log").read_text()
+    assert "Application startup complete" in (log_dir(env) / "colocated_bench_NODE0.log").read_text()
 
 
 def test_head_is_ready_on_health_probe_without_the_log_line(
@@ -276,8 +276,8 @@ def test_two_nodes_meet_serve_and_stop_together(
     assert "container barrier: all 2 nodes arrived" in worker_err
     assert "the head raised" in worker_err
     assert "--headless" in stub_record(worker_env)["argv"]
-    assert (log_dir(node_env) / "colocated_NODE0.log").exists()
-    assert (log_dir(node_env) / "colocated_NODE1.log").exists()
+    assert (log_dir(node_env) / "colocated_bench_NODE0.log").exists()
+    assert (log_dir(node_env) / "colocated_bench_NODE1.log").exists()
     assert_all_stopped(head_env)
     assert_all_stopped(worker_env)
 

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +19,7 @@ from imagebuild.lock.files import hash_url
 from imagebuild.lock.http import FetchError, Http
 from imagebuild.testing import free_port
 from tests.lock.servers import FileServer
+from tests.prerequisites import skip_or_fail
 
 BODY = bytes(range(256)) * 4096 + b"tail"  # 1 MiB + 4 bytes: more than one chunk
 
@@ -74,3 +84,69 @@ def test_dns_failure_is_named() -> None:
 def test_connection_refused_is_named() -> None:
     with http() as h, pytest.raises(FetchError, match="connection refused"):
         hash_url(h, f"http://127.0.0.1:{free_port()}/a.whl")
+
+
+class _OverlongServer:
+    """A raw loopback server whose every GET answer is ``body`` + ``extra`` under ``Content-Length: len(body)``.
+
+    Not http.server: it would not send more than it declares. One connection at a time, each closed.
+    """
+
+    def __init__(self, body: bytes, extra: bytes) -> None:
+        self.body, self.extra = body, extra
+        self._socket = socket.create_server(("127.0.0.1", free_port()))
+        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}/demo-1.0-py3-none-any.whl"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = self._socket.accept()
+                with connection:
+                    request = b""
+                    while b"\r\n\r\n" not in request and (data := connection.recv(65536)):
+                        request += data
+                    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n"
+                    head += b"Content-Length: %d\r\n\r\n" % len(self.body)
+                    connection.sendall(head if request.startswith(b"HEAD") else head + self.body + self.extra)
+
+    def close(self) -> None:
+        self._socket.close()
+
+
+def _wheel() -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as wheel:
+        wheel.writestr("demo/__init__.py", "")
+        wheel.writestr("demo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
+        wheel.writestr("demo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr("demo-1.0.dist-info/RECORD", "")
+    return out.getvalue()
+
+
+def test_a_body_longer_than_its_content_length_is_hashed_as_pip_and_curl_keep_it(tmp_path: Path) -> None:
+    """requests (urllib3), pip and curl all stop at Content-Length and drop the rest without a word:
+    the recorded sha256 is of the very bytes the build installs (pip) or fetches (curl)."""
+    wheel = _wheel()
+    server = _OverlongServer(wheel, extra=b"appended after the declared length" * 64)
+    try:
+        with http() as h:
+            got = hash_url(h, server.url, zip_required=True)
+        assert (got.sha256, got.size) == (hashlib.sha256(wheel).hexdigest(), len(wheel))
+        pip = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-index", "--no-cache-dir", "--isolated",
+             "--disable-pip-version-check", "-d", str(tmp_path / "pip"), server.url],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert pip.returncode == 0, pip.stderr
+        assert (tmp_path / "pip" / "demo-1.0-py3-none-any.whl").read_bytes() == wheel
+        curl = shutil.which("curl")
+        if curl is None:
+            skip_or_fail("no curl on PATH: the build's wheel fetch (curl -fsSL) is unchecked here")
+        fetched = subprocess.run(
+            [curl, "-fsSL", "-o", str(tmp_path / "curl.whl"), server.url], capture_output=True, timeout=60, check=False
+        )
+        assert fetched.returncode == 0, fetched.stderr
+        assert (tmp_path / "curl.whl").read_bytes() == wheel
+    finally:
+        server.close()

@@ -52,6 +52,14 @@ def pin_data() -> dict[str, Any]:
     data["base"].update(digest="sha256:" + "1" * 64, platform_digest="sha256:" + "2" * 64)
     data["donor"].update(digest="sha256:" + "3" * 64, platform_digest="sha256:" + "3" * 64)
     data["aiter"].update(sha256="4" * 64, size=1234)
+    data["apt"] = {  # the sample world has no apt pin yet: its snapshot stand-in serves no archive yet
+        "kind": "apt",
+        "archive": "http://127.0.0.1:55081/archive/debian",
+        "suite": "bookworm",
+        "components": ["main"],
+        "signed_by": "/usr/share/keyrings/sampleworld-snapshots.gpg",
+        "snapshot": "20260101T000000Z",
+    }
     return data
 
 

@@ -2,7 +2,7 @@
 
 --help exits 0 with examples and the verb's exit codes; an unknown flag is one line and exit 2;
 every verb has --json: success and failure are one JSON document, schema_version first, with the
-keys README.md's "Command-line grammar" documents for the verb, and nothing else on stdout; the
+keys docs/commands.md's "Command-line grammar" documents for the verb, and nothing else on stdout; the
 global flags and the common options work before and after the verb; -o and -t are the same flag as
 --output and --tag wherever a verb has them.
 """
@@ -65,12 +65,12 @@ def required_arguments(verb: Verb, value: str = "x") -> list[str]:
 
 
 def documented_keys() -> dict[str, tuple[set[str], set[str]]]:
-    """README's table of each verb's --json keys: (keys every document has, every key it names).
+    """docs/commands.md's table of each verb's --json keys: (keys every document has, every key it names).
 
     A key in parentheses is in some runs only, or a key of each row.
     """
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    table = readme.split("| verb | keys |\n|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    commands = (REPO / "docs" / "commands.md").read_text(encoding="utf-8")
+    table = commands.split("| verb | keys |\n|---|---|\n", 1)[1].split("\n\n", 1)[0]
     keys: dict[str, tuple[set[str], set[str]]] = {}
     for row in table.splitlines():
         match = re.fullmatch(r"\| (.+?) \| (.+) \|", row)
@@ -85,14 +85,14 @@ DOCUMENTED = documented_keys()
 
 
 def check_document(out: str, verb: str) -> dict[str, object]:
-    """stdout is one JSON document, schema_version first, with the keys the README gives the verb."""
+    """stdout is one JSON document, schema_version first, with the keys docs/commands.md gives the verb."""
     document: dict[str, object] = json.loads(out)
     assert next(iter(document)) == "schema_version"
     assert document["schema_version"] == 1
     always, named = DOCUMENTED[verb]
     keys = set(document) - {"schema_version"}
     assert always <= keys, f"{verb}: documented but missing: {always - keys}"
-    assert keys <= named, f"{verb}: not in the README's table: {keys - named}"
+    assert keys <= named, f"{verb}: not in docs/commands.md's table: {keys - named}"
     return document
 
 
@@ -106,7 +106,7 @@ def no_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_every_verb_is_registered() -> None:
     assert set(ids(VERBS)) == {
-        "render", "plan", "lock", "build", "verify", "publish", "export", "import", "diff", "slurm",
+        "init", "render", "plan", "lock", "build", "verify", "publish", "export", "import", "diff", "slurm",
         "attestations",
     }  # fmt: skip
 
@@ -147,7 +147,9 @@ def test_every_verb_has_json_and_its_keys_in_the_readme() -> None:
 def test_json_failure_is_a_json_document_and_nothing_else(
     verb: Verb, no_engine: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The verb runs and fails (no checkout here, no engine, '?' for each required value)."""
+    """The verb runs and fails (no project here, no engine, '?' for each required value; init: a file here)."""
+    if verb.name == "init":
+        (no_engine / "notes.txt").write_text("not empty\n")
     code = main(["-C", str(no_engine), verb.name, *required_arguments(verb, "?"), "--json"])
     out, err = capsys.readouterr()
     assert code in (ExitCode.BAD_INPUT, ExitCode.NO_ENGINE)
@@ -263,6 +265,7 @@ def _successful_runs(tmp: Path, engine: FakeEngine) -> dict[str, list[str]]:
     """A command line of each verb that succeeds in the unit tier (a fake engine, no network)."""
     engine.add_saved_image(TAG, size=1 << 12, labels={"io.imagebuild.arch": "gfx942"})
     return {
+        "init": ["init", str(tmp / "project")],
         "render": ["-C", str(REPO), "render", "--allow-unpinned", "-o", str(tmp / "context")],
         "plan": ["-C", str(REPO), "plan", "--explain"],
         "publish": ["publish", TAG, "-t", "127.0.0.1:5000/ml/kimi-k3:v1"],
@@ -285,7 +288,7 @@ def _successful_runs(tmp: Path, engine: FakeEngine) -> dict[str, list[str]]:
 
 # lock needs its sources (tests/lock), build a recorded stream and verify a container: build's and
 # verify's documents are checked as made from a replayed build and a result below.
-SUCCEEDING = ["render", "plan", "publish", "export", "import", "diff", "slurm"]
+SUCCEEDING = ["init", "render", "plan", "publish", "export", "import", "diff", "slurm"]
 
 
 @pytest.mark.parametrize("name", SUCCEEDING)
@@ -331,7 +334,7 @@ def test_global_flags_reach_the_verb(
     assert err == ""  # -q after the verb silenced "A change of 'router' rebuilds ..."
     assert out.splitlines()[0].split() == ["step", "instruction", "title", "pins"]
     assert main(["-C", str(tmp_path), "plan"]) == 2
-    assert "not an imagebuild checkout (no stages/image.toml in it)" in capsys.readouterr().err
+    assert "not an imagebuild project (no stages/image.toml in it)" in capsys.readouterr().err
 
 
 def test_a_closed_stdout_is_not_a_traceback() -> None:

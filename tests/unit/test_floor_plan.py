@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inputs", "engine"),
     ("pins",),
     ("project",),
-    ("render", "lock", "attest"),
+    ("render", "lock", "attest", "scaffold"),
     ("normalize", "distribute", "verify"),
     ("diff", "build", "slurm"),
     ("testing",),

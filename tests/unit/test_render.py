@@ -73,6 +73,7 @@ def test_locked_images_are_referenced_by_digest(project: Path) -> None:
     text = (project / "pins.toml").read_text().replace('digest = ""', f'digest = "{digest}"')
     text = text.replace('sha256 = ""', f'sha256 = "{"cd" * 32}"')
     text = text.replace('committed = ""', 'committed = "2026-08-11T00:00:00Z"')
+    text = text.replace('snapshot = ""', 'snapshot = "20261201T000000Z"')
     (project / "pins.toml").write_text(text)
     out = rendered(project, allow_unpinned=False).text
     assert f'ARG BASE_IMAGE="rocm/vllm-dev@{digest}"' in out

@@ -73,6 +73,11 @@ BAD = [
     (["--benchmark-cmd", "bench --hub https://me:s3cret@hub.example/"], "credential-like"),
     (["--docker-arg=--env=HF_TOKEN=hf_abc"], "'HF_TOKEN=...'"),
     (["--docker-arg=--label=x=ghp_abcdefghijklmnop"], "credential-like"),
+    (["--master-port", "8000"], "--master-port 8000: is also --serve-port's"),
+    (["--barrier-port", "29500"], "--barrier-port 29500: is also --master-port's"),
+    (["--jit-cache", "cache/jit"], "--jit-cache 'cache/jit': expected an absolute path"),
+    (["--jit-cache", "/var/tmp/jit:rw"], "':' or ','"),
+    (["--jit-cache", "/var/tmp/jit\nx"], "control character"),
 ]
 
 
@@ -196,3 +201,36 @@ def test_env_values_that_fit_the_recipe_topology_are_accepted(capsys: pytest.Cap
     code, out, err = run(capsys, "--image", IMAGE, "--env", "GPUS_PER_NODE=4", "--nodes", "4")
     assert code == 0, err
     assert "on 4 nodes (TP 8 x PP 2, 4 GPUs per node)" in out
+
+
+def test_a_job_has_an_init_a_host_jit_cache_keyed_by_the_image_and_the_nodes_to_itself(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "--image", IMAGE)
+    assert code == 0, err
+    assert "INIT=1\n" in out
+    assert f"JIT_CACHE=/var/tmp/imagebuild-jit-cache/{DIGEST[7:19]}\n" in out
+    assert "#SBATCH --exclusive\n" in out
+    assert "#SBATCH --gpus-per-node=8\n" in out  # the recipe's pp2xtp8 on 2 nodes: 8 GPUs each
+
+
+def test_each_default_has_its_switch(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "--image", IMAGE, "--no-init", "--no-jit-cache", "--no-exclusive", "--no-gpu-request")
+    assert code == 0, err
+    assert "INIT=0\n" in out
+    assert "JIT_CACHE=''\n" in out
+    assert "#SBATCH --exclusive" not in out
+    assert "--gpus-per-node" not in out
+
+
+def test_no_gpu_request_without_the_devices(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "--image", IMAGE, "--no-devices", "--jit-cache", "/scratch/jit")
+    assert code == 0, err
+    assert "--gpus-per-node" not in out
+    assert "JIT_CACHE=/scratch/jit\n" in out
+
+
+def test_the_jit_cache_options_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "--image", IMAGE, "--jit-cache", "/scratch/jit", "--no-jit-cache")
+    assert code == 2
+    assert "not allowed with argument" in err

@@ -53,7 +53,8 @@ class Plan:
 
     @property
     def log_file(self) -> Path:
-        return self.log_dir / f"colocated_NODE{self.inputs.node_rank}.log"
+        # The reference's name for it, so its log tooling finds ours.
+        return self.log_dir / f"colocated_bench_NODE{self.inputs.node_rank}.log"
 
     @property
     def sentinel(self) -> Path:
