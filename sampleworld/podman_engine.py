@@ -11,7 +11,8 @@ without explicit `default_ulimits` a container's start fails raising RLIMIT_NOFI
 podman inherits (20000 open files in this sandbox) or RLIMIT_NPROC, so they are set lower; the sample registry on loopback is plain http, which podman must be told is allowed.
 
 `ensure_podman` starts it unless ours answers; `stop_podman` stops only the pid this state dir recorded
-(checked against its command line), then what it left running that names our directories (conmon).
+(checked against its command line), then what it left running that names our directories (conmon),
+and unmounts the bind mount of its own storage that podman leaves behind.
 """
 
 from __future__ import annotations
@@ -154,8 +155,20 @@ def stop_podman(state: StateDir) -> bool:
         log.info(f"engine {NAME}: stopping pid {left} it left running: {proc.cmdline(left)[:200]}")
         proc.stop_pid(left, timeout=15)
     engine.pid_file.unlink(missing_ok=True)
+    _release_storage_mount(engine)
     log.info(f"engine {NAME}: stopped pid {pid}")
     return True
+
+
+def _release_storage_mount(engine: PodmanEngine) -> None:
+    """Podman's overlay driver bind-mounts its own ``<graph root>/overlay`` and leaves it mounted when
+    the service stops; left there, the state dir cannot be removed ("Device or resource busy")."""
+    overlay = engine.graph_root / "overlay"
+    # Not os.path.ismount: a bind mount from the same file system has the same st_dev as its parent.
+    mount_points = {line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()}
+    if str(overlay) in mount_points:
+        proc.run(["umount", str(overlay)], timeout=60)
+        log.info(f"engine {NAME}: unmounted {overlay}")
 
 
 def leftover_pids(engine: PodmanEngine) -> list[int]:
