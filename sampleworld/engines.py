@@ -213,7 +213,12 @@ def stop_engine(engine: NodeEngine) -> bool:
 def leftover_pids(engine: NodeEngine) -> list[int]:
     """Processes (other than ours) whose command line names this engine's run dir or root: its
     containerd (`--config <exec root>/containerd/containerd.toml`), shims (`-address <exec root>/...`)."""
-    marks = (f"{engine.run_dir}/", f"{engine.root}/")
+    return pids_naming((f"{engine.run_dir}/", f"{engine.root}/"), ENGINE_PROCESSES)
+
+
+def pids_naming(marks: tuple[str, ...], commands: tuple[str, ...]) -> list[int]:
+    """Live processes whose comm starts with one of ``commands`` and whose command line names a mark:
+    never a shell or a tool that merely names the path."""
     found: list[int] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -222,7 +227,7 @@ def leftover_pids(engine: NodeEngine) -> list[int]:
             comm = (entry / "comm").read_text().strip()
         except OSError:
             continue
-        if not comm.startswith(ENGINE_PROCESSES):  # never a shell or a tool that merely names the path
+        if not comm.startswith(commands):
             continue
         line = proc.cmdline(int(entry.name))
         if any(mark in line for mark in marks) and proc.pid_alive(int(entry.name)):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sampleworld import log, proc
-from sampleworld.engines import RUN_ROOT, NodeEngine, ping
+from sampleworld.engines import RUN_ROOT, NodeEngine, pids_naming, ping
 from sampleworld.errors import SampleWorldError
 from sampleworld.layout import REGISTRY, StateDir
 
@@ -173,16 +173,4 @@ def _release_storage_mount(engine: PodmanEngine) -> None:
 
 def leftover_pids(engine: PodmanEngine) -> list[int]:
     """Podman's helpers (conmon, runc) whose command line names our run dir or graph root."""
-    marks = (f"{engine.run_dir}/", f"{engine.root}/")
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            comm = (entry / "comm").read_text().strip()
-        except OSError:
-            continue
-        line = proc.cmdline(int(entry.name))
-        if comm.startswith(LEFTOVER_PROCESSES) and any(m in line for m in marks) and proc.pid_alive(int(entry.name)):
-            found.append(int(entry.name))
-    return sorted(found)
+    return pids_naming((f"{engine.run_dir}/", f"{engine.root}/"), LEFTOVER_PROCESSES)

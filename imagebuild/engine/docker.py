@@ -28,7 +28,7 @@ from docker.context import ContextAPI
 import docker
 from imagebuild.engine import containerd_store
 from imagebuild.engine.credentials import credentials_for, registry_failure
-from imagebuild.engine.interface import (
+from imagebuild.engine.interface import (  # fmt: skip
     BuildEvent,
     BuildRequest,
     Engine,
@@ -43,11 +43,7 @@ from imagebuild.engine.overlay2_store import stored_image
 from imagebuild.engine.store_kind import api_version_problem, engine_store
 from imagebuild.engine.unreachable import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, probe, unreachable
 from imagebuild.errors import ConfigError, EngineError, UnknownImageError
-from imagebuild.importer.docker_api import (
-    loaded_images,
-    stream_error,
-    tag_table,
-)
+from imagebuild.importer.docker_api import loaded_images, stream_error, tag_table
 from imagebuild.launcher.text import shown, text_problem
 
 PROBE_TIMEOUT_S = 10  # connecting to a live engine takes milliseconds; a filtered port never answers

@@ -16,16 +16,9 @@ It lives in the package, not under tests/, so any test imports it the same
 way whatever pytest's rootdir and import mode are.
 """
 
+from imagebuild.testing.archives import image_info, image_root_files, layer_tar, saved_image_tar
 from imagebuild.testing.clock import FakeClock
-from imagebuild.testing.engine import (
-    FakeEngine,
-    RecordedMessage,
-    Recording,
-    image_info,
-    image_root_files,
-    layer_tar,
-    saved_image_tar,
-)
+from imagebuild.testing.engine import FakeEngine, RecordedMessage, Recording
 from imagebuild.testing.ports import EPHEMERAL_RANGE, dev_tool, free_port
 from imagebuild.testing.sources import FakeSources
 
