@@ -34,9 +34,11 @@ from imagebuild.engine.interface import (  # fmt: skip
     Engine,
     EngineStore,
     ImageInfo,
+    PullListener,
     PushEvent,
     StoredImage,
     classic_build_events,
+    pull_event,
     push_event,
 )
 from imagebuild.engine.overlay2_store import stored_image
@@ -205,7 +207,9 @@ class DockerEngine(Engine):
         if not self.store().ids_are_manifests:
             return {}
         if not self._address.startswith("unix://"):
-            return {"identity_unknown": f"the containerd store of the engine at {self._address} is not on this machine"}
+            return {
+                "identity_unknown": f"the containerd store of the engine at {self._address} is not on this machine"
+            }
         try:
             root = str(self._api.info().get("DockerRootDir") or "")
         except docker.errors.DockerException as e:
@@ -262,7 +266,7 @@ class DockerEngine(Engine):
         except docker.errors.DockerException as e:
             raise registry_failure(what, registry, plain_reason(e), credentials) from e
 
-    def pull(self, reference: str) -> str:
+    def pull(self, reference: str, *, progress: PullListener | None = None) -> str:
         what = f"pull of {reference}"
         repository, _ = docker.utils.parse_repository_tag(reference)
         registry, _ = docker.auth.resolve_repository_name(repository)
@@ -272,6 +276,8 @@ class DockerEngine(Engine):
                 detail = stream_error(chunk)
                 if detail is not None:
                     raise registry_failure(what, registry, detail, credentials)
+                if progress is not None:
+                    progress(pull_event(chunk))
             return str(self._api.inspect_image(reference)["Id"])
         except docker.errors.DockerException as e:
             raise registry_failure(what, registry, plain_reason(e), credentials) from e
