@@ -98,7 +98,8 @@ class PullProgress:
             if self._tty and self._layers:
                 self._draw(now)
             took = format_duration(now - self._started)
-            self._write(f"pulled {self._reference} ({image_id[:19]}): {self._summary(now)} in {took}\n")
+            what = self._summary(now) if self._layers else "up to date, no layer downloaded"
+            self._write(f"pulled {self._reference} ({image_id[:19]}): {what} in {took}\n")
 
     # Lines ------------------------------------------------------------------------------------------
 
