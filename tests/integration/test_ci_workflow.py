@@ -27,17 +27,17 @@ from imagebuild.scaffold.ci import CI_FILES
 from sampleworld.world import World
 from tests import REPO
 from tests.ci_steps import github_script
-from tests.integration.conftest import CHECKOUT
 
 pytestmark = pytest.mark.docker
 
-CI_TAG = f"imagebuild-test/ci:gfx942-{CHECKOUT}"
 STEP_TIMEOUT_S = 1800
 
 
 def test_the_github_workflows_steps_lock_build_verify_and_publish(
     sample_image: dict[str, object], locked_pins: Path, world: World, tmp_path: Path
 ) -> None:
+    # Per checkout, as the session image's tag is (checkouts share one engine).
+    checkout = str(sample_image["tag"]).rsplit("-", 1)[-1]
     project = tmp_path / "team-image"
     assert main(["init", str(project), "--ci", "github"]) == 0
     for name in ("pins.toml", "pylock.toml"):
@@ -50,9 +50,9 @@ def test_the_github_workflows_steps_lock_build_verify_and_publish(
     env = {
         **os.environ,
         **script.env,
-        "IMAGE_TAG": CI_TAG,
+        "IMAGE_TAG": f"imagebuild-test/ci:gfx942-{checkout}",
         "BUILD_NETWORK": "host",
-        "PUBLISH_REPOSITORY": f"{world.registry}/imagebuild-test/ci-{CHECKOUT}",
+        "PUBLISH_REPOSITORY": f"{world.registry}/imagebuild-test/ci-{checkout}",
         "BASE_CACHE": str(tmp_path / "cache"),
         "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": str(REPO),
