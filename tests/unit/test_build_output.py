@@ -175,3 +175,19 @@ def test_other_failures_get_no_network_hint(replay: Replay, vllm_bad_pins: Path)
     with pytest.raises(BuildError) as e:
         replay("failure", pins=vllm_bad_pins, network=None)
     assert "--network host" not in str(e.value)
+
+
+def test_build_pull_shows_each_images_layers_before_the_steps(replay: Replay, build_streams: Path) -> None:
+    pulled = slowed(Recording.load(build_streams / "pull.jsonl"), 1000.0)
+    out = io.StringIO()
+    engine, _ = replay(
+        "cached", pull=True, engine=FakeEngine(pull_streams=[pulled]), progress=BuildProgress(out)
+    )
+    assert len(engine.pulls) == 2  # the base and the donor, by digest
+    lines = out.getvalue().splitlines()
+    summaries = [line for line in lines if line.startswith("pulled ")]
+    assert summaries[0].startswith(f"pulled {engine.pulls[0]} (sha256:")
+    assert summaries[0].endswith("3/3 layers done, 30MB of 30MB, 86.7kB/s in 5m46s")
+    assert "up to date, no layer downloaded" in summaries[1]  # the donor: no stream recorded for it
+    assert any(line.startswith(f"pulling {engine.pulls[0]}: ") for line in lines)
+    assert lines.index(summaries[1]) < next(i for i, line in enumerate(lines) if line.startswith("[1/18]"))
