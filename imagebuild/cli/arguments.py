@@ -92,6 +92,15 @@ def pins_file(text: str) -> Path:
     return Path(text)
 
 
+def checks_file(text: str) -> Path:
+    """--checks: a checks file that must exist (what it holds is checked when it is read)."""
+    _printable_path(text)
+    if not text or not Path(text).is_file():
+        msg = f"{text!r} is not a file; name a checks file, e.g. checks.toml"
+        raise argparse.ArgumentTypeError(msg)
+    return Path(text)
+
+
 def name(text: str) -> str:
     """A pin's or a locked python package's name as given on the command line: never empty (an empty
     name would select nothing, and the verb would answer a question nobody asked)."""

@@ -18,7 +18,7 @@ from imagebuild.project import Inputs, Project
 from imagebuild.render import Dockerfile, RenderOptions, render_inputs
 
 if TYPE_CHECKING:
-    from imagebuild.verify import VerifyResult
+    from imagebuild.verify import VerifyOptions, VerifyResult
 
 
 def render_checkout(inputs: Inputs, *, allow_unpinned: bool) -> Dockerfile:
@@ -166,13 +166,20 @@ def verify_document(result: VerifyResult) -> dict[str, object]:
 def cmd_verify(args: argparse.Namespace) -> int:
     from imagebuild.engine.docker import DockerEngine
     from imagebuild.verify import VerifyOptions, prepare_verify, verify
+    from imagebuild.verify.checks_file import CHECKS_FILE, EMPTY, load_checks
 
-    inputs = project_of(args).load(args.arch)
+    project = project_of(args)
+    inputs = project.load(args.arch)
+    checks_path = args.checks or (project.root / CHECKS_FILE)
     options = VerifyOptions(
         image=args.image or default_tag(args.arch),
         junit=args.junit,
         secret_scan_roots=tuple(args.scan_roots or SECRET_SCAN_ROOTS),
+        checks_file=load_checks(checks_path) if checks_path.is_file() else EMPTY,
+        keyword=args.keyword,
     )
+    if args.list:
+        return list_verify_checks(args, inputs, options)
     # Bad arguments and inputs are found before the engine is asked; verify takes the result as it is.
     prepared = prepare_verify(inputs, options)
     with DockerEngine.opened() as engine:
@@ -182,6 +189,27 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(result.format_report() + "\n")
     return 0 if result.passed else int(ExitCode.VERIFY_FAILED)
+
+
+def list_verify_checks(args: argparse.Namespace, inputs: Inputs, options: VerifyOptions) -> int:
+    """verify --list: every check that would run (with -k, the selected ones); no image, no engine."""
+    from imagebuild.verify.expectations import build_expectations
+    from imagebuild.verify.runner import checks_listed
+    from imagebuild.verify.selection import format_list, keyword_expression
+
+    for flag, given in (("--junit", args.junit), ("IMAGE", args.image)):
+        if given is not None:
+            msg = f"verify --list runs no image, so {flag} has no use; drop it, or drop --list to run the checks"
+            raise ConfigError(msg)
+    if options.keyword is not None:
+        keyword_expression(options.keyword)
+    expectations = build_expectations(inputs, image="(listed)", secret_scan_roots=options.secret_scan_roots)
+    listed = checks_listed(expectations, options.checks_file, options.keyword)
+    if args.json:
+        write_json({"checks": [c.to_json() for c in listed], "checks_file": options.checks_file.path or None})
+    else:
+        sys.stdout.write(format_list(listed) + "\n")
+    return 0
 
 
 def register(verbs: Verbs) -> None:
@@ -247,6 +275,8 @@ def register(verbs: Verbs) -> None:
             examples=(
                 f"imagebuild verify {DEFAULT_REPOSITORY}:gfx942 --junit verify.xml",
                 "imagebuild -C ~/imagebuild verify --json",
+                "imagebuild verify --list -k 'config and not label'",
+                "imagebuild verify -k custom --checks team-checks.toml",
             ),
             exit_codes=(ExitCode.NO_ENGINE, ExitCode.VERIFY_FAILED),
             json="the result of every check",
@@ -259,6 +289,19 @@ def register(verbs: Verbs) -> None:
         help=f"image to check (default {DEFAULT_REPOSITORY}:ARCH)",
     )
     p.add_argument("--junit", type=arguments.output_file, metavar="FILE", help="write JUnit XML here")
+    p.add_argument(
+        "--checks",
+        type=arguments.checks_file,
+        metavar="FILE",
+        help="the project's own checks, run with the built-in ones (default checks.toml at the project root, if there)",
+    )
+    p.add_argument(
+        "-k",
+        dest="keyword",
+        metavar="EXPR",
+        help="run only the checks whose names match EXPR, with pytest's -k grammar (e.g. 'config and not label')",
+    )
+    p.add_argument("--list", action="store_true", help="list the checks (name, kind, source) without running an image")
     p.add_argument(
         "--scan-root",
         dest="scan_roots",

@@ -184,6 +184,8 @@ class DockerEngine(Engine):
             entrypoint=tuple(entrypoint) if entrypoint is not None else None,
             cmd=tuple(cmd) if cmd is not None else None,
             workdir=config.get("WorkingDir") or "",
+            user=config.get("User") or "",
+            exposed_ports=tuple(sorted(config.get("ExposedPorts") or {})),
             history=tuple(str(h.get("CreatedBy", "")) for h in history),
             layers=tuple((data.get("RootFS") or {}).get("Layers") or ()),
             **self._config_digest(str(data["Id"])),

@@ -35,6 +35,8 @@ class ImageInfo:
     entrypoint: tuple[str, ...] | None
     cmd: tuple[str, ...] | None
     workdir: str
+    user: str = ""
+    exposed_ports: tuple[str, ...] = ()  # "8000/tcp", as the config's ExposedPorts names them
     history: tuple[str, ...] = field(default=())  # created_by of every layer, newest first
     layers: tuple[str, ...] = field(default=())  # the layers' diffIDs (sha256:...), lowest first
     # The config's digest, imagebuild's identity of the image, where ``id`` is not it (the containerd

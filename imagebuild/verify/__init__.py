@@ -3,6 +3,8 @@
 runner        one container, pytest-testinfra's checks (checks/) against it, then the layer scan
 layers        credentials in every layer's files, deleted and hidden ones included, by layer and path
 expectations  what the image must hold, from the inputs      result  CheckResult, VerifyResult, reports
+checks_file   the project's own checks (checks.toml)       selection  -k and --list
+check_session one pytest session over checks/ in a subprocess, for a run or a collection
 """
 
 from imagebuild.verify.expectations import Expectations, build_expectations

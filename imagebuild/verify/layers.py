@@ -30,6 +30,7 @@ from imagebuild.util.streams import CHUNK, HashingReader, forget_members, open_s
 from imagebuild.verify.checks.probe import BINARY_SNIFF_BYTES, SCAN_BUDGET_BYTES
 from imagebuild.verify.result import CheckResult
 
+LAYER_CHECK_NAME, LAYER_CHECK_GROUP = "test_no_secrets_in_layers", "secrets"  # runs outside pytest
 SHOWN_FINDINGS = 10  # in the check's message; the count says how many more
 WHITEOUT = ".wh."  # a layer tar's entry that deletes a lower layer's file: no content of its own
 
@@ -165,7 +166,7 @@ def layer_secrets_check(
     """The layer scan as one verify check: failed with every finding named by layer and path."""
     started = clock()
     findings, budget, source = scan_layers(engine, info, roots=roots, max_bytes=max_bytes)
-    name, group = "test_no_secrets_in_layers", "secrets"
+    name, group = LAYER_CHECK_NAME, LAYER_CHECK_GROUP
     if findings:
         shown = "\n".join(f.describe() for f in findings[:SHOWN_FINDINGS])
         more = f"\n... and {len(findings) - SHOWN_FINDINGS} more" if len(findings) > SHOWN_FINDINGS else ""

@@ -1,10 +1,4 @@
-"""Run the image checks: one container, pytest-testinfra against it, results back as data.
-
-pytest runs in a subprocess, not in-process: the checks get a clean pytest
-(their own ini, only the testinfra plugin) whatever pytest configuration or
-session the caller is in — ``imagebuild verify`` is itself run from pytest in
-this project's tests, and a nested in-process pytest.main would share its
-plugins, warning filters and imported modules.
+"""Run the image checks: one container, pytest-testinfra against it (check_session), results back as data.
 
 How the checks reach Docker. The image is inspected and its container started
 and removed through the ``Engine`` the caller passes in (the one interface to
@@ -21,10 +15,7 @@ the current docker context, else /var/run/docker.sock).
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import sys
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -33,35 +24,27 @@ from pathlib import Path
 from typing import Any, cast
 
 from imagebuild.engine.interface import Engine, ImageInfo
-from imagebuild.errors import CommandError, VerifyError
+from imagebuild.errors import CommandError, ConfigError, VerifyError
 from imagebuild.inputs.layout import SECRET_SCAN_MAX_FILE_BYTES, SECRET_SCAN_ROOTS
 from imagebuild.inputs.values import ABSOLUTE_PATH
 from imagebuild.project import Inputs
-from imagebuild.util.run import run_command
-from imagebuild.verify import checks
-from imagebuild.verify.checks.support import CONTEXT_ENV, RESULTS_ENV
+from imagebuild.verify.check_session import check_session
+from imagebuild.verify.checks_file import EMPTY, ChecksFile
 from imagebuild.verify.expectations import Expectations, build_expectations
 from imagebuild.verify.layers import layer_secrets_check
 from imagebuild.verify.result import OUTCOMES, CheckResult, Outcome, VerifyResult
+from imagebuild.verify.selection import ListedCheck, keyword_expression, layer_check_selected, list_checks
 
-PYTEST_TIMEOUT_S = 300
-CHECKS_DIR = Path(checks.__file__).resolve().parent
-# The checks' own pytest configuration: nothing from the caller's pyproject or plugins.
-PYTEST_INI = """\
-[pytest]
-python_files = test_*.py
-addopts = -p no:cacheprovider
-junit_family = xunit2
-junit_suite_name = imagebuild-verify
-junit_logging = no
-"""
-
+PYTEST_RAN = (0, 1)  # all passed, some failed
+NONE_SELECTED = 5  # pytest: no item selected (-k picked only the layer scan)
 
 @dataclass(frozen=True, kw_only=True)
 class VerifyOptions:
     image: str  # image ref or id
     junit: Path | None = None  # write JUnit XML here
     secret_scan_roots: tuple[str, ...] = SECRET_SCAN_ROOTS  # whose files are scanned for credentials
+    checks_file: ChecksFile = EMPTY  # the project's own checks (checks.toml), run with the built-in ones
+    keyword: str | None = None  # -k: pytest's keyword expression over every check's name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +55,7 @@ class PreparedVerify:
     expectations: Expectations
     arch: str
     pins_path: Path  # what the expectations were made from, for the progress line
+    selected: tuple[ListedCheck, ...] = ()  # with -k: the checks it selects (never empty)
 
 
 def prepare_verify(inputs: Inputs, options: VerifyOptions) -> PreparedVerify:
@@ -81,14 +65,24 @@ def prepare_verify(inputs: Inputs, options: VerifyOptions) -> PreparedVerify:
         raise VerifyError(msg)
     for root in options.secret_scan_roots:
         ABSOLUTE_PATH.check(root, "--scan-root", "root")
+    expectations = build_expectations(inputs, image=options.image, secret_scan_roots=options.secret_scan_roots)
+    selected: tuple[ListedCheck, ...] = ()
+    if options.keyword is not None:
+        keyword_expression(options.keyword)
+        selected = checks_listed(expectations, options.checks_file, options.keyword)
+        if not selected:
+            msg = f"-k {options.keyword!r} selects no check; `imagebuild verify --list` shows their names"
+            raise ConfigError(msg)
     return PreparedVerify(
-        options=options,
-        expectations=build_expectations(
-            inputs, image=options.image, secret_scan_roots=options.secret_scan_roots
-        ),
-        arch=inputs.arch.name,
-        pins_path=inputs.pins.path,
-    )
+        options=options, expectations=expectations, arch=inputs.arch.name, pins_path=inputs.pins.path,
+        selected=selected,
+    )  # fmt: skip
+
+
+def checks_listed(expectations: Expectations, checks_file: ChecksFile, keyword: str | None) -> tuple[ListedCheck, ...]:
+    """What verify would run (``verify --list``): collected with the same context, no image needed."""
+    context = {"expectations": expectations.to_json(), "image": None, "checks": checks_file.to_json()}
+    return list_checks(context, checks_file, keyword)
 
 
 def verify(
@@ -109,18 +103,20 @@ def verify(
     try:
         say(f"verify: container {container[:12]} started; running the checks")
         results = run_checks(
-            expectations=prepared.expectations, info=info, container=container, junit=options.junit
-        )
+            expectations=prepared.expectations, info=info, container=container, junit=options.junit,
+            checks_file=options.checks_file, keyword=options.keyword,
+        )  # fmt: skip
     finally:
         engine.remove(container)
         say(f"verify: container {container[:12]} removed")
-    say(f"verify: scanning every layer's files under {', '.join(options.secret_scan_roots)} for credentials")
-    layer_check = layer_secrets_check(
-        engine, info, roots=options.secret_scan_roots, max_bytes=SECRET_SCAN_MAX_FILE_BYTES
-    )
-    results += (layer_check,)
-    if options.junit is not None and options.junit.is_file():
-        add_to_junit(options.junit, layer_check)
+    if layer_check_selected(options.keyword):
+        say(f"verify: scanning every layer's files under {', '.join(options.secret_scan_roots)} for credentials")
+        layer_check = layer_secrets_check(
+            engine, info, roots=options.secret_scan_roots, max_bytes=SECRET_SCAN_MAX_FILE_BYTES
+        )
+        results += (layer_check,)
+        if options.junit is not None and options.junit.is_file():
+            add_to_junit(options.junit, layer_check)
     return VerifyResult(
         image=options.image,
         image_id=info.identity,
@@ -138,55 +134,39 @@ def image_context(info: ImageInfo) -> dict[str, Any]:
         "labels": dict(info.labels),
         "env": dict(info.env),
         "entrypoint": list(info.entrypoint) if info.entrypoint is not None else None,
+        "cmd": list(info.cmd) if info.cmd is not None else None,
         "workdir": info.workdir,
+        "user": info.user,
+        "exposed_ports": list(info.exposed_ports),
         "history": list(info.history),
     }
 
 
 def run_checks(
-    *, expectations: Expectations, info: ImageInfo, container: str, junit: Path | None
-) -> tuple[CheckResult, ...]:
+    *, expectations: Expectations, info: ImageInfo, container: str, junit: Path | None,
+    checks_file: ChecksFile = EMPTY, keyword: str | None = None,
+) -> tuple[CheckResult, ...]:  # fmt: skip
     """pytest over the check modules against a running container; the per-check records it wrote."""
-    with tempfile.TemporaryDirectory(prefix="imagebuild-verify-") as tmp:
-        work = Path(tmp)
-        context = work / "context.json"
-        context.write_text(
-            json.dumps({"expectations": expectations.to_json(), "image": image_context(info)}),
-            encoding="utf-8",
-        )
-        results = work / "results.json"
-        ini = work / "pytest.ini"
-        ini.write_text(PYTEST_INI, encoding="utf-8")
-        command = [
-            sys.executable, "-m", "pytest", str(CHECKS_DIR),
-            "-c", str(ini), "--rootdir", str(work),
-            "-p", "testinfra.plugin", f"--hosts=docker://{container}",
-            "-q", "--tb=line", "--no-header",
-        ]  # fmt: skip
-        if junit is not None:
-            junit.parent.mkdir(parents=True, exist_ok=True)
-            command.append(f"--junitxml={junit}")
-        env = {
-            **os.environ,
-            CONTEXT_ENV: str(context),
-            RESULTS_ENV: str(results),
-            # Only the plugins named above: a caller's plugins must not change how the checks run.
-            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-            # The checks may live in a read-only site-packages.
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-        try:
-            done = run_command(command, env=env, timeout=PYTEST_TIMEOUT_S, check=False)
-        except CommandError as e:
-            msg = f"the image checks did not run to the end (container {container[:12]}): {e}"
-            raise VerifyError(msg) from e
-        output = f"{done.stdout}{done.stderr}"
-        # pytest: 0 all passed, 1 some failed; anything else means the checks themselves broke.
-        if done.returncode not in (0, 1) or not results.is_file():
-            tail = "\n".join(output.strip().splitlines()[-30:])
-            msg = f"the image checks could not run (pytest exit {done.returncode}): {' '.join(command[:4])} ...\n{tail}"
-            raise VerifyError(msg)
-        return parse_results(json.loads(results.read_text(encoding="utf-8")))
+    context = {"expectations": expectations.to_json(), "image": image_context(info), "checks": checks_file.to_json()}
+    args = [f"--hosts=docker://{container}", "--tb=line"]
+    if junit is not None:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        args.append(f"--junitxml={junit}")
+    try:
+        with check_session(context, args, keyword=keyword) as session:
+            done = session.done
+            # Anything but "ran" means the checks themselves broke.
+            ran = done.returncode in PYTEST_RAN and session.results.is_file()
+            if not ran and done.returncode != NONE_SELECTED:
+                tail = "\n".join(f"{done.stdout}{done.stderr}".strip().splitlines()[-30:])
+                msg = f"the image checks could not run (pytest exit {done.returncode}): {' '.join(session.command[:4])} ...\n{tail}"
+                raise VerifyError(msg)
+            if not session.results.is_file():
+                return ()
+            return parse_results(json.loads(session.results.read_text(encoding="utf-8")))
+    except CommandError as e:
+        msg = f"the image checks did not run to the end (container {container[:12]}): {e}"
+        raise VerifyError(msg) from e
 
 
 def add_to_junit(junit: Path, check: CheckResult) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,12 @@ from packaging.utils import canonicalize_name
 from imagebuild.build.sbom import validate_sbom
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
-from imagebuild.errors import EngineError
+from imagebuild.errors import EngineError, ExitCode
 from imagebuild.inputs.python_lock import lock_path_for, require_python_lock
 from imagebuild.inputs.stage_model import BUILD_GROUP
 from imagebuild.pins import load_pins
 from sampleworld.layout import BAD_SHA
+from tests import REPO
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 
@@ -136,6 +138,39 @@ def test_verify_passes_on_the_built_image(
     assert "PASSED" in out
     assert "launcher 3/3" in out
     assert junit.read_text().count("<testcase") >= 60
+
+
+def uncommented_example(path: Path) -> str:
+    """The checks file init writes, its commented example entries switched on."""
+    head, marker, tail = path.read_text(encoding="utf-8").partition("schema_version = 1\n")
+    assert marker, path
+    return head + marker + "".join(line[2:] + "\n" if line.startswith("# ") else line + "\n" for line in tail.splitlines())
+
+
+def test_the_projects_own_checks_run_with_the_built_in_ones(
+    built: dict[str, object], locked_pins: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """checks.toml's example holds on the built image; a failing check of the team's is reported by its name."""
+    checks = tmp_path / "checks.toml"
+    wrong = '\n[[command_tests]]\nname = "torch arch"\ncommand = "echo $PYTORCH_ROCM_ARCH"\nexpected_output = ["^gfx950$"]\n'
+    checks.write_text(uncommented_example(REPO / "checks.toml") + wrong, encoding="utf-8")
+    junit = tmp_path / "junit.xml"
+    argv = ["verify", str(built["tag"]), "--pins", str(locked_pins), "--checks", str(checks), "--junit", str(junit)]
+    assert main([*argv, "-k", "custom or entrypoint"]) == ExitCode.VERIFY_FAILED
+    out = capsys.readouterr().out
+    assert "FAILED custom: test_command[torch arch]" in out
+    assert "found:    gfx942" in out
+    cases = {(c.get("classname"), c.get("name")): c.find("failure") is not None for c in ET.parse(junit).iter("testcase")}
+    own = {name for (module, name) in cases if module == "test_custom"}
+    assert own == {
+        "test_command[vllm imports]", "test_command[torch arch]", "test_file[no ssh keys baked in]",
+        "test_file[launcher is executable]", "test_file_content[pip constraint caps setuptools]",
+        "test_metadata[workdir]", "test_metadata[entrypoint]", "test_metadata[env PYTORCH_ROCM_ARCH]",
+        "test_metadata[label io.imagebuild.pin.vllm]",
+    }  # fmt: skip
+    assert [key for key, failed in cases.items() if failed] == [("test_custom", "test_command[torch arch]")]
+    assert ("test_config", "test_entrypoint_empty") in cases  # -k picks built-in checks by name too
+    assert len(cases) == len(own) + 1
 
 
 def test_second_build_is_fully_cached(built: dict[str, object], locked_pins: Path, tmp_path: Path) -> None:

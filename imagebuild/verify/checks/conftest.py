@@ -20,7 +20,13 @@ import testinfra
 
 from imagebuild import secrets
 from imagebuild.verify.checks import probe
-from imagebuild.verify.checks.support import RESULTS_ENV, CheckFailure, expectations, probe_request
+from imagebuild.verify.checks.support import (
+    COLLECTED_ENV,
+    RESULTS_ENV,
+    CheckFailure,
+    expectations,
+    probe_request,
+)
 
 _RESULTS: list[dict[str, Any]] = []
 
@@ -71,7 +77,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     # One record per check: its call, or the setup that kept it from running.
     if report.when == "call" or (report.when == "setup" and not report.passed):
         status: str = "error" if report.when == "setup" and report.failed else report.outcome
-        group = Path(str(item.path)).stem.removeprefix("test_")
+        group = _group(item)
         _RESULTS.append(
             {
                 "name": item.name,
@@ -81,6 +87,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                 "duration_s": report.duration,
             }
         )
+
+
+def _group(item: pytest.Item) -> str:
+    return Path(str(item.path)).stem.removeprefix("test_")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    path = os.environ.get(COLLECTED_ENV)
+    if path:  # verify --list: what would run, in order
+        items = [{"name": i.name, "group": _group(i), "file": str(i.path)} for i in session.items]
+        Path(path).write_text(json.dumps(items), encoding="utf-8")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -21,6 +21,7 @@ from imagebuild.inputs.layout import (
     SECRET_SCAN_MAX_FILE_BYTES,
     VERSIONS_FILE,
 )
+from imagebuild.verify.checks_file import EMPTY, ChecksFile
 from imagebuild.verify.expectations import (
     ABSENT_PATHS,
     EMPTY_DIRS,
@@ -35,6 +36,7 @@ from imagebuild.verify.expectations import (
 
 CONTEXT_ENV = "IMAGEBUILD_VERIFY_CONTEXT"
 RESULTS_ENV = "IMAGEBUILD_VERIFY_RESULTS"
+COLLECTED_ENV = "IMAGEBUILD_VERIFY_COLLECTED"  # verify --list: where the collected items are written
 
 
 class CheckFailure(AssertionError):
@@ -63,7 +65,10 @@ class ImageConfig:
     labels: dict[str, str]
     env: dict[str, str]
     entrypoint: list[str] | None
+    cmd: list[str] | None
     workdir: str
+    user: str
+    exposed_ports: list[str]
     history: list[str]
 
 
@@ -79,6 +84,12 @@ def _context() -> dict[str, Any]:
 
 def expectations() -> Expectations:
     return Expectations.from_json(_context()["expectations"])
+
+
+def project_checks() -> ChecksFile:
+    """The project's own checks the runner was given (none: an empty file)."""
+    data = _context().get("checks")
+    return ChecksFile.from_json(data) if data else EMPTY
 
 
 def probe_request(exp: Expectations) -> dict[str, Any]:
