@@ -61,8 +61,10 @@ run_node() {
     run+=("$SQUASHFS" -- python3 @LAUNCHER@)
 
     # ch-run leaves nothing behind (its squashfuse mount ends with it), so there is no container to
-    # remove; a SIGTERM from SLURM is passed on to it, and the launcher stops vLLM in order.
-    trap 'say "stopping the launcher"; kill -TERM "$child" 2>/dev/null || true' TERM INT
+    # remove. ch-run's own process serves the squashfs and does not pass signals on: a SIGTERM from
+    # SLURM goes to its children (the launcher), which stops vLLM in order; killing ch-run would
+    # leave the launcher running without its image.
+    trap 'say "stopping the launcher"; pkill -TERM -P "$child" || true' TERM INT
     say "starting ch-run: node $SLURM_NODEID of $SLURM_NNODES, head $MASTER_ADDR"
     "${run[@]}" &
     child=$!
@@ -81,7 +83,7 @@ CHARLIECLOUD = Runtime(
     name="charliecloud",
     kinds=(SQUASHFS,),
     pulls=False,
-    tools=lambda job: sq.tools("ch-run (with squashfuse)"),
+    tools=lambda job: sq.tools("ch-run (built with squashfuse), pkill"),
     source=sq.source,
     image_settings=sq.image_settings,
     settings_notes={
