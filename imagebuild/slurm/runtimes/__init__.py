@@ -51,3 +51,21 @@ def runtime(name: str) -> Runtime:
         "charliecloud": charliecloud.CHARLIECLOUD,
     }  # fmt: skip
     return table[name]
+
+
+def wait_and_record(what: str, after_signal: str) -> str:
+    """run_node's end: start "${run[@]}" in the background (so a trapped SIGTERM runs at once), wait
+    for it, and leave its status where the batch script reads the head's."""
+    return f"""\
+    "${{run[@]}}" &
+    client=$!
+    wait "$client" || status=$?
+    # A trapped signal ends `wait` early; {after_signal}
+    if kill -0 "$client" 2>/dev/null; then
+        status=0
+        wait "$client" || status=$?
+    fi
+    echo "$status" >"$LOG_DIR/$SLURM_JOB_ID/node$SLURM_NODEID.exit"
+    say "{what} exited with status $status"
+    return "$status"
+}}"""

@@ -7,8 +7,8 @@ none; what that means is said in the script where docker's option would be.
 
 from __future__ import annotations
 
-from imagebuild.slurm.runtimes import SQUASHFS, Runtime
 from imagebuild.slurm.runtimes import squashfs as sq
+from imagebuild.slurm.runtimes import wait_and_record
 
 _RUN_NODE = """\
 # Step 2, on every node: the launcher in ch-run. ch-run makes no network, IPC or PID namespace: the
@@ -18,7 +18,7 @@ _RUN_NODE = """\
 # destination must exist in the image (ch-run cannot create it), and ch-run has no read-only bind.
 run_node() {
     settings
-    local run=(ch-run) limit lib var name soft hard flag status=0 child
+    local run=(ch-run) limit lib var name soft hard flag status=0 client
     # No --ulimit in ch-run: the container has this task's limits, so the task sets them first
     # (raising a hard limit needs what the site's limits allow; a refusal is said and the job goes on).
     for limit in "${ULIMITS[@]}"; do
@@ -64,40 +64,16 @@ run_node() {
     # remove. ch-run's own process serves the squashfs and does not pass signals on: a SIGTERM from
     # SLURM goes to its children (the launcher), which stops vLLM in order; killing ch-run would
     # leave the launcher running without its image.
-    trap 'say "stopping the launcher"; pkill -TERM -P "$child" || true' TERM INT
+    trap 'say "stopping the launcher"; pkill -TERM -P "$client" || true' TERM INT
     say "starting ch-run: node $SLURM_NODEID of $SLURM_NNODES, head $MASTER_ADDR"
-    "${run[@]}" &
-    child=$!
-    wait "$child" || status=$?
-    # A trapped signal ends `wait` early; the launcher is stopping, so wait for it.
-    if kill -0 "$child" 2>/dev/null; then
-        status=0
-        wait "$child" || status=$?
-    fi
-    echo "$status" >"$LOG_DIR/$SLURM_JOB_ID/node$SLURM_NODEID.exit"
-    say "ch-run exited with status $status"
-    return "$status"
-}"""
+""" + wait_and_record("ch-run", "the launcher is stopping, so wait for it.")
 
-CHARLIECLOUD = Runtime(
+CHARLIECLOUD = sq.squashfs_runtime(
     name="charliecloud",
-    kinds=(SQUASHFS,),
-    pulls=False,
-    tools=lambda job: sq.tools("ch-run (built with squashfuse), pkill"),
-    source=sq.source,
-    image_settings=sq.image_settings,
-    settings_notes={
-        **sq.NO_ENGINE_NOTES,
-        "INIT": None,
-        "DEVICES": None,  # the host's /dev is the container's
-        "NO_DEVICES": None,
-        "ULIMITS": "    # Set by the task before ch-run (which has no --ulimit): open files; locked memory (-1: unlimited).",
-    },
-    fetch=lambda job: sq.fetch("ch-run"),
-    helpers="",
+    binary="ch-run",
+    needs="ch-run (built with squashfuse), pkill",
+    ulimits_note="    # Set by the task before ch-run (which has no --ulimit): open files; locked memory (-1: unlimited).",
     run_node=_RUN_NODE,
-    cleanup="",
-    functions=("node_address", "fetch_image", "run_node"),
+    functions=("run_node",),
     run_step='"${step[@]}" --kill-on-bad-exit=1 --label bash -euo pipefail -c run_node || status=$?',
-    cleanup_step="",
 )

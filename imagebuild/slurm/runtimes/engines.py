@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from imagebuild.slurm.job import ArchivedImage, Job, PulledImage
-from imagebuild.slurm.runtimes import DOCKER_ARCHIVE, OCI_ARCHIVE, Runtime
+from imagebuild.slurm.runtimes import DOCKER_ARCHIVE, OCI_ARCHIVE, Runtime, wait_and_record
 from imagebuild.slurm.shell import quote
 
 
@@ -74,6 +74,9 @@ node_image() { echo "$IMAGE"; }""",
 )
 
 
+_WAIT = wait_and_record("$CONTAINER", "the trap has stopped the container, so the client ends too.")
+
+
 def _run_node(s: _Spelling) -> str:
     shm_note = (
         ""
@@ -129,18 +132,7 @@ run_node() {{
     trap 'remove_container "$CONTAINER"' EXIT
     trap 'say "stopping $CONTAINER"; {s.engine} stop --time "$STOP_TIMEOUT_S" "$CONTAINER" >/dev/null 2>&1 || true' TERM INT
     say "starting $CONTAINER: node $SLURM_NODEID of $SLURM_NNODES, head $MASTER_ADDR"
-    "${{run[@]}}" &
-    client=$!
-    wait "$client" || status=$?
-    # A trapped signal ends `wait` early; the trap has stopped the container, so the client ends too.
-    if kill -0 "$client" 2>/dev/null; then
-        status=0
-        wait "$client" || status=$?
-    fi
-    echo "$status" >"$LOG_DIR/$SLURM_JOB_ID/node$SLURM_NODEID.exit"
-    say "$CONTAINER exited with status $status"
-    return "$status"
-}}"""
+{_WAIT}"""
 
 
 _CLEANUP = """\

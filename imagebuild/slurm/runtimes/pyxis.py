@@ -7,7 +7,6 @@ srun's, decided once in the batch script, so the run step is built there (pyxis_
 
 from __future__ import annotations
 
-from imagebuild.slurm.runtimes import SQUASHFS, Runtime
 from imagebuild.slurm.runtimes import squashfs as sq
 
 _RUN_NODE = """\
@@ -64,25 +63,12 @@ _RUN_STEP = """\
     pyxis_options
     "${step[@]}" --kill-on-bad-exit=1 --label "${PYXIS[@]}" bash -euo pipefail -c run_node || status=$?"""
 
-PYXIS = Runtime(
+PYXIS = sq.squashfs_runtime(
     name="pyxis",
-    kinds=(SQUASHFS,),
-    pulls=False,
-    tools=lambda job: sq.tools("enroot with the pyxis SPANK plugin"),
-    source=sq.source,
-    image_settings=sq.image_settings,
-    settings_notes={
-        **sq.NO_ENGINE_NOTES,
-        "INIT": None,
-        "DEVICES": None,  # the host's /dev is the container's
-        "NO_DEVICES": None,
-        "ULIMITS": None,  # no --ulimit: the task's limits (see pyxis_options)
-    },
-    fetch=lambda job: sq.fetch("enroot"),
-    helpers="",
+    binary="enroot",
+    needs="enroot with the pyxis SPANK plugin",
+    ulimits_note=None,  # no --ulimit: the task's limits (see pyxis_options)
     run_node=_RUN_NODE,
-    cleanup="",
-    functions=("node_address", "fetch_image", "pyxis_options", "run_node"),
+    functions=("pyxis_options", "run_node"),
     run_step=_RUN_STEP,
-    cleanup_step="",
 )

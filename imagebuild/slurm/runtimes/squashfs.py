@@ -4,10 +4,34 @@ place (nothing is copied or imported), by runtimes that make no PID namespace an
 from __future__ import annotations
 
 from imagebuild.slurm.job import ArchivedImage, Job
+from imagebuild.slurm.runtimes import SQUASHFS, Runtime
 from imagebuild.slurm.shell import quote
 
-# settings() lines that mean nothing without an engine (the job refuses the options that set them).
-NO_ENGINE_NOTES: dict[str, str | None] = {"STOP_TIMEOUT_S": None, "SHM_SIZE": None, "DOCKER_ARGS": None}
+# settings() lines that mean nothing without an engine (the job refuses the options that set them),
+# nor with the host's /dev and no PID namespace.
+_NO_ENGINE_NOTES: dict[str, str | None] = {
+    "STOP_TIMEOUT_S": None, "SHM_SIZE": None, "DOCKER_ARGS": None, "INIT": None, "DEVICES": None,
+    "NO_DEVICES": None,
+}  # fmt: skip
+
+
+def squashfs_runtime(
+    *,
+    name: str,
+    binary: str,
+    needs: str,
+    ulimits_note: str | None,
+    run_node: str,
+    functions: tuple[str, ...],
+    run_step: str,
+) -> Runtime:
+    """A runtime that runs the manifest's squashfs in place; it has no cleanup step (nothing is left)."""
+    return Runtime(
+        name=name, kinds=(SQUASHFS,), pulls=False, tools=lambda job: tools(needs), source=source,
+        image_settings=image_settings, settings_notes={**_NO_ENGINE_NOTES, "ULIMITS": ulimits_note},
+        fetch=lambda job: fetch(binary), helpers="", run_node=run_node, cleanup="",
+        functions=("node_address", "fetch_image", *functions), run_step=run_step, cleanup_step="",
+    )  # fmt: skip
 
 
 def image_settings(job: Job) -> str:
