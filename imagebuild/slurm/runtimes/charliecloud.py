@@ -31,8 +31,10 @@ run_node() {
             memlock) flag=l ;; msgqueue) flag=q ;; nice) flag=e ;; nofile) flag=n ;; nproc) flag=u ;;
             rss) flag=m ;; rtprio) flag=r ;; rttime) flag=R ;; sigpending) flag=i ;; *) flag=s ;;
         esac
-        ulimit -H "-$flag" "$hard" 2>/dev/null || say "cannot raise the hard $name limit to $hard here"
-        ulimit -S "-$flag" "$soft" 2>/dev/null || say "cannot set the $name limit to $soft here"
+        # Hard first when raising, soft first when lowering: trying hard, soft, hard does either.
+        ulimit -H "-$flag" "$hard" 2>/dev/null || true
+        ulimit -S "-$flag" "$soft" 2>/dev/null || say "cannot set the soft $name limit to $soft here"
+        ulimit -H "-$flag" "$hard" 2>/dev/null || say "cannot set the hard $name limit to $hard here"
     done
     if [[ -n $JIT_CACHE ]]; then
         mkdir -p "$JIT_CACHE/vllm_cache" "$JIT_CACHE/mori"
