@@ -6,13 +6,9 @@ Content-Length is an error (retried by the HTTP helper), never a hash. A
 wheel is a zip archive: a download that does not start like one (a login or
 release page served with 200) is refused instead of being pinned.
 
-A body LONGER than its Content-Length is hashed as the Content-Length says:
-requests (urllib3) stops reading there and the rest is dropped without a word,
-and so do pip (23.2, its vendored urllib3) and curl (7.88, ``Excess found`` in
-``-v`` only, exit 0), the two tools the build installs and fetches pins with.
-The recorded sha256 is therefore of the bytes the build gets, and is not
-refused (``tests/lock/test_files.py``, a raw loopback server sending extra
-bytes, proves all three).
+A body longer than its Content-Length is refused too (``body_end``): requests,
+pip and curl would drop the tail without a word, but a server that sends it is
+broken or lying, and the lock is where a source is judged.
 """
 
 from __future__ import annotations
@@ -22,6 +18,7 @@ from dataclasses import dataclass
 
 import requests
 
+from imagebuild.lock.body_end import TrailingBytesWatcher
 from imagebuild.lock.http import CHUNK_SIZE, FetchError, Http
 
 ZIP_MAGIC = b"PK\x03\x04"  # a zip archive's first local file header
@@ -37,6 +34,7 @@ def hash_url(http: Http, url: str, *, zip_required: bool = False) -> FileDigest:
     """sha256 and size of the bytes served at ``url``; with ``zip_required``, they must be a zip."""
 
     def consume(resp: requests.Response) -> FileDigest:
+        trailing = TrailingBytesWatcher(resp)
         digest = hashlib.sha256()
         size = 0
         head = b""
@@ -53,6 +51,12 @@ def hash_url(http: Http, url: str, *, zip_required: bool = False) -> FileDigest:
             # urllib3 normally raises first; this guards servers it trusts.
             msg = f"got {size} of {expected} bytes"
             raise requests.exceptions.ChunkedEncodingError(msg)
+        if trailing.found:
+            raise FetchError(
+                url,
+                f"the server sent more than the {expected} bytes its Content-Length declares",
+                "The server is broken or the file was tampered with in transit; fetch it from another mirror",
+            )
         if size == 0:
             raise FetchError(url, "the server sent an empty body", "Check the URL in pins.toml")
         if zip_required and not head.startswith(ZIP_MAGIC):
@@ -60,7 +64,8 @@ def hash_url(http: Http, url: str, *, zip_required: bool = False) -> FileDigest:
         return FileDigest(sha256=digest.hexdigest(), size=size)
 
     # identity: hash the bytes pip will download, not a transparently decoded body.
-    return http.request(url, consume, headers={"Accept-Encoding": "identity"})
+    # Connection: close lets the watcher tell the server's close from bytes sent past the body.
+    return http.request(url, consume, headers={"Accept-Encoding": "identity", "Connection": "close"})
 
 
 def _not_a_zip(url: str, resp: requests.Response, head: bytes) -> FetchError:
