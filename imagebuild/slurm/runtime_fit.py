@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 
 # Where the container is the runtime's own process tree: no daemon to stop it, no PID namespace.
 _NO_ENGINE = ("pyxis", "charliecloud")
-_FORMAT_OF = {"docker-archive": "docker", "oci-archive": "oci", SQUASHFS: "squashfs"}
+_NAMED = {"docker-archive": "a docker archive", "oci-archive": "an OCI archive", SQUASHFS: "a squashfs"}
+# export's --format (docker, oci, squashfs) is not built: only docker archives can be made so far.
+_NO_SQUASHFS_YET = "`imagebuild export` writes no squashfs yet, see docs/known-gaps.md"
 
 
 def check_runtime(request: JobRequest) -> None:
@@ -40,13 +42,14 @@ def _problem(request: JobRequest) -> str | None:
     if isinstance(request.image, PulledImage) and not rt.pulls:
         return (
             f"--image: --runtime {name} runs a squashfs from shared storage, not a registry reference; "
-            "write one with `imagebuild export --format squashfs` and give --archive MANIFEST"
+            f"give --archive MANIFEST of one ({_NO_SQUASHFS_YET})"
         )
     if isinstance(request.image, ArchivedImage) and request.image.kind not in rt.kinds:
-        formats = " or ".join(f"--format {_FORMAT_OF[kind]}" for kind in rt.kinds)
+        wanted = " or ".join(_NAMED[kind] for kind in rt.kinds)
+        how = _NO_SQUASHFS_YET if SQUASHFS in rt.kinds else "`imagebuild export` writes a docker archive"
         return (
-            f"--archive {request.image.manifest}: a {request.image.kind} archive, which --runtime {name} "
-            f"does not run; export the image with {formats}"
+            f"--archive {request.image.manifest}: {_NAMED[request.image.kind]}, which --runtime {name} "
+            f"does not run (it runs {wanted}; {how})"
         )
     if request.docker_args and name != "docker":
         return (

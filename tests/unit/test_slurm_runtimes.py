@@ -104,10 +104,10 @@ def test_pyxis_starts_the_container_from_srun(capsys: pytest.CaptureFixture[str]
 @pytest.mark.parametrize(
     ("runtime", "kind", "expected"),
     [
-        ("docker", "squashfs", "a squashfs archive, which --runtime docker does not run; export the image with --format docker or --format oci"),
-        ("podman", "squashfs", "a squashfs archive, which --runtime podman does not run"),
-        ("pyxis", None, "a docker-archive archive, which --runtime pyxis does not run; export the image with --format squashfs"),
-        ("charliecloud", "oci-archive", "a oci-archive archive, which --runtime charliecloud does not run"),
+        ("docker", "squashfs", "a squashfs, which --runtime docker does not run (it runs a docker archive or an OCI archive; `imagebuild export` writes a docker archive)"),
+        ("podman", "squashfs", "a squashfs, which --runtime podman does not run"),
+        ("pyxis", None, "a docker archive, which --runtime pyxis does not run (it runs a squashfs; `imagebuild export` writes no squashfs yet, see docs/known-gaps.md)"),
+        ("charliecloud", "oci-archive", "an OCI archive, which --runtime charliecloud does not run"),
     ],
 )  # fmt: skip
 def test_an_archive_of_the_wrong_kind_is_refused(
