@@ -27,15 +27,20 @@ class _Spelling:
     extra_args: str  # the DOCKER_ARGS expansion before the image, "" for none
 
 
-_DOCKER = _Spelling(
-    engine="docker",
-    remove_container="""\
-remove_container() {
-    if docker container inspect "$1" >/dev/null 2>&1; then
-        docker rm --force "$1" >/dev/null
+def _remove_container(engine: str, exists: str) -> str:
+    """remove_container(): the container is removed when ``exists`` (a shell test) says it is there."""
+    return f"""\
+remove_container() {{
+    if {exists}; then
+        {engine} rm --force "$1" >/dev/null
         say "removed container $1"
     fi
-}""",
+}}"""
+
+
+_DOCKER = _Spelling(
+    engine="docker",
+    remove_container=_remove_container("docker", 'docker container inspect "$1" >/dev/null 2>&1'),
     groups="--group-add video",
     missing_bind="""\
     # -f, never -e: docker creates a DIRECTORY at a missing bind source, and that directory then breaks
@@ -52,13 +57,7 @@ node_image() {
 
 _PODMAN = _Spelling(
     engine="podman",
-    remove_container="""\
-remove_container() {
-    if podman container exists "$1"; then
-        podman rm --force "$1" >/dev/null
-        say "removed container $1"
-    fi
-}""",
+    remove_container=_remove_container("podman", 'podman container exists "$1"'),
     # keep-groups: the task's own supplementary groups (video, render) reach the container, as the
     # device nodes' owners need; podman's own option for it (it needs the crun OCI runtime).
     groups="--group-add keep-groups",
