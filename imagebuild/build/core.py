@@ -33,17 +33,17 @@ from imagebuild.build.attestations import (
     write_attestations,
 )
 from imagebuild.build.checkout_labels import checkout_build_args, checkout_labels, image_labels
+from imagebuild.build.failure import failure_message, where
 from imagebuild.build.prepare import BuildOptions, PreparedBuild, check_build_args, prepare_build
 from imagebuild.build.progress import TICK_S, BuildProgress
 from imagebuild.build.record import BuildRecord
-from imagebuild.build.stream import StepTiming, StepTracker
+from imagebuild.build.stream import ANSI_RE, StepTiming, StepTracker
 from imagebuild.engine.interface import PODMAN, BuildRequest, Engine, EngineStore
 from imagebuild.errors import AttestationError, BuildError, EngineError
 from imagebuild.inputs.layout import build_log_path, build_record_path, default_tag
 from imagebuild.log import logger
 from imagebuild.normalize.after_build import Normalization, normalize_build
 from imagebuild.project import Inputs
-from imagebuild.render import Dockerfile
 from imagebuild.secrets import redact
 from imagebuild.util.clock import Clock, SystemClock
 from imagebuild.util.files import write_atomically
@@ -111,7 +111,7 @@ def build_image(
     if store.kind == PODMAN:
         logger.warning("imagebuild: warning: %s", podman_identity(store))
     if options.pull:
-        pull_images(prepared.inputs, engine, show)
+        pull_images(prepared.inputs, engine, show, steady)
     tracker = StepTracker(prepared.dockerfile, steady, show)
     started = Started(steady=steady.now(), wall=datetime.now(UTC))
     image_id = run_build(prepared, engine, request, tracker, clock=steady, show=show, log_path=places.log)
@@ -122,9 +122,17 @@ def build_image(
         normalized = normalize_image(prepared, engine, image_id, tag=tags[0], places=places, show=show)
         image_id = normalized.image_id
     finished = datetime.now(UTC)
-    base_layers = base_diff_ids(engine, prepared.inputs.pins.image(prepared.inputs.definition.base_pin).reference)
+    base_layers = base_diff_ids(
+        engine, prepared.inputs.pins.image(prepared.inputs.definition.base_pin).reference
+    )
     # On the containerd image store the engine knows the image by its manifest digest, not its identity.
-    tag_image(engine, normalized.engine_id if normalized else image_id, tags, identity=image_id, iidfile=options.iidfile)
+    tag_image(
+        engine,
+        normalized.engine_id if normalized else image_id,
+        tags,
+        identity=image_id,
+        iidfile=options.iidfile,
+    )
     record = build_record(
         prepared,
         image_id=image_id,
@@ -159,7 +167,9 @@ def podman_identity(store: EngineStore) -> str:
     )
 
 
-def check_labels(engine: Engine, store: EngineStore, image_id: str, labels: dict[str, str], log: Path) -> None:
+def check_labels(
+    engine: Engine, store: EngineStore, image_id: str, labels: dict[str, str], log: Path
+) -> None:
     """BuildError (nothing tagged) when the built image's labels are not the ones asked for.
 
     Buildah (Podman 4.3.1: 1.28.2) reuses a cached LABEL step whose ARGs now have other values
@@ -200,15 +210,17 @@ def build_request(prepared: PreparedBuild) -> tuple[dict[str, str], BuildRequest
     return prepared.context.labels | checkout, request
 
 
-def pull_images(inputs: Inputs, engine: Engine, show: BuildProgress) -> None:
+def pull_images(inputs: Inputs, engine: Engine, show: BuildProgress, clock: Clock) -> None:
     """--pull: the base and donor images from their registries, even when the engine has them.
 
-    By digest when locked, so a pull never changes what is built, only where it comes from.
+    By digest when locked, so a pull never changes what is built, only where it comes from. Each
+    layer's bytes and rate are shown as they come (imagebuild.build.pull_progress).
     """
     for pin in inputs.pins.images():
         show.message(f"pulling {pin.reference} ({pin.name})")
-        image_id = engine.pull(pin.reference)
-        show.message(f"pulled {pin.reference}: {image_id[:19]}")
+        listener = show.pull_listener(pin.reference, clock)
+        image_id = engine.pull(pin.reference, progress=listener)
+        listener.close(image_id)
 
 
 def run_build(
@@ -230,20 +242,21 @@ def run_build(
     try:
         image_id, error = stream_build(engine, request, tracker, log_path)
     except EngineError as e:
-        where = _where(prepared.dockerfile, prepared.inputs, tracker, "was interrupted")
-        msg = f"{where}: {e}; nothing was tagged (log: {log_path})"
+        place = where(prepared.dockerfile, prepared.inputs, tracker, "was interrupted")
+        msg = f"{place}: {e}; nothing was tagged (log: {log_path})"
         raise EngineError(msg) from e
     finally:
         timer.cancel()
         show.close()
     if error is not None or image_id is None:
         raise BuildError(
-            _failure_message(
+            failure_message(
                 prepared.dockerfile,
                 prepared.inputs,
                 tracker,
                 error or "the build ended without an image",
                 log_path,
+                network=request.network_mode,
             )
         )
     tracker.finish()
@@ -262,7 +275,7 @@ def stream_build(
             if event.text:
                 # A step may print a credential (a URL it was given, an env dump): never into the log.
                 text = redact(event.text)
-                log.write(text)
+                log.write(ANSI_RE.sub("", text))  # the log is read in an editor or a CI page: no colour codes
                 tracker.feed(text)
                 warmup.feed(event.text)
             if event.error:
@@ -297,7 +310,9 @@ def normalize_image(
     return normalized
 
 
-def tag_image(engine: Engine, engine_id: str, tags: list[str], *, identity: str, iidfile: Path | None) -> None:
+def tag_image(
+    engine: Engine, engine_id: str, tags: list[str], *, identity: str, iidfile: Path | None
+) -> None:
     """Tag the image (``engine_id``: the engine's name for it) with every name, and write --iidfile
     (``identity``: the same on every engine): only once the build has succeeded."""
     for name in tags:
@@ -356,7 +371,9 @@ def build_record(
     )
 
 
-def attest(record: BuildRecord, engine: Engine, *, show: BuildProgress, key: SigningKey | None = None) -> None:
+def attest(
+    record: BuildRecord, engine: Engine, *, show: BuildProgress, key: SigningKey | None = None
+) -> None:
     """Write the SBOM and provenance, unless the ones there already describe this image from these inputs.
 
     A fully cached rebuild makes no new image: its documents stand, and making
@@ -375,22 +392,3 @@ def attest(record: BuildRecord, engine: Engine, *, show: BuildProgress, key: Sig
         raise AttestationError(msg) from e
     signed = f"; signed: {', '.join(str(p) for p in record.signed)}" if record.signed else ""
     show.message(f"SBOM: {record.sbom}; provenance: {record.provenance}{signed}")
-
-
-def _where(dockerfile: Dockerfile, inputs: Inputs, tracker: StepTracker, what: str) -> str:
-    """'step 7/18 'vLLM ...' failed (stages/07-vllm.toml; pins: vllm = ...)', or where before the steps."""
-    step = next((s for s in dockerfile.steps if s.number == tracker.current), None)
-    if step is None:
-        return f"the build {what} before the final stage (donor image or base image)"
-    pins = ", ".join(f"{p} = {inputs.pins.get(p).identity or 'unpinned'}" for p in step.pins) or "none"
-    return f"step {step.number}/{len(dockerfile.steps)} '{step.title}' {what} ({step.source}; pins: {pins})"
-
-
-def _failure_message(
-    dockerfile: Dockerfile, inputs: Inputs, tracker: StepTracker, error: str, log_path: Path
-) -> str:
-    tail = "\n".join(f"  | {line}" for line in tracker.tail)
-    return (
-        f"{_where(dockerfile, inputs, tracker, 'failed')}: {error}\n"
-        f"last {len(tracker.tail)} lines of the build log:\n{tail}\nfull log: {log_path}; nothing was tagged"
-    )

@@ -5,10 +5,12 @@ whether it was cached); while it runs, a heartbeat with the elapsed time and
 its last output line, at most every 30 s (a vLLM compile is silent for long
 stretches and must not look hung). On a terminal (``--progress tty``, or
 ``auto`` when stderr is one) a single live line is redrawn instead of the
-start lines and heartbeats. Under GitHub Actions (GITHUB_ACTIONS=true, not a
+start lines and heartbeats. ``--progress plain`` also prints every line of
+each step's output as it comes (as ``docker build --progress plain`` does),
+colour codes and overwritten progress bars taken out. Under GitHub Actions (GITHUB_ACTIONS=true, not a
 terminal) each step's output is folded into a collapsible ``::group::`` and
 workflow commands are switched off inside it, so a build's output cannot
-issue them.
+issue them. A ``--pull`` shows each layer's bytes and rate (imagebuild.build.pull_progress).
 """
 
 from __future__ import annotations
@@ -20,18 +22,15 @@ import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from enum import StrEnum
-from typing import Protocol, TextIO
+from typing import TextIO
 
+from imagebuild.build.pull_progress import PullProgress, Stream
 from imagebuild.build.stream import RunningStep, StepTiming, display_text
 from imagebuild.log import format_duration
+from imagebuild.util.clock import Clock
 
 HEARTBEAT_S = 30.0  # plain mode: at most one heartbeat line per step this often
 TICK_S = 1.0  # how often the build tells the display how long the current step has run
-
-
-class Stream(Protocol):
-    def write(self, text: str, /) -> int: ...
-    def flush(self) -> None: ...
 
 
 class ProgressMode(StrEnum):
@@ -50,11 +49,13 @@ class BuildProgress:
         tty: bool = False,
         groups: bool = False,
         verbose: bool = False,
+        output: bool = False,
         heartbeat_s: float = HEARTBEAT_S,
         width: int | None = None,
     ) -> None:
         self._stream = stream
         self._tty, self._groups, self._verbose = tty, groups and not tty, verbose
+        self._output = output and not tty  # --progress plain: every step's output, as it comes
         self._heartbeat_s = heartbeat_s
         self._width = width
         self._lock = threading.RLock()
@@ -87,8 +88,8 @@ class BuildProgress:
 
     def step_output(self, line: str) -> None:
         with self._lock:
-            if self._groups or self._verbose:
-                self._print(line)
+            if self._groups or self._verbose or self._output:
+                self._print(display_text(line) if self._output and not self._verbose else line)
             shown = display_text(line).strip()
             if self._running is not None and shown:
                 self._running = replace(self._running, last_line=shown)
@@ -115,6 +116,10 @@ class BuildProgress:
             self._print(
                 f"[{timing.number}/{total}] {timing.title} ... {format_duration(timing.seconds)}{cached}"
             )
+
+    def pull_listener(self, reference: str, clock: Clock) -> PullProgress:
+        """What shows a pull of ``reference`` (per layer: redrawn on a terminal, a line every 30 s otherwise)."""
+        return PullProgress(self._stream, reference, clock, tty=self._tty, width=self._width)
 
     def close(self) -> None:
         """The build ended (or failed): close an open group, take the live line away."""
@@ -165,7 +170,7 @@ def make_progress(
     environ = os.environ if env is None else env
     tty = mode is ProgressMode.TTY or (mode is ProgressMode.AUTO and stream.isatty())
     groups = environ.get("GITHUB_ACTIONS") == "true"
-    return BuildProgress(stream, tty=tty, groups=groups, verbose=verbose)
+    return BuildProgress(stream, tty=tty, groups=groups, verbose=verbose, output=mode is ProgressMode.PLAIN)
 
 
 class _Discard:

@@ -10,7 +10,9 @@ from pathlib import Path
 from imagebuild.cli import arguments
 from imagebuild.cli.output import write_json
 from imagebuild.cli.verbs import Verb, Verbs
+from imagebuild.errors import ConfigError
 from imagebuild.log import logger
+from imagebuild.scaffold.ci import ci_system, ci_systems
 from imagebuild.scaffold.new_project import (
     DEFAULT_DEFINITION,
     InitOptions,
@@ -24,27 +26,36 @@ NOTES = """\
 A project is a directory holding stages/ (image.toml, the step files, arch/ARCH.toml), constraints/*.txt,
 pins.toml and pylock.toml; every other verb finds it in its working directory or above, or with -C DIR.
 A directory with files in it (other than .git) is refused unless --force, which overwrites the listed
-files and leaves the others."""
+files and leaves the others. --ci github|gitlab also writes .github/workflows/image.yml or .gitlab-ci.yml
+(lock --check, build, verify --junit, publish on the default branch; see docs/ci.md); in a directory that
+is a project already, init --ci writes only that file, refusing to replace one unless --force."""
 
 
 def cmd_init(args: argparse.Namespace) -> int:
     directory: Path = args.directory
     try:
-        plan = plan_init(InitOptions(directory=directory, definition=args.definition, force=args.force))
+        plan = plan_init(
+            InitOptions(directory=directory, definition=args.definition, force=args.force, ci=args.ci)
+        )
     except NotEmptyError as e:
         for path in e.overwritten:  # the list the one-line error points at, warnings so -q shows them
             logger.warning("  would overwrite %s", directory / path)
         raise
     write_project(plan)
     replaced = f", {len(plan.overwritten)} of them replaced" if plan.overwritten else ""
-    logger.info(
-        "wrote %d files of %s into %s%s; next: `imagebuild -C %s lock`",
-        len(plan.files),
-        plan.definition,
-        directory,
-        replaced,
-        shlex.quote(str(directory)),
-    )
+    if plan.ci_only:
+        logger.info(
+            "wrote %s into the project %s%s", plan.files[0].path, directory, replaced and ", replacing it"
+        )
+    else:
+        logger.info(
+            "wrote %d files of %s into %s%s; next: `imagebuild -C %s lock`",
+            len(plan.files),
+            plan.definition,
+            directory,
+            replaced,
+            shlex.quote(str(directory)),
+        )
     if args.json:
         write_json(
             {
@@ -52,6 +63,7 @@ def cmd_init(args: argparse.Namespace) -> int:
                 "definition": plan.definition,
                 "files": [f.path for f in plan.files],
                 "overwritten": list(plan.overwritten),
+                "ci": args.ci,
             }
         )
     else:
@@ -69,6 +81,8 @@ def register(verbs: Verbs) -> None:
                 "imagebuild init my-image",
                 f"imagebuild init my-image --from {DEFAULT_DEFINITION}",
                 "imagebuild init . --force --json",
+                "imagebuild init my-image --ci github",
+                "imagebuild -C my-image init --ci gitlab",
             ),
             checkout=False,
             json="the directory, the definition, the files written and the ones overwritten",
@@ -95,3 +109,16 @@ def register(verbs: Verbs) -> None:
         action="store_true",
         help="write into a directory that has files, overwriting the listed ones",
     )
+    p.add_argument(
+        "--ci",
+        type=_ci_argument,
+        metavar="|".join(ci_systems()),
+        help="also write the CI file of this system; in an existing project, only it",
+    )
+
+
+def _ci_argument(text: str) -> str:
+    try:
+        return ci_system(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e

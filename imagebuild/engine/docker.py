@@ -1,4 +1,4 @@
-"""The Docker engine through docker-py: with ``credentials``, the only module that imports docker.
+"""The Docker engine through docker-py: with ``credentials`` and ``address``, the only modules that import docker.
 
 docker-py's errors become EngineError with the address tried and what to do.
 The engine is taken from the environment like the docker CLI does: DOCKER_HOST
@@ -23,10 +23,10 @@ import docker.utils
 import docker.utils.config
 import requests
 import urllib3
-from docker.context import ContextAPI
 
 import docker
 from imagebuild.engine import containerd_store
+from imagebuild.engine.address import check_address, context_host
 from imagebuild.engine.credentials import credentials_for, registry_failure
 from imagebuild.engine.interface import (  # fmt: skip
     BuildEvent,
@@ -34,32 +34,21 @@ from imagebuild.engine.interface import (  # fmt: skip
     Engine,
     EngineStore,
     ImageInfo,
+    PullListener,
     PushEvent,
     StoredImage,
     classic_build_events,
+    pull_event,
     push_event,
 )
 from imagebuild.engine.overlay2_store import stored_image
 from imagebuild.engine.store_kind import api_version_problem, engine_store
-from imagebuild.engine.unreachable import ADDRESS_FORMS, DEFAULT_SOCKET, plain_reason, probe, unreachable
-from imagebuild.errors import ConfigError, EngineError, UnknownImageError
+from imagebuild.engine.unreachable import DEFAULT_SOCKET, plain_reason, probe, unreachable
+from imagebuild.errors import EngineError, UnknownImageError
 from imagebuild.importer.docker_api import loaded_images, stream_error, tag_table
-from imagebuild.launcher.text import shown, text_problem
 
 PROBE_TIMEOUT_S = 10  # connecting to a live engine takes milliseconds; a filtered port never answers
 CHUNK_SIZE = 1 << 20  # save stream chunks: large enough for throughput, small enough to bound memory
-
-
-def _context_host() -> str | None:
-    """The endpoint of the current docker context, when DOCKER_HOST is unset."""
-    if os.environ.get("DOCKER_HOST"):
-        return None
-    try:
-        context = ContextAPI.get_current_context()
-    except Exception:  # a broken ~/.docker must not hide the real error below
-        return None
-    host = context.Host if context is not None else None
-    return str(host) if host else None
 
 
 class DockerEngine(Engine):
@@ -71,9 +60,9 @@ class DockerEngine(Engine):
 
     @classmethod
     def from_env(cls, timeout: int = 600) -> DockerEngine:
-        host = _context_host()
+        host = context_host()
         address = os.environ.get("DOCKER_HOST") or host or f"unix://{DEFAULT_SOCKET}"
-        _check_address(address, "DOCKER_HOST" if os.environ.get("DOCKER_HOST") else "the docker context")
+        check_address(address, "DOCKER_HOST" if os.environ.get("DOCKER_HOST") else "the docker context")
         try:
             probe(address, PROBE_TIMEOUT_S)
         except OSError as e:
@@ -262,7 +251,7 @@ class DockerEngine(Engine):
         except docker.errors.DockerException as e:
             raise registry_failure(what, registry, plain_reason(e), credentials) from e
 
-    def pull(self, reference: str) -> str:
+    def pull(self, reference: str, *, progress: PullListener | None = None) -> str:
         what = f"pull of {reference}"
         repository, _ = docker.utils.parse_repository_tag(reference)
         registry, _ = docker.auth.resolve_repository_name(repository)
@@ -272,6 +261,8 @@ class DockerEngine(Engine):
                 detail = stream_error(chunk)
                 if detail is not None:
                     raise registry_failure(what, registry, detail, credentials)
+                if progress is not None:
+                    progress(pull_event(chunk))
             return str(self._api.inspect_image(reference)["Id"])
         except docker.errors.DockerException as e:
             raise registry_failure(what, registry, plain_reason(e), credentials) from e
@@ -386,17 +377,3 @@ class DockerEngine(Engine):
             msg = f"could not create a container of {image}: {plain_reason(e)}"
             raise EngineError(msg) from e
         return str(container["Id"])
-
-
-def _check_address(address: str, source: str) -> None:
-    """A malformed address is bad input, not a missing engine: said before anything connects."""
-    problem = text_problem(address)
-    if problem:
-        msg = f"{source} = {shown(address)} {problem}; use {ADDRESS_FORMS}"
-        raise ConfigError(msg)
-    try:
-        docker.utils.parse_host(address, False, False)
-    except (docker.errors.DockerException, ValueError) as e:
-        detail = "a port is required" if "port is required" in str(e) else "not understood"
-        msg = f"{source} = {address!r} is not a Docker engine address ({detail}); use {ADDRESS_FORMS}"
-        raise ConfigError(msg) from e

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,11 @@ class ImageInfo:
         """``sha256:abc...`` or, where the engine names it otherwise, ``sha256:abc... (engine ID sha256:def...)``."""
         if self.identity_unknown:
             return f"engine ID {self.id[:19]} (identity unknown: {self.identity_unknown})"
-        return self.identity[:19] if self.identity == self.id else f"{self.identity[:19]} (engine ID {self.id[:19]})"
+        return (
+            self.identity[:19]
+            if self.identity == self.id
+            else f"{self.identity[:19]} (engine ID {self.id[:19]})"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,6 +129,20 @@ class PushEvent:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PullEvent:
+    """One message of a pull stream: a layer's status and bytes, or a message about the whole image."""
+
+    layer: str = ""  # short layer id; "" for messages about the whole image ("Digest: ...", "Status: ...")
+    status: str = ""  # Pulling fs layer, Waiting, Downloading, Verifying Checksum, Download complete,
+    # Extracting, Pull complete, Already exists
+    current: int = 0  # bytes of this layer downloaded (or extracted) so far
+    total: int = 0  # size of this layer (0 when the engine does not say)
+
+
+PullListener = Callable[[PullEvent], None]
+
+
+@dataclass(frozen=True, kw_only=True)
 class BuildRequest:
     context: bytes  # an uncompressed tar with the Dockerfile at its root
     # Labels as a build option; the classic builder commits each as a step of its own, so
@@ -181,8 +199,11 @@ class Engine(ABC):
         """
 
     @abstractmethod
-    def pull(self, reference: str) -> str:
-        """Pull ``reference`` (repository:tag or repository@sha256:...); return the image ID."""
+    def pull(self, reference: str, *, progress: PullListener | None = None) -> str:
+        """Pull ``reference`` (repository:tag or repository@sha256:...); return the image ID.
+
+        ``progress`` is told every message of the pull stream, as it arrives.
+        """
 
     @abstractmethod
     def save(self, image_id: str) -> Iterator[bytes]:
@@ -250,6 +271,22 @@ def classic_build_events(chunks: Iterable[Mapping[str, Any]]) -> Iterator[BuildE
             yield BuildEvent(image_id=str(aux["ID"]))
 
 
+def pull_event(message: Mapping[str, Any]) -> PullEvent:
+    """One message of a pull stream that is not an error, as a PullEvent.
+
+    The wire format of ``POST /images/create``: ``{"id": layer, "status": ..., "progressDetail":
+    {"current": n, "total": n}, "progress": "[==>  ] 1MB/4MB"}`` per layer, and ``{"status": ...}``
+    without ``id`` about the image (its digest, "Downloaded newer image for ...").
+    """
+    progress = message.get("progressDetail") or {}
+    return PullEvent(
+        layer=str(message.get("id") or ""),
+        status=str(message.get("status") or ""),
+        current=int(progress.get("current") or 0),
+        total=int(progress.get("total") or 0),
+    )
+
+
 PUSHED_STATUS = re.compile(r"^\S+: digest: (sha256:[0-9a-f]{64}) size: \d+$")
 
 
@@ -267,10 +304,5 @@ def push_event(message: Mapping[str, Any]) -> PushEvent:
     pushed = PUSHED_STATUS.match(str(message.get("status") or ""))
     if pushed:
         return PushEvent(digest=pushed[1])
-    progress = message.get("progressDetail") or {}
-    return PushEvent(
-        layer=str(message.get("id") or ""),
-        status=str(message.get("status") or ""),
-        current=int(progress.get("current") or 0),
-        total=int(progress.get("total") or 0),
-    )
+    layer = pull_event(message)  # a layer's message has the same shape in both streams
+    return PushEvent(layer=layer.layer, status=layer.status, current=layer.current, total=layer.total)

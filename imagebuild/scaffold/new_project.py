@@ -14,6 +14,7 @@ from pathlib import Path
 
 from imagebuild.errors import ConfigError
 from imagebuild.project import PROJECT_MARKER
+from imagebuild.scaffold.ci import ci_file
 from imagebuild.util.files import atomic_file
 
 DEFINITIONS = Path(__file__).resolve().parent / "definitions"
@@ -36,6 +37,7 @@ class InitOptions:
     directory: Path
     definition: str = DEFAULT_DEFINITION
     force: bool = False  # overwrite the files of the definition that the directory already has
+    ci: str | None = None  # also write this CI system's file (github, gitlab); only it into a project
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +48,7 @@ class InitPlan:
     definition: str
     files: tuple[DefinitionFile, ...]
     overwritten: tuple[str, ...]  # paths of ``files`` the directory already holds
+    ci_only: bool = False  # the directory is a project already: only its CI file is written
 
 
 class NotEmptyError(ConfigError):
@@ -87,7 +90,10 @@ def plan_init(options: InitOptions) -> InitPlan:
     if directory.exists() and not directory.is_dir():
         msg = f"{directory}: not a directory; name a new or empty directory for the project"
         raise ConfigError(msg)
-    files = definition_files(options.definition)
+    ci = ci_definition(options.ci)
+    if ci is not None and (directory / PROJECT_MARKER).is_file():
+        return plan_ci_only(options, ci)
+    files = definition_files(options.definition) + ((ci,) if ci is not None else ())
     for f in files:
         _check_target(directory, f.path)
     overwritten = tuple(f.path for f in files if (directory / f.path).exists())
@@ -101,6 +107,30 @@ def plan_init(options: InitOptions) -> InitPlan:
         msg = f"{directory}: not empty ({len(entries)} entries); {what}; pass --force to write the project there anyway, or name an empty directory"
         raise NotEmptyError(msg, overwritten=overwritten)
     return InitPlan(directory=directory, definition=options.definition, files=files, overwritten=overwritten)
+
+
+def ci_definition(system: str | None) -> DefinitionFile | None:
+    if system is None:
+        return None
+    path, data = ci_file(system)
+    return DefinitionFile(path=path, data=data)
+
+
+def plan_ci_only(options: InitOptions, ci: DefinitionFile) -> InitPlan:
+    """``init --ci`` in an existing project: its CI file alone, refused where one is unless --force."""
+    directory = options.directory
+    _check_target(directory, ci.path)
+    exists = (directory / ci.path).exists()
+    if exists and not options.force:
+        msg = f"{directory / ci.path}: already there; pass --force to replace it with imagebuild's {options.ci} template"
+        raise NotEmptyError(msg, overwritten=(ci.path,))
+    return InitPlan(
+        directory=directory,
+        definition=options.definition,
+        files=(ci,),
+        overwritten=(ci.path,) if exists else (),
+        ci_only=True,
+    )
 
 
 def _check_target(directory: Path, relative: str) -> None:

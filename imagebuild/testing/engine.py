@@ -21,11 +21,14 @@ from imagebuild.engine.interface import (
     Engine,
     EngineStore,
     ImageInfo,
+    PullListener,
     PushEvent,
     StoredImage,
     classic_build_events,
+    pull_event,
 )
 from imagebuild.errors import EngineError, RegistryError, UnknownImageError
+from imagebuild.importer.docker_api import stream_error
 from imagebuild.testing.archives import (
     archive_image_id,
     archive_names,
@@ -102,7 +105,6 @@ class Recording:
 # Engine ----------------------------------------------------------------------------------------------
 
 
-
 @dataclass
 class FakeEngine(Engine):
     """An Engine whose builds replay recordings (one per build call, in order) and whose images are data.
@@ -130,6 +132,7 @@ class FakeEngine(Engine):
     interrupt_save_after: int | None = None  # chunks of `save`, then Ctrl-C
     pushed: dict[str, str] = field(default_factory=dict)  # repository:tag -> digest
     pulls: list[str] = field(default_factory=list)  # references, in order
+    pull_streams: list[Recording] = field(default_factory=list)  # replayed one per pull, in order
     refuse_pull: str | None = None
     loads: int = 0
     received: list[bytes] = field(default_factory=list)  # what each load was sent, as sent
@@ -158,7 +161,9 @@ class FakeEngine(Engine):
         for event in classic_build_events(self._replay(recording)):
             if event.image_id:  # the engine has the image it built, and saves its layers
                 self.images.append(image_info(event.image_id))
-                self.saved.setdefault(event.image_id, saved_image_tar(self.built_layers or [image_root_files()]))
+                self.saved.setdefault(
+                    event.image_id, saved_image_tar(self.built_layers or [image_root_files()])
+                )
             yield event
 
     def _replay(self, recording: Recording) -> Iterator[Mapping[str, Any]]:
@@ -220,9 +225,15 @@ class FakeEngine(Engine):
             sort_keys=True,
         ).encode()
         image_id = "sha256:" + hashlib.sha256(config).hexdigest()
-        manifest = [{"Config": f"{image_id[7:]}.json", "RepoTags": None, "Layers": [f"{diff_id[7:19]}/layer.tar"]}]
+        manifest = [
+            {"Config": f"{image_id[7:]}.json", "RepoTags": None, "Layers": [f"{diff_id[7:19]}/layer.tar"]}
+        ]
         self.saved[image_id] = tar_of(
-            {f"{diff_id[7:19]}/layer.tar": layer, f"{image_id[7:]}.json": config, "manifest.json": json.dumps(manifest).encode()}
+            {
+                f"{diff_id[7:19]}/layer.tar": layer,
+                f"{image_id[7:]}.json": config,
+                "manifest.json": json.dumps(manifest).encode(),
+            }
         )
         self.images.append(image_info(image_id, tags=[tag], labels=labels))
         self.tags[tag] = image_id
@@ -238,11 +249,22 @@ class FakeEngine(Engine):
         self.pushed[f"{repository}:{tag}"] = digest
         yield PushEvent(digest=digest)
 
-    def pull(self, reference: str) -> str:
-        """Pulls every reference as an image of its own; ``refuse_pull``: the registry's refusal."""
+    def pull(self, reference: str, *, progress: PullListener | None = None) -> str:
+        """Pulls every reference as an image of its own; ``refuse_pull``: the registry's refusal.
+
+        Each pull replays the next of ``pull_streams`` (a recorded ``POST /images/create``) to ``progress``.
+        """
         if self.refuse_pull is not None:
             msg = f"pull of {reference}: {self.refuse_pull}"
             raise RegistryError(msg)
+        if self.pull_streams:
+            for chunk in self._replay(self.pull_streams.pop(0)):
+                error = stream_error(chunk)
+                if error is not None:
+                    msg = f"pull of {reference}: {error}"
+                    raise RegistryError(msg)
+                if progress is not None:
+                    progress(pull_event(chunk))
         self.pulls.append(reference)
         image_id = "sha256:" + hashlib.sha256(reference.encode()).hexdigest()
         self.images.append(image_info(image_id, tags=(reference,)))
@@ -287,7 +309,9 @@ class FakeEngine(Engine):
         self.saved[image_id] = data
         if not self.has_image(image_id):
             info = image_info(image_id)
-            self.images.append(replace(info, config_digest=config_digest) if config_digest != image_id else info)
+            self.images.append(
+                replace(info, config_digest=config_digest) if config_digest != image_id else info
+            )
         return [image_id]
 
     def store(self) -> EngineStore:

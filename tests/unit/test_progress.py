@@ -149,6 +149,7 @@ def test_every_scenario_is_recorded(build_streams: Path) -> None:
         "cached.jsonl",
         "engine-lost.jsonl",
         "failure.jsonl",
+        "pull.jsonl",  # record_more.py's, as loopback/failure.jsonl
         "success.jsonl",
     ]
 

@@ -82,7 +82,15 @@ class RecordingEngine(DockerEngine):
             yield chunk
 
 
-def record(engine: RecordingEngine, pins: Path, name: str, note: str, *, no_cache: bool = False) -> None:
+def record(
+    engine: RecordingEngine,
+    pins: Path,
+    name: str,
+    note: str,
+    *,
+    no_cache: bool = False,
+    network: str | None = "host",
+) -> None:
     """One real build_image, kept as ``name``.jsonl; its failure, if any, is part of the recording."""
     project = find_project(REPO, pins)
     inputs = project.load("gfx942")
@@ -94,7 +102,7 @@ def record(engine: RecordingEngine, pins: Path, name: str, note: str, *, no_cach
     options = BuildOptions(
         arch="gfx942",
         tag=TAG,
-        network="host",
+        network=network,
         no_cache=no_cache,
         record_path=work / "gfx942.build.json",
         log_path=work / "gfx942.build.log",
