@@ -19,6 +19,7 @@ from imagebuild.slurm import job as jobs
 from imagebuild.slurm.archive import read_archive
 from imagebuild.slurm.from_record import RecordedImage, read_record, recorded_recipe
 from imagebuild.slurm.recipe import check_topology
+from imagebuild.slurm.runtimes import DEFAULT_RUNTIME, RUNTIME_NAMES
 from imagebuild.slurm.script import render_script
 from imagebuild.util.files import atomic_file
 
@@ -74,6 +75,12 @@ def register(verbs: Verbs) -> None:
         metavar="RECORD",
         help="the image publish or export noted in this build record (or a project directory's; default: "
         "the project's build/gfx942.build.json), and the recipe it carries",
+    )
+    p.add_argument(
+        "--runtime",
+        default=DEFAULT_RUNTIME,
+        help=f"what runs the container on the nodes: {', '.join(RUNTIME_NAMES)} (default %(default)s); "
+        "pyxis and charliecloud run a squashfs --archive",
     )
     p.add_argument("--job-name", help="SLURM job name (default RECIPE-VARIANT)")
     p.add_argument("--partition", help="SLURM partition")
@@ -153,7 +160,9 @@ def register(verbs: Verbs) -> None:
         help="mount only the --rdma-lib paths, not the default list",
     )
     p.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG", help="one more #SBATCH option")
-    p.add_argument("--no-init", action="store_true", help="no init as the container's PID 1 (docker run --init)")
+    p.add_argument(
+        "--no-init", action="store_true", help="no init as the container's PID 1 (docker run --init)"
+    )
     jit = p.add_mutually_exclusive_group()
     jit.add_argument(
         "--jit-cache",
@@ -161,9 +170,13 @@ def register(verbs: Verbs) -> None:
         help=f"each node's host JIT cache, mounted over the image's (default {jobs.DEFAULT_JIT_CACHE_ROOT}/<image>)",
     )
     jit.add_argument("--no-jit-cache", action="store_true", help="keep the JIT caches in the container")
-    p.add_argument("--no-exclusive", action="store_true", help="share the nodes with other jobs (no --exclusive)")
     p.add_argument(
-        "--no-gpu-request", action="store_true", help="request no GPUs from SLURM (--gpus-per-node); use --sbatch-arg"
+        "--no-exclusive", action="store_true", help="share the nodes with other jobs (no --exclusive)"
+    )
+    p.add_argument(
+        "--no-gpu-request",
+        action="store_true",
+        help="request no GPUs from SLURM (--gpus-per-node); use --sbatch-arg",
     )
     p.add_argument(
         "-o",
@@ -214,6 +227,7 @@ def _request(args: argparse.Namespace, recorded: RecordedImage | None) -> jobs.J
         jit_cache="" if args.no_jit_cache else args.jit_cache,
         exclusive=not args.no_exclusive,
         gpu_request=not args.no_gpu_request,
+        runtime=args.runtime,
     )
 
 
@@ -231,6 +245,7 @@ def slurm_document(job: jobs.Job, *, output: Path | None, script: str | None) ->
         "archive": image.manifest if isinstance(image, jobs.ArchivedImage) else None,
         "image_id": image.image_id if isinstance(image, jobs.ArchivedImage) else None,
         "jit_cache": job.jit_cache or None,
+        "runtime": job.runtime,
     }
 
 

@@ -67,7 +67,9 @@ def read_record(given: Path) -> RecordedImage:
         try:
             check_image(reference)
         except ConfigError as e:
-            msg = f"{where}: {PUBLISHED} {shown(reference)} is not a digest reference; publish the image again"
+            msg = (
+                f"{where}: {PUBLISHED} {shown(reference)} is not a digest reference; publish the image again"
+            )
             raise ConfigError(msg) from e
         image = PulledImage(reference=reference)
         also = f" (it was exported too: --archive {exported[-1]} imports that instead)" if exported else ""
@@ -76,7 +78,9 @@ def read_record(given: Path) -> RecordedImage:
         try:
             image = read_archive(Path(exported[-1]))
         except ConfigError as e:
-            msg = f"{where}: {EXPORTED} {shown(exported[-1])} is no longer usable ({e}); export the image again"
+            msg = (
+                f"{where}: {EXPORTED} {shown(exported[-1])} is no longer usable ({e}); export the image again"
+            )
             raise ConfigError(msg) from e
         chosen = f"{path}: every node imports {exported[-1]}, the archive export recorded"
     else:

@@ -16,6 +16,8 @@ from imagebuild.errors import ConfigError
 from imagebuild.inputs.values import control_problem, shown
 from imagebuild.pins import DIGEST_RE
 from imagebuild.secrets import secret_reason
+from imagebuild.slurm.runtime_fit import check_runtime
+from imagebuild.slurm.runtimes import DEFAULT_RUNTIME, DOCKER_ARCHIVE
 
 # A registry reference pinned by digest: [host[:port]/]path@sha256:<64 hex> (docker's grammar).
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -94,6 +96,8 @@ class ArchivedImage:
     importer: str  # absolute path of the importer next to the manifest
     image_id: str  # sha256:..., the identity: what graph-driver nodes run once imported
     manifest_digest: str = ""  # what nodes on the containerd image store run ("" from a version-1 manifest)
+    kind: str = DOCKER_ARCHIVE  # the manifest's "kind": which runtimes can run it
+    archive: str = ""  # absolute path of the archive file (a squashfs is run in place from it)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +132,7 @@ class JobRequest:
     jit_cache: str | None = None  # None: DEFAULT_JIT_CACHE_ROOT/<image>; "" : no host JIT cache
     exclusive: bool = True  # #SBATCH --exclusive: the nodes are the job's alone
     gpu_request: bool = True  # #SBATCH --gpus-per-node from the recipe, when the devices are given
+    runtime: str = DEFAULT_RUNTIME  # what runs the container on the nodes (RUNTIME_NAMES)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,6 +166,7 @@ class Job:
     jit_cache: str  # the host directory on every node; "" for none
     exclusive: bool
     gpu_request: bool  # request GPUs per node from SLURM (only with gpu_devices)
+    runtime: str = DEFAULT_RUNTIME
 
     @property
     def image_key(self) -> str:
@@ -312,6 +318,7 @@ def make_job(request: JobRequest) -> Job:
     recipe = check_name("--recipe", request.recipe)
     variant = check_name("--variant", request.variant)
     image = _check_source(request.image)
+    check_runtime(request)
     _distinct_ports(request)
     job = Job(
         nodes=check_positive("--nodes", request.nodes),
@@ -341,6 +348,7 @@ def make_job(request: JobRequest) -> Job:
         jit_cache="",
         exclusive=request.exclusive,
         gpu_request=request.gpu_request and request.gpu_devices,
+        runtime=request.runtime,
     )
     if request.jit_cache is None:
         return replace(job, jit_cache=f"{DEFAULT_JIT_CACHE_ROOT}/{job.image_key}")
@@ -351,11 +359,19 @@ def make_job(request: JobRequest) -> Job:
 
 def _distinct_ports(request: JobRequest) -> None:
     """The head binds all three on one host: two equal ports would fail there, after the nodes loaded."""
-    ports = {"--serve-port": request.serve_port, "--master-port": request.master_port, "--barrier-port": request.barrier_port}
+    ports = {
+        "--serve-port": request.serve_port,
+        "--master-port": request.master_port,
+        "--barrier-port": request.barrier_port,
+    }
     seen: dict[int, str] = {}
     for option, port in ports.items():
         if port in seen:
-            raise ConfigError(_bad(option, port, f"is also {seen[port]}'s: the head binds every port, so each needs its own"))
+            raise ConfigError(
+                _bad(
+                    option, port, f"is also {seen[port]}'s: the head binds every port, so each needs its own"
+                )
+            )
         seen[port] = option
 
 

@@ -18,44 +18,18 @@ job"):
 
 from __future__ import annotations
 
-import re
-import shlex
-from collections.abc import Iterable
-
 from imagebuild.inputs.layout import LAUNCHER
 from imagebuild.launcher.sentinel import SENTINEL_NAME
-from imagebuild.slurm.job import ArchivedImage, Job, PulledImage
+from imagebuild.slurm.job import Job
 from imagebuild.slurm.recipe import Topology
+from imagebuild.slurm.runtimes import Runtime, runtime
+from imagebuild.slurm.shell import array as _array
+from imagebuild.slurm.shell import quote as _q
 
 # Where the job mounts its log dir in the container: the launcher's LOG_ROOT default.
 LOG_MOUNT = "/run_logs"
 DEFAULT_LOG_DIR = '"${SLURM_SUBMIT_DIR}/imagebuild-logs"'
 MIN_BASH = (4, 4)  # "${array[@]}" of an empty array under `set -u`
-
-
-_EXPANDING = re.compile(r"[$`]")
-_DOUBLE_QUOTED_SPECIAL = re.compile(r'([\\$`"])')
-
-
-def _q(value: str | int) -> str:
-    """``value`` as one literal shell word. shlex.quote's single quotes are literal too, but around a
-    `$(` or a backtick shellcheck reads them as a mistake (SC2016, "expressions don't expand in
-    single quotes"), and the script must pass it: such a value goes in double quotes, each of
-    backslash, dollar, backtick and double quote escaped, which is the same literal."""
-    text = str(value)
-    if _EXPANDING.search(text):
-        return '"' + _DOUBLE_QUOTED_SPECIAL.sub(r"\\\1", text) + '"'
-    return shlex.quote(text)
-
-
-def _array(name: str, values: Iterable[str], indent: str = "    ") -> str:
-    items = [_q(value) for value in values]
-    if not items:
-        return f"{indent}{name}=()"
-    if sum(len(item) + 1 for item in items) + len(indent) + len(name) < 100:
-        return f"{indent}{name}=({' '.join(items)})"
-    body = "\n".join(f"{indent}    {item}" for item in items)
-    return f"{indent}{name}=(\n{body}\n{indent})"
 
 
 def _sbatch_lines(job: Job, topology: Topology) -> str:
@@ -85,34 +59,33 @@ def _sbatch_lines(job: Job, topology: Topology) -> str:
     return "\n".join(lines)
 
 
-def _image_settings(job: Job) -> str:
-    if isinstance(job.image, PulledImage):
-        return (
-            "    # The image by digest: docker checks the digest on pull, and every node runs the same bits.\n"
-            f"    IMAGE={_q(job.image.reference)}"
-        )
-    return (
-        "    # The archive on shared storage: its manifest, and the importer `imagebuild export` wrote beside\n"
-        "    # it (the nodes need only python3 and docker).\n"
-        f"    ARCHIVE_MANIFEST={_q(job.image.manifest)}\n"
-        f"    ARCHIVE_IMPORTER={_q(job.image.importer)}\n"
-        "    # The image the manifest records: its ID on graph-driver stores, and on the containerd image\n"
-        "    # store (which names images by their manifest) its manifest's digest.\n"
-        f"    IMAGE={_q(job.image.image_id)}\n"
-        f"    IMAGE_MANIFEST={_q(job.image.manifest_digest or job.image.image_id)}"
-    )
+_NOTES = {
+    "STOP_TIMEOUT_S": "    # What `docker stop` gives the launcher (sentinel, then vLLM) before SIGKILL; below SLURM's KillWait.",
+    "INIT": "    # 1: docker's init is the container's PID 1, so a SIGTERM that comes before the launcher has set its\n"
+    "    # handlers is still delivered, and the job ends in seconds, not after STOP_TIMEOUT_S and a SIGKILL.",
+    "DEVICES": "    # 1: the ROCm devices (/dev/kfd, /dev/dri, and /dev/infiniband where present) and the video group.",
+    "NO_DEVICES": "    # 0 (rendered with --no-devices, for machines without GPUs); 1: the ROCm devices and the video group.",
+    "SHM_SIZE": "    # vLLM's shared memory. With --ipc host (below) /dev/shm is the host's; this applies only without.",
+    "ULIMITS": "    # Open files for vLLM's sockets and shards; locked memory for RDMA registration (-1: unlimited).",
+    "DOCKER_ARGS": "    # More `docker run` options.",
+}
 
 
-def _settings(job: Job) -> str:
+def _setting(rt: Runtime, key: str, value: str) -> str:
+    """The setting's comment (the runtime's wording, else docker's) and its line; "" when it has none."""
+    note = rt.settings_notes.get(key, _NOTES[key])
+    return "" if note is None else f"{note}\n{value}\n"
+
+
+def _settings(job: Job, rt: Runtime) -> str:
     log_dir = DEFAULT_LOG_DIR if job.log_dir is None else _q(job.log_dir)
-    devices = (
-        "    # 1: the ROCm devices (/dev/kfd, /dev/dri, and /dev/infiniband where present) and the video group."
-        if job.gpu_devices
-        else "    # 0 (rendered with --no-devices, for machines without GPUs); 1: the ROCm devices and the video group."
+    devices = _setting(
+        rt, "DEVICES" if job.gpu_devices else "NO_DEVICES", f"    GPU_DEVICES={int(job.gpu_devices)}"
     )
+    ulimits = _array("ULIMITS", (f"{name}={value}" for name, value in job.ulimits))
     return f"""\
 settings() {{
-{_image_settings(job)}
+{rt.image_settings(job)}
     RECIPE={_q(job.recipe)}
     VARIANT={_q(job.variant)}
     # The model on every node (shared storage), mounted read-only at the same path.
@@ -129,70 +102,30 @@ settings() {{
     # node still missing after BARRIER_TIMEOUT_S seconds ends the job, named, instead of a hang.
     BARRIER_PORT={job.barrier_port}
     BARRIER_TIMEOUT_S={job.barrier_timeout_s}
-    # What `docker stop` gives the launcher (sentinel, then vLLM) before SIGKILL; below SLURM's KillWait.
-    STOP_TIMEOUT_S={job.stop_timeout_s}
-    # 1: docker's init is the container's PID 1, so a SIGTERM that comes before the launcher has set its
-    # handlers is still delivered, and the job ends in seconds, not after STOP_TIMEOUT_S and a SIGKILL.
-    INIT={int(job.init)}
+{_setting(rt, "STOP_TIMEOUT_S", f"    STOP_TIMEOUT_S={job.stop_timeout_s}")}\
+{_setting(rt, "INIT", f"    INIT={int(job.init)}")}\
     # Each node's host directory for the JIT caches (AITER, vLLM, Triton, COMGR under /opt/vllm_cache;
     # MoRI under /root/.mori), keyed by the image: a job reuses the kernels earlier jobs compiled, and
     # the launcher's stale-lock cleanup works on it. Empty: the image's own, thrown away with the container.
     JIT_CACHE={_q(job.jit_cache)}
-{devices}
-    GPU_DEVICES={int(job.gpu_devices)}
-    # vLLM's shared memory. With --ipc host (below) /dev/shm is the host's; this applies only without.
-    SHM_SIZE={_q(job.shm_size)}
-    # Open files for vLLM's sockets and shards; locked memory for RDMA registration (-1: unlimited).
-{_array("ULIMITS", (f"{name}={value}" for name, value in job.ulimits))}
+{devices}\
+{_setting(rt, "SHM_SIZE", f"    SHM_SIZE={_q(job.shm_size)}")}\
+{_setting(rt, "ULIMITS", ulimits)}\
     # More environment for the launcher and vLLM: a recipe's env knob given here wins over the recipe.
 {_array("EXTRA_ENV", (f"{name}={value}" for name, value in job.env))}
     # Copied from the job's environment when it runs (sbatch passes the submitter's): secrets stay out
     # of this file.
 {_array("PASS_ENV", job.pass_env)}
-    # More `docker run` options.
-{_array("DOCKER_ARGS", job.docker_args)}
+{_setting(rt, "DOCKER_ARGS", _array("DOCKER_ARGS", job.docker_args))}\
     # Host RDMA userspace libraries, mounted over the image's copies so they match the host's driver;
     # only those that are regular files on the node (see run_node).
 {_array("RDMA_LIBS", job.rdma_libs)}
 }}"""
 
 
-def _fetch_image(job: Job) -> str:
-    if isinstance(job.image, PulledImage):
-        return """\
-# Step 1, on every node: pull the image by digest.
-fetch_image() {
-    settings
-    say "pulling $IMAGE"
-    docker pull --quiet "$IMAGE" >/dev/null
-    say "image present: $(docker image inspect --format '{{.Id}}' "$IMAGE")"
-}
-
-node_image() { echo "$IMAGE"; }"""
-    assert isinstance(job.image, ArchivedImage)
-    return """\
-# Step 1, on every node: import the archive. The importer checks its size and sha256 while loading it,
-# refuses an image whose ID differs from the manifest's, and returns at once when the image is present.
-fetch_image() {
-    settings
-    say "importing $ARCHIVE_MANIFEST"
-    python3 "$ARCHIVE_IMPORTER" "$ARCHIVE_MANIFEST" >/dev/null
-    say "image present: $(node_image)"
-}
-
-# What this node's engine calls the image: its ID, or (containerd image store) its manifest's digest.
-node_image() {
-    if docker image inspect "$IMAGE" >/dev/null 2>&1; then echo "$IMAGE"; else echo "$IMAGE_MANIFEST"; fi
-}"""
-
-
-def _header(job: Job, topology: Topology, version: str) -> str:
+def _header(job: Job, topology: Topology, version: str, rt: Runtime) -> str:
     nodes = f"{job.nodes} node" + ("s" if job.nodes != 1 else "")
-    if isinstance(job.image, PulledImage):
-        source, tools = "pulls the image by digest", "docker"
-    else:
-        source = "imports the image from the archive on shared storage, verified"
-        tools = "docker and python3 (the importer)"
+    source, tools = rt.source(job), rt.tools(job)
     return f"""\
 #!/bin/bash
 # Serve recipe {job.recipe}, variant {job.variant}, on {nodes} (TP {topology.tp_size} x PP {topology.pp_size}, \
@@ -216,12 +149,7 @@ say() { echo "[job ${SLURM_JOB_ID} node ${SLURM_NODEID:-batch} $(date +%H:%M:%S)
 # share a host. The same name on every step lets each node find its own container.
 container_name() { echo "colocated_${RECIPE}_${SLURM_JOB_ID}_node${SLURM_NODEID}"; }
 
-remove_container() {
-    if docker container inspect "$1" >/dev/null 2>&1; then
-        docker rm --force "$1" >/dev/null
-        say "removed container $1"
-    fi
-}
+@HELPERS@
 
 # This node's address as the reference finds it (the first of `hostname -I`), after its node index.
 node_address() {
@@ -236,76 +164,9 @@ node_address() {
 
 @FETCH_IMAGE@
 
-# Step 2, on every node: one container that runs the launcher.
-run_node() {
-    settings
-    CONTAINER=$(container_name)
-    # Host networking: vLLM's rendezvous, the API and the barrier use the nodes' own addresses.
-    # Host IPC: vLLM's processes share memory.
-    local run=(docker run --name "$CONTAINER" --network host --ipc host --shm-size "$SHM_SIZE")
-    # As the reference runs it: for profilers and ROCm's debugging tools.
-    run+=(--cap-add SYS_PTRACE --security-opt seccomp=unconfined)
-    local limit lib var status=0 client image
-    image=$(node_image)
-    for limit in "${ULIMITS[@]}"; do run+=(--ulimit "$limit"); done
-    if ((INIT)); then run+=(--init); fi
-    if [[ -n $JIT_CACHE ]]; then
-        mkdir -p "$JIT_CACHE/vllm_cache" "$JIT_CACHE/mori"
-        run+=(--volume "$JIT_CACHE/vllm_cache:/opt/vllm_cache" --volume "$JIT_CACHE/mori:/root/.mori")
-    fi
-    if ((GPU_DEVICES)); then
-        run+=(--device /dev/kfd --device /dev/dri --group-add video)
-        if [[ -e /dev/infiniband ]]; then run+=(--device /dev/infiniband); fi
-    fi
-    # -f, never -e: docker creates a DIRECTORY at a missing bind source, and that directory then breaks
-    # every later run on this node ("OCI runtime create failed: ... not a directory").
-    for lib in "${RDMA_LIBS[@]}"; do
-        if [[ -f $lib ]]; then run+=(--volume "$lib:$lib:ro"); fi
-    done
-    run+=(--volume "$LOG_DIR:@LOG_MOUNT@" --volume "$MODEL_PATH:$MODEL_PATH:ro")
-    # The launcher's inputs: this node's rank and the job's shape from SLURM, the head's address and
-    # every node's (rank order) for the barrier, and the settings above.
-    run+=(
-        --env "NODE_RANK=$SLURM_NODEID" --env "NNODES=$SLURM_NNODES" --env "MASTER_ADDR=$MASTER_ADDR"
-        --env "IPADDRS=$IPADDRS" --env "SLURM_JOB_ID=$SLURM_JOB_ID" --env LOG_ROOT=@LOG_MOUNT@
-        --env "MODEL_PATH=$MODEL_PATH" --env "RECIPE=$RECIPE" --env "VARIANT=$VARIANT"
-        --env "BENCHMARK_CMD=$BENCHMARK_CMD" --env "SERVE_PORT=$SERVE_PORT" --env "MASTER_PORT=$MASTER_PORT"
-        --env "CONTAINER_BARRIER_PORT=$BARRIER_PORT" --env "BARRIER_TIMEOUT_S=$BARRIER_TIMEOUT_S"
-    )
-    for var in "${EXTRA_ENV[@]}"; do run+=(--env "$var"); done
-    # `--env NAME` without a value: docker copies it from this task's environment.
-    for var in "${PASS_ENV[@]}"; do run+=(--env "$var"); done
-    run+=("${DOCKER_ARGS[@]}" "$image" python3 @LAUNCHER@)
+@RUN_NODE@
 
-    # A leftover of an earlier attempt of this job (a requeue) would make `docker run` fail on the name.
-    remove_container "$CONTAINER"
-    # Killing the `docker run` client does not stop its container, so this task does. SIGTERM comes from
-    # SLURM (a peer failed under --kill-on-bad-exit, scancel, the wall time): `docker stop` lets the
-    # launcher raise the sentinel and stop vLLM in order. On exit, the container is removed.
-    trap 'remove_container "$CONTAINER"' EXIT
-    trap 'say "stopping $CONTAINER"; docker stop --time "$STOP_TIMEOUT_S" "$CONTAINER" >/dev/null 2>&1 || true' TERM INT
-    say "starting $CONTAINER: node $SLURM_NODEID of $SLURM_NNODES, head $MASTER_ADDR"
-    "${run[@]}" &
-    client=$!
-    wait "$client" || status=$?
-    # A trapped signal ends `wait` early; the trap has stopped the container, so the client ends too.
-    if kill -0 "$client" 2>/dev/null; then
-        status=0
-        wait "$client" || status=$?
-    fi
-    echo "$status" >"$LOG_DIR/$SLURM_JOB_ID/node$SLURM_NODEID.exit"
-    say "$CONTAINER exited with status $status"
-    return "$status"
-}
-
-# Step 3, on every node: remove this job's container, whatever happened (a task that SLURM killed with
-# SIGKILL after KillWait had no chance to).
-cleanup_node() {
-    settings
-    remove_container "$(container_name)"
-}
-
-main() {
+@CLEANUP@main() {
     settings
     if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < @MIN_BASH@)); then
         echo "this job needs bash >= @MIN_BASH_TEXT@ (it has $BASH_VERSION)" >&2
@@ -319,7 +180,7 @@ main() {
     if ((SLURM_JOB_NUM_NODES == 1)); then nodes="1 node"; fi
     say "$RECIPE/$VARIANT on $nodes ($SLURM_JOB_NODELIST); logs in $job_dir"
     # The tasks run these functions: they reach every node through srun's environment.
-    export -f settings say container_name remove_container node_address fetch_image node_image run_node cleanup_node
+    export -f settings say container_name @FUNCTIONS@
     local step=(srun --export=ALL --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1)
 
     # Every node's address in node order; the first (SLURM_NODEID 0, the first host of
@@ -340,8 +201,8 @@ main() {
     fi
     # Step 2. --kill-on-bad-exit: a node whose container fails ends the step on every node, instead of
     # its peers waiting for it at the barrier or in vLLM until the wall time.
-    "${step[@]}" --kill-on-bad-exit=1 --label bash -euo pipefail -c run_node || status=$?
-    "${step[@]}" --label bash -euo pipefail -c cleanup_node || say "the cleanup step failed: look for containers named colocated_${RECIPE}_${SLURM_JOB_ID}_node*"
+    @RUN_STEP@
+@CLEANUP_STEP@
     # The job's status is the head's: it served the model and ran the benchmark. A worker's status after
     # the head's sentinel does not count; the step's does if the head left none (it was killed).
     head=$(cat "$job_dir/node0.exit" 2>/dev/null) || head=$status
@@ -354,8 +215,15 @@ main "$@"
 
 
 def render_script(job: Job, topology: Topology, *, version: str) -> str:
+    rt = runtime(job.runtime)
     body = (
-        _BODY.replace("@FETCH_IMAGE@", _fetch_image(job))
+        _BODY.replace("@HELPERS@\n\n", f"{rt.helpers}\n\n" if rt.helpers else "")
+        .replace("@FETCH_IMAGE@", rt.fetch(job))
+        .replace("@RUN_NODE@", rt.run_node)
+        .replace("@CLEANUP@", f"{rt.cleanup}\n\n" if rt.cleanup else "")
+        .replace("@FUNCTIONS@", " ".join(rt.functions))
+        .replace("@RUN_STEP@", rt.run_step)
+        .replace("@CLEANUP_STEP@\n", f"    {rt.cleanup_step}\n" if rt.cleanup_step else "")
         .replace("@LOG_MOUNT@", LOG_MOUNT)
         .replace("@LAUNCHER@", LAUNCHER)
         .replace("@SENTINEL@", SENTINEL_NAME)
@@ -364,12 +232,12 @@ def render_script(job: Job, topology: Topology, *, version: str) -> str:
     )
     return "\n\n".join(
         (
-            _header(job, topology, version) + _sbatch_lines(job, topology),
+            _header(job, topology, version, rt) + _sbatch_lines(job, topology),
             "# The node functions run through `srun bash -c NAME`, which shellcheck cannot follow.\n"
             "# shellcheck disable=SC2329\n"
             "set -euo pipefail",
             "# ---- settings: read by the batch script and by every node's task -----------------------------\n"
-            + _settings(job),
+            + _settings(job, rt),
             body,
         )
     )

@@ -25,6 +25,13 @@ ARCHIVE = ArchivedImage(
     importer="/shared/images/imagebuild-import.pyz",
     image_id="sha256:" + "fedcba9876543210" * 4,
 )
+SQUASHFS = ArchivedImage(
+    manifest="/shared/images/kimi-k3-fedcba987654.sqfs.json",
+    importer="/shared/images/imagebuild-import.pyz",
+    image_id="sha256:" + "fedcba9876543210" * 4,
+    kind="squashfs",
+    archive="/shared/images/kimi-k3-fedcba987654.sqfs",
+)
 CASES = {
     "registry": JobRequest(
         nodes=2,
@@ -54,7 +61,23 @@ CASES = {
         ulimits=("nofile=20000:20000", "memlock=8388608:8388608"),
         default_rdma_libs=False,
     ),
-}
+    "podman-registry": JobRequest(
+        nodes=2, recipe="kimi-k3", variant="pp2xtp8", model_path="/models/kimi-k3", image=IMAGE,
+        log_dir="/shared/logs", pass_env=("HF_TOKEN",), runtime="podman",
+    ),
+    "podman-archive": JobRequest(
+        nodes=2, recipe="kimi-k3", variant="pp2xtp8", model_path="/models/kimi-k3", image=ARCHIVE,
+        gpu_devices=False, runtime="podman",
+    ),
+    "charliecloud": JobRequest(
+        nodes=2, recipe="kimi-k3", variant="pp2xtp8", model_path="/models/kimi-k3", image=SQUASHFS,
+        log_dir="/shared/logs", env=("HF_HUB_OFFLINE=1",), pass_env=("HF_TOKEN",), runtime="charliecloud",
+    ),
+    "pyxis": JobRequest(
+        nodes=2, recipe="kimi-k3", variant="pp2xtp8", model_path="/models/kimi-k3", image=SQUASHFS,
+        log_dir="/shared/logs", env=("HF_HUB_OFFLINE=1",), pass_env=("HF_TOKEN",), runtime="pyxis",
+    ),
+}  # fmt: skip
 
 
 def render(name: str) -> str:
@@ -214,7 +237,9 @@ def test_a_value_with_command_substitution_is_literal_and_passes_shellcheck(tmp_
     """Single quotes around `$(` are literal but fail shellcheck (SC2016): such values are double-quoted."""
     request = CASES["registry"]
     job = make_job(
-        JobRequest(**{**request.__dict__, "benchmark_cmd": EXPANDING_VALUE, "env": (f"NOTE={EXPANDING_VALUE}",)})
+        JobRequest(
+            **{**request.__dict__, "benchmark_cmd": EXPANDING_VALUE, "env": (f"NOTE={EXPANDING_VALUE}",)}
+        )
     )
     path = tmp_path / "expanding.sbatch"
     path.write_text(render_script(job, check_topology(job), version="0.0.0-test"))

@@ -1,0 +1,81 @@
+"""Charliecloud: `ch-run SQUASHFS -- python3 LAUNCHER`, the squashfs mounted by squashfuse.
+
+ch-run makes only user and mount namespaces: the container has the host's network, IPC, PIDs and
+/dev, and the task's user and groups. It has no --device, --ipc, --ulimit or --init, because it needs
+none; what that means is said in the script where docker's option would be.
+"""
+
+from __future__ import annotations
+
+from imagebuild.slurm.runtimes import squashfs as sq
+from imagebuild.slurm.runtimes import wait_and_record
+
+_RUN_NODE = """\
+# Step 2, on every node: the launcher in ch-run. ch-run makes no network, IPC or PID namespace: the
+# launcher has the host's network and IPC (docker's --network host --ipc host), every device under
+# /dev and the task's own groups (docker's --device and --group-add), and it is not PID 1, so a SIGTERM
+# before its handlers are set still ends it (docker's --init). A squashfs is read-only: every bind's
+# destination must exist in the image (ch-run cannot create it), and ch-run has no read-only bind.
+run_node() {
+    settings
+    local run=(ch-run) limit lib var name soft hard flag status=0 client
+    # No --ulimit in ch-run: the container has this task's limits, so the task sets them first
+    # (raising a hard limit needs what the site's limits allow; a refusal is said and the job goes on).
+    for limit in "${ULIMITS[@]}"; do
+        name=${limit%%=*} soft=${limit#*=}
+        hard=${soft#*:} soft=${soft%%:*}
+        if [[ $soft == -1 ]]; then soft=unlimited; fi
+        if [[ $hard == -1 ]]; then hard=unlimited; fi
+        case $name in
+            core) flag=c ;; cpu) flag=t ;; data) flag=d ;; fsize) flag=f ;; locks) flag=x ;;
+            memlock) flag=l ;; msgqueue) flag=q ;; nice) flag=e ;; nofile) flag=n ;; nproc) flag=u ;;
+            rss) flag=m ;; rtprio) flag=r ;; rttime) flag=R ;; sigpending) flag=i ;; *) flag=s ;;
+        esac
+        # Hard first when raising, soft first when lowering: trying hard, soft, hard does either.
+        ulimit -H "-$flag" "$hard" 2>/dev/null || true
+        ulimit -S "-$flag" "$soft" 2>/dev/null || say "cannot set the soft $name limit to $soft here"
+        ulimit -H "-$flag" "$hard" 2>/dev/null || say "cannot set the hard $name limit to $hard here"
+    done
+    if [[ -n $JIT_CACHE ]]; then
+        mkdir -p "$JIT_CACHE/vllm_cache" "$JIT_CACHE/mori"
+        run+=(-b "$JIT_CACHE/vllm_cache:/opt/vllm_cache" -b "$JIT_CACHE/mori:/root/.mori")
+    fi
+    # GPU_DEVICES needs nothing here: /dev is the host's. -f, never -e: a directory over a library
+    # would hide it.
+    for lib in "${RDMA_LIBS[@]}"; do
+        if [[ -f $lib ]]; then run+=(-b "$lib:$lib"); fi
+    done
+    run+=(-b "$LOG_DIR:@LOG_MOUNT@" -b "$MODEL_PATH:$MODEL_PATH")
+    # The image's environment (the squashfs carries it), then the launcher's inputs: this node's rank
+    # and the job's shape from SLURM, the head's address and every node's, and the settings above.
+    # The task's own environment passes through as ch-run does, so PASS_ENV needs no option.
+    run+=(
+        --set-env
+        --set-env="NODE_RANK=$SLURM_NODEID" --set-env="NNODES=$SLURM_NNODES" --set-env="MASTER_ADDR=$MASTER_ADDR"
+        --set-env="IPADDRS=$IPADDRS" --set-env="SLURM_JOB_ID=$SLURM_JOB_ID" --set-env=LOG_ROOT=@LOG_MOUNT@
+        --set-env="MODEL_PATH=$MODEL_PATH" --set-env="RECIPE=$RECIPE" --set-env="VARIANT=$VARIANT"
+        --set-env="BENCHMARK_CMD=$BENCHMARK_CMD" --set-env="SERVE_PORT=$SERVE_PORT"
+        --set-env="MASTER_PORT=$MASTER_PORT" --set-env="CONTAINER_BARRIER_PORT=$BARRIER_PORT"
+        --set-env="BARRIER_TIMEOUT_S=$BARRIER_TIMEOUT_S"
+    )
+    for var in "${EXTRA_ENV[@]}"; do run+=(--set-env="$var"); done
+    for var in "${PASS_ENV[@]}"; do export "${var?}"; done
+    run+=("$SQUASHFS" -- python3 @LAUNCHER@)
+
+    # ch-run leaves nothing behind (its squashfuse mount ends with it), so there is no container to
+    # remove. ch-run's own process serves the squashfs and does not pass signals on: a SIGTERM from
+    # SLURM goes to its children (the launcher), which stops vLLM in order; killing ch-run would
+    # leave the launcher running without its image.
+    trap 'say "stopping the launcher"; pkill -TERM -P "$client" || true' TERM INT
+    say "starting ch-run: node $SLURM_NODEID of $SLURM_NNODES, head $MASTER_ADDR"
+""" + wait_and_record("ch-run", "the launcher is stopping, so wait for it.")
+
+CHARLIECLOUD = sq.squashfs_runtime(
+    name="charliecloud",
+    binary="ch-run",
+    needs="ch-run (built with squashfuse), pkill",
+    ulimits_note="    # Set by the task before ch-run (which has no --ulimit): open files; locked memory (-1: unlimited).",
+    run_node=_RUN_NODE,
+    functions=("run_node",),
+    run_step='"${step[@]}" --kill-on-bad-exit=1 --label bash -euo pipefail -c run_node || status=$?',
+)
