@@ -100,6 +100,12 @@ class ChecksFile:
     def count(self) -> int:
         return len(self.command_tests) + len(self.file_existence_tests) + len(self.file_content_tests)
 
+    @property
+    def empty(self) -> bool:
+        """Nothing to check: no tests, and no [metadata_test] or one with no keys."""
+        meta = self.metadata_test
+        return self.count == 0 and (meta is None or meta == MetadataTest(line=meta.line))
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -20,12 +20,12 @@ from _pytest.mark.expression import Expression
 from imagebuild.errors import CommandError, ConfigError, VerifyError
 from imagebuild.launcher.text import shown, text_problem
 from imagebuild.verify.check_session import RAN, check_session
+from imagebuild.verify.checks.support import CUSTOM_MODULE
 from imagebuild.verify.checks_file import ChecksFile
 from imagebuild.verify.layers import LAYER_CHECK_GROUP, LAYER_CHECK_NAME
 
 # pytest 8 raises its ParseError for a bad -k, pytest 9 a SyntaxError.
 PARSE_ERRORS = (SyntaxError, getattr(pytest_expression, "ParseError", SyntaxError))
-CUSTOM_MODULE = "test_custom.py"
 CUSTOM_KINDS = {"test_command": "command", "test_file": "file", "test_file_content": "file_content",
                 "test_metadata": "metadata"}  # fmt: skip
 

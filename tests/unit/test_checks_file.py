@@ -197,3 +197,17 @@ def test_a_malformed_checks_file_exits_2_before_the_engine(
     assert err.endswith(f"{checks}:3: command_tests[0].command = 1 must be a string (run by sh -c) or a list of strings (argv)"), err
     assert len(err.splitlines()) == 1
     assert main(["-C", str(REPO), "verify", "img", "--checks", str(tmp_path / "absent.toml")]) == ExitCode.BAD_INPUT
+
+
+def test_with_no_own_checks_the_list_has_no_custom_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Empty parameter sets would each be a skipped 'custom' check in the report and the JUnit file.
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    assert not load_checks(write(tmp_path, GOOD)).empty
+    empty = write(tmp_path, "schema_version = 1\n[metadata_test]\n")
+    assert load_checks(empty).empty
+    assert main(["-C", str(REPO), "verify", "--pins", str(PINS), "--checks", str(empty), "--list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["checks"]
+    assert listed, "the built-in checks are listed"
+    assert not [c for c in listed if c["source"].startswith(str(empty)) or "custom" in c["source"]]

@@ -37,6 +37,7 @@ from imagebuild.verify.expectations import (
 CONTEXT_ENV = "IMAGEBUILD_VERIFY_CONTEXT"
 RESULTS_ENV = "IMAGEBUILD_VERIFY_RESULTS"
 COLLECTED_ENV = "IMAGEBUILD_VERIFY_COLLECTED"  # verify --list: where the collected items are written
+CUSTOM_MODULE = "test_custom.py"  # the project's own checks (checks.toml); not collected when there are none
 
 
 class CheckFailure(AssertionError):
