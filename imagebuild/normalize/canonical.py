@@ -9,9 +9,13 @@ build layer of the one equals the other's, entry for entry:
   parent it is;
 * any other entry whose type, permissions, owners, size, mtime, link target, xattrs and content are
   those below it is left out (a file copied up by opening it for writing, say);
-* a directory kept only as the parent of something kept, and untouched by the step (its mtime is
-  the one below), gets the time the normalised layer below gave it: the raw time below depends on
-  the path the layers took into the cache (a context COPY by the docker CLI or by imagebuild);
+* a directory kept only as the parent of something kept gets the step's epoch when that something
+  is a name the step added to it or removed from it (an entry new to it, a whiteout), and otherwise
+  the time the normalised layer below gave it. Its raw time decides nothing: it depends on the path
+  the layers took into the cache (a context COPY by the docker CLI or by imagebuild), and at one
+  second's resolution a step that touches a directory in the second the step before touched it
+  leaves the time unchanged on one engine and not on another (measured: /root in the router step,
+  Docker 20.10 against 26);
 * an opaque marker (``D/.wh..wh..opq``: D replaced as a whole) becomes a whiteout for each name
   below D that the layer does not bring back, at that name's place in the walk order, and is left
   out itself; a whiteout of a path nothing below has is left out;
@@ -48,8 +52,8 @@ class LayerReducer:
     def __init__(self, lower: LowerState, epoch: int) -> None:
         self._lower = lower
         self._epoch = epoch
-        # Unchanged directories that may turn out to be parents, with the mtime the step's layer gave them.
-        self._pending: list[tuple[tarfile.TarInfo, int]] = []
+        # Unchanged directories that may turn out to be parents.
+        self._pending: list[tarfile.TarInfo] = []
         self._opaque: list[_Opaque] = []
         self.dropped = 0
 
@@ -87,7 +91,7 @@ class LayerReducer:
             return
         below = self._lower.get(path)
         if info.isdir() and below is not None and below[0].is_dir and below[0].same_dir(meta):
-            self._pending.append((info, meta.mtime))
+            self._pending.append(info)
             return
         if not info.isdir() and self.unchanged(info, meta, digest):
             self.dropped += 1
@@ -108,7 +112,7 @@ class LayerReducer:
             for name in context.below:
                 if name not in context.seen:
                     yield from self._emit_whiteout(context.directory, name)
-        while self._pending and (path is None or not _inside(path, entry_path(self._pending[-1][0].name))):
+        while self._pending and (path is None or not _inside(path, entry_path(self._pending[-1].name))):
             self._pending.pop()
             self.dropped += 1
 
@@ -130,18 +134,24 @@ class LayerReducer:
         context.seen.add(child)
 
     def _emit_whiteout(self, directory: str, name: str) -> Iterator[tarfile.TarInfo]:
-        path = posixpath.join(directory, name) if directory else name
-        yield from self._flush(path)
-        yield self._whiteout(posixpath.join(directory, WHITEOUT + name) if directory else WHITEOUT + name)
+        marker = posixpath.join(directory, WHITEOUT + name) if directory else WHITEOUT + name
+        yield from self._flush(marker)
+        yield self._whiteout(marker)
 
     def _flush(self, path: str) -> Iterator[tarfile.TarInfo]:
-        """The pending directories ``path`` is inside: kept after all, as its parents."""
-        keep = [p for p in self._pending if _inside(path, entry_path(p[0].name))]
-        self._pending = [p for p in self._pending if p not in keep]
-        for directory, raw_mtime in keep:
-            below = self._lower.get(entry_path(directory.name))
-            if below is not None and below[0].mtime == raw_mtime:  # untouched by the step
-                directory.mtime = self._lower.written_mtime(entry_path(directory.name))
+        """The pending directories ``path`` is inside: kept after all, as its parents.
+
+        Each is dated by what ``path`` does to it (see the module's rules): its child on the way to
+        ``path`` is new there or a whiteout (the step changed its names), or it is the time below.
+        """
+        keep = [d for d in self._pending if _inside(path, entry_path(d.name))]
+        self._pending = [d for d in self._pending if d not in keep]
+        for directory in keep:
+            parent = entry_path(directory.name)
+            relative = path[len(parent) + 1 :] if parent else path
+            child = posixpath.join(parent, relative.split("/", 1)[0]) if parent else relative.split("/", 1)[0]
+            changed_names = posixpath.basename(child).startswith(WHITEOUT) or self._lower.get(child) is None
+            directory.mtime = self._epoch if changed_names else self._lower.written_mtime(parent)
             yield directory
 
     def _whiteout(self, name: str) -> tarfile.TarInfo:

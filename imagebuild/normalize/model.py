@@ -16,7 +16,7 @@ from imagebuild.normalize.rewrite import RewriteResult
 FROM_STORE, FROM_SAVE = "layer store", "docker save"  # where the built image was read from
 # Bump when a rule changes what an image normalises to: a build record made under other rules is not
 # reused (after_build.previous_normalization).
-RULES = 7  # 7: an untouched parent directory takes the normalised time below
+RULES = 8  # 8: a parent directory is dated by the names the step changed in it, never by its raw time
 
 
 class NormalizeFailure(Exception):

@@ -13,9 +13,9 @@ from tests.unit.imagetars import BEFORE, EPOCH, Item, entries, layer
 REAL_TIME = EPOCH + 86400 * 30  # what the docker CLI sends for a context file: after the epoch
 
 
-def normalise(stack: list[tuple[bytes, bool]]) -> list[dict[str, int]]:
+def normalise(stack: list[tuple[bytes, bool]], base_items: tuple[Item, ...] = ()) -> list[dict[str, int]]:
     """Each build layer's written entries -> mtime; ``stack`` is (layer, a context COPY) above a base."""
-    base = layer([Item("opt/", tarfile.DIRTYPE, mode=0o755, mtime=BEFORE)])
+    base = layer([Item("opt/", tarfile.DIRTYPE, mode=0o755, mtime=BEFORE), *base_items])
     lower = LowerState()
     lower.apply(scan_layer(io.BytesIO(base), digests=True))
     written = []
@@ -73,3 +73,30 @@ def test_a_directory_the_step_touched_keeps_its_own_clamped_time() -> None:
     assert written[1]["opt"] == EPOCH  # clamped, as every time after the epoch is
     base_time_kept = normalise([(run, False)])
     assert base_time_kept[0]["opt"] == EPOCH
+
+
+def test_a_parent_is_dated_by_the_names_the_step_changed_not_by_a_raw_time_one_second_can_hide() -> None:
+    """Docker 20.10 against 26, measured: one step touches /opt and leaves nothing in it (dropped), the
+    next adds /opt/new; whether the second touch falls in the first one's second decides whether
+    /opt's raw time moves. The normalised layers are the same either way: /opt got a name."""
+    touched = layer([Item("opt/", tarfile.DIRTYPE, mode=0o755, mtime=REAL_TIME)])  # a file made and removed
+
+    def adds_a_name(raw: int) -> bytes:
+        return layer([Item("opt/", tarfile.DIRTYPE, mode=0o755, mtime=raw), Item("opt/new", data=b"x\n", mtime=raw)])
+
+    same_second = normalise([(touched, False), (adds_a_name(REAL_TIME), False)])
+    next_second = normalise([(touched, False), (adds_a_name(REAL_TIME + 1), False)])
+    assert same_second == next_second
+    assert same_second[0] == {}  # nothing kept in the first step
+    assert same_second[1]["opt"] == EPOCH
+
+
+def test_a_parent_whose_names_stay_the_same_keeps_the_time_below_whatever_its_raw_time() -> None:
+    base = (Item("opt/app/", tarfile.DIRTYPE, mode=0o755, mtime=BEFORE), Item("opt/app/run.sh", data=b"a\n", mtime=BEFORE))
+    rewritten = layer([
+        Item("opt/", tarfile.DIRTYPE, mode=0o755, mtime=REAL_TIME + 7),  # raw time moved (a temp file, say)
+        Item("opt/app/", tarfile.DIRTYPE, mode=0o755, mtime=REAL_TIME + 7),
+        Item("opt/app/run.sh", data=b"b\n", mtime=REAL_TIME + 7),
+    ])  # fmt: skip
+    written = normalise([(rewritten, False)], base)
+    assert written[0] == {"opt": BEFORE, "opt/app": BEFORE, "opt/app/run.sh": EPOCH}
