@@ -7,8 +7,9 @@ build layer of the one equals the other's, entry for entry:
 * a directory whose type, permissions, owners and xattrs are those below it is left out (the
   differ ignores a directory's mtime), unless something kept is inside it: then it is kept as the
   parent it is;
-* any other entry whose type, permissions, owners, size, mtime, link target, xattrs and content are
-  those below it is left out (a file copied up by opening it for writing, say);
+* any other entry whose type, permissions, owners, size, link target, xattrs and content are those
+  below it is left out (a file copied up by opening it for writing, say, or written again with the
+  same bytes), whatever its mtime: whether that moved depends on the second the write fell in;
 * a directory kept only as the parent of something kept gets the step's epoch when that something
   is a name the step added to it or removed from it (an entry new to it, a whiteout), and otherwise
   the time the normalised layer below gave it. Its raw time decides nothing: it depends on the path
@@ -58,9 +59,9 @@ class LayerReducer:
         self.dropped = 0
 
     def unchanged(self, info: tarfile.TarInfo, meta: Meta, digest: Digest | None) -> bool:
-        """Whether ``info`` (not a whiteout, not a directory) is exactly what the layers below have there."""
+        """Whether ``info`` (not a whiteout, not a directory) is what the layers below have there, but its time."""
         below = self._lower.get(entry_path(info.name))
-        if below is None or below[0] != meta:
+        if below is None or not below[0].same_but_time(meta):
             return False
         if not info.isreg():
             return True
@@ -68,9 +69,9 @@ class LayerReducer:
         return digest is not None and below_digest is not None and digest() == below_digest()
 
     def needs_content(self, info: tarfile.TarInfo, meta: Meta) -> bool:
-        """Whether deciding about this regular file needs its content: only when all its metadata match."""
+        """Whether deciding about this regular file needs its content: only when its metadata match."""
         below = self._lower.get(entry_path(info.name))
-        return info.isreg() and below is not None and below[0] == meta
+        return info.isreg() and below is not None and below[0].same_but_time(meta)
 
     def feed(self, info: tarfile.TarInfo, meta: Meta, digest: Digest | None) -> Iterator[tarfile.TarInfo]:
         """The reduced layer's entries up to and including ``info``'s (which is yielded last if kept)."""

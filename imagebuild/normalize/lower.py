@@ -19,7 +19,7 @@ import hashlib
 import posixpath
 import tarfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
 from imagebuild.util.streams import CHUNK, forget_members
@@ -65,6 +65,10 @@ class Meta:
     @property
     def is_dir(self) -> bool:
         return self.kind == tarfile.DIRTYPE
+
+    def same_but_time(self, other: Meta) -> bool:
+        """Everything the differ compares but the mtime, which moves or not within one second by timing."""
+        return replace(self, mtime=other.mtime) == other
 
     def same_dir(self, other: Meta) -> bool:
         """Directories: the differ ignores their mtime (a file created and deleted in one changes it)."""

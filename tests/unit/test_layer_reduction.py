@@ -100,3 +100,18 @@ def test_a_parent_whose_names_stay_the_same_keeps_the_time_below_whatever_its_ra
     ])  # fmt: skip
     written = normalise([(rewritten, False)], base)
     assert written[0] == {"opt": BEFORE, "opt/app": BEFORE, "opt/app/run.sh": EPOCH}
+
+
+def test_a_file_written_again_with_the_same_bytes_is_left_out_whichever_second_it_fell_in() -> None:
+    base = (Item("opt/app/", tarfile.DIRTYPE, mode=0o755, mtime=BEFORE), Item("opt/app/run.sh", data=b"a\n", mtime=BEFORE))
+
+    def rewrites(raw: int, data: bytes) -> bytes:
+        return layer([
+            Item("opt/", tarfile.DIRTYPE, mode=0o755, mtime=BEFORE),
+            Item("opt/app/", tarfile.DIRTYPE, mode=0o755, mtime=BEFORE),
+            Item("opt/app/run.sh", data=data, mtime=raw),
+        ])  # fmt: skip
+
+    assert normalise([(rewrites(BEFORE, b"a\n"), False)], base) == [{}]
+    assert normalise([(rewrites(REAL_TIME, b"a\n"), False)], base) == [{}]
+    assert normalise([(rewrites(REAL_TIME, b"b\n"), False)], base) == [{"opt": BEFORE, "opt/app": BEFORE, "opt/app/run.sh": EPOCH}]
