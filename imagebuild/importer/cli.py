@@ -1,4 +1,7 @@
-"""The shipped importer's command line: ``python3 imagebuild-import.pyz DIR/<archive>.json``.
+"""The shipped importer's command line: ``python3 imagebuild-import.pyz DIR/<archive>.json [--check-only]``.
+
+``--check-only`` checks the archive against its manifest (size, sha256; a squashfs's superblock) and
+loads nothing: what a pyxis or Charliecloud job runs on every node before it starts the squashfs.
 
 Exit codes (the same as imagebuild's): 0 imported or already present, 2 bad input (missing or
 malformed manifest, missing archive), 3 no Docker engine or the engine refused, 7 integrity (size,
@@ -12,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .check_only import check_archive
 from .failures import ImportFailure
 from .manifest import read_manifest
 from .socket_engine import SocketEngine
@@ -24,6 +28,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="imagebuild-import", description="Verify an image archive against its manifest and load it."
     )
     parser.add_argument("manifest", type=Path, help="the .json manifest export wrote next to the archive")
+    parser.add_argument(
+        "--check-only",
+        action="store_true",
+        help="check the archive's size and sha256 (and a squashfs's superblock) against the manifest; load nothing",
+    )
     args = parser.parse_args(argv)
 
     def report(text: str) -> None:
@@ -32,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manifest_path: Path = args.manifest
         read_manifest(manifest_path)  # bad input is reported before the engine is touched
+        if args.check_only:
+            checked = check_archive(manifest_path, report)
+            report(f"{checked.archive}: {checked.kind} of {checked.image_id}, size and sha256 as the manifest says")
+            print(checked.image_id)
+            return 0
         result = import_archive(manifest_path, SocketEngine.from_env(), report)
     except ImportFailure as e:
         print(f"imagebuild-import: error: {shown(str(e), limit=2000)}", file=sys.stderr)
