@@ -192,7 +192,11 @@ def run_feeding(argv: Sequence[str], feed: Callable[[IO[bytes]], object], *, tim
         proc.wait()
         raise
     finally:
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
         reader.join(REAP_TIMEOUT_S)
+        if proc.stderr is not None:
+            proc.stderr.close()
     text = b"".join(stderr).decode(errors="replace")
     if proc.returncode != 0 or broken:
         tail = text.strip()[-STDERR_TAIL_CHARS:]

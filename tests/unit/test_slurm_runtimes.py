@@ -139,7 +139,7 @@ def test_an_unknown_kind_in_the_manifest_is_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     err = refused(capsys, tmp_path, "--archive", str(_export(tmp_path, "sif")))
-    assert "'kind' 'sif' is none of docker-archive, oci-archive, squashfs" in err
+    assert "'kind' must be docker-archive or oci-archive or squashfs, not 'sif'" in err
 
 
 def test_the_json_document_names_the_runtime(capsys: pytest.CaptureFixture[str]) -> None:
