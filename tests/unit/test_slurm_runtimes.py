@@ -104,9 +104,9 @@ def test_pyxis_starts_the_container_from_srun(capsys: pytest.CaptureFixture[str]
 @pytest.mark.parametrize(
     ("runtime", "kind", "expected"),
     [
-        ("docker", "squashfs", "a squashfs, which --runtime docker does not run (it runs a docker archive or an OCI archive; `imagebuild export` writes a docker archive)"),
+        ("docker", "squashfs", "a squashfs, which --runtime docker does not run (it runs a docker archive or an OCI archive; `imagebuild export` writes a docker archive, `--format oci` an OCI one)"),
         ("podman", "squashfs", "a squashfs, which --runtime podman does not run"),
-        ("pyxis", None, "a docker archive, which --runtime pyxis does not run (it runs a squashfs; `imagebuild export` writes no squashfs yet, see docs/known-gaps.md)"),
+        ("pyxis", None, "a docker archive, which --runtime pyxis does not run (it runs a squashfs; `imagebuild export --format squashfs` writes one)"),
         ("charliecloud", "oci-archive", "an OCI archive, which --runtime charliecloud does not run"),
     ],
 )  # fmt: skip
