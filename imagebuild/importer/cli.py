@@ -2,6 +2,7 @@
 
 ``--check-only`` checks the archive against its manifest (size, sha256; a squashfs's superblock) and
 loads nothing: what a pyxis or Charliecloud job runs on every node before it starts the squashfs.
+``--runtime podman`` checks it the same way, then loads it with ``podman load`` (``podman_load``).
 
 Exit codes (the same as imagebuild's): 0 imported or already present, 2 bad input (missing or
 malformed manifest, missing archive), 3 no Docker engine or the engine refused, 7 integrity (size,
@@ -18,6 +19,7 @@ from pathlib import Path
 from .check_only import check_archive
 from .failures import ImportFailure
 from .manifest import read_manifest
+from .podman_load import load_into_podman
 from .socket_engine import SocketEngine
 from .text import shown
 from .verified_load import import_archive
@@ -33,6 +35,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="check the archive's size and sha256 (and a squashfs's superblock) against the manifest; load nothing",
     )
+    parser.add_argument(
+        "--runtime",
+        choices=("docker", "podman"),
+        default="docker",
+        help="docker: stream into the Docker engine at DOCKER_HOST (default); podman: check, then `podman load`",
+    )
     args = parser.parse_args(argv)
 
     def report(text: str) -> None:
@@ -45,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
             checked = check_archive(manifest_path, report)
             report(f"{checked.archive}: {checked.kind} of {checked.image_id}, size and sha256 as the manifest says")
             print(checked.image_id)
+            return 0
+        if args.runtime == "podman":
+            image_id, present = load_into_podman(manifest_path, report)
+            report(f"{image_id} {'already present' if present else 'verified and loaded'} in podman")
+            print(image_id)
             return 0
         result = import_archive(manifest_path, SocketEngine.from_env(), report)
     except ImportFailure as e:

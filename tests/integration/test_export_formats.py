@@ -74,9 +74,10 @@ def test_the_oci_archive_loads_into_podman_as_the_images_identity(
     exports: dict[str, Path], sample_image: dict[str, object]
 ) -> None:
     podman = _tool("podman")
-    # podman refuses a runroot longer than 50 characters: pytest's tmp_path is longer.
+    # podman refuses a runroot longer than 50 characters: pytest's tmp_path is longer. --tmpdir too: its
+    # default, /run/libpod, is every other podman's on this host.
     scratch = Path(tempfile.mkdtemp(prefix="ib-podman-"))
-    store = [podman, "--root", str(scratch / "root"), "--runroot", str(scratch / "run")]
+    store = [podman, "--root", str(scratch / "root"), "--runroot", str(scratch / "run"), "--tmpdir", str(scratch / "tmp")]
     archive = exports["oci"].parent / str(_data(exports["oci"])["archive"])
     began = time.monotonic()
     loaded = subprocess.run([*store, "load", "-i", str(archive)], capture_output=True, text=True, timeout=900, check=False)
@@ -90,7 +91,7 @@ def test_the_oci_archive_loads_into_podman_as_the_images_identity(
         )  # fmt: skip
         assert "sha256:" + inspect.stdout.strip().removeprefix("sha256:") == sample_image["image_id"]
     finally:
-        subprocess.run([*store, "system", "reset", "--force"], capture_output=True, timeout=300, check=False)
+        subprocess.run([*store, "rmi", "--all", "--force"], capture_output=True, timeout=300, check=False)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -119,6 +120,42 @@ def test_the_squashfs_is_reproducible_and_carries_the_runtime_files_and_the_laun
     listing = subprocess.run([rdsquashfs, "-l", str(Path(LAUNCHER).parent), str(image)], capture_output=True, text=True,
                              timeout=60, check=True).stdout  # fmt: skip
     assert Path(LAUNCHER).name in listing
+
+
+@pytest.mark.parametrize("export_format", ["docker", "oci"])
+def test_the_shipped_importer_loads_docker_and_oci_exports_into_podman_verified(
+    exports: dict[str, Path], sample_image: dict[str, object], export_format: str
+) -> None:
+    podman = _tool("podman")
+    scratch = Path(tempfile.mkdtemp(prefix="ib-podman-"))  # a storage of its own, short paths (podman's limit)
+    conf = scratch / "storage.conf"
+    conf.write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{scratch}/root"\nrunroot = "{scratch}/run"\n')
+    # Its own libpod tmp dir: the default, /run/libpod, is every other podman's on this host.
+    (scratch / "containers.conf").write_text(f'[engine]\ntmp_dir = "{scratch}/tmp"\n')
+    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "CONTAINERS_STORAGE_CONF": str(conf),
+           "CONTAINERS_CONF": str(scratch / "containers.conf")}  # fmt: skip
+    manifest = exports[export_format]
+    try:
+        began = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, str(manifest.parent / IMPORTER_NAME), str(manifest), "--runtime", "podman"],
+            capture_output=True, text=True, timeout=900, check=False, env=env,
+        )  # fmt: skip
+        print(f"imagebuild-import --runtime podman ({export_format}): {time.monotonic() - began:.1f}s")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == sample_image["image_id"]
+        inspect = subprocess.run([podman, "image", "inspect", "--format", "{{.Id}}", str(sample_image["image_id"])],
+                                 capture_output=True, text=True, timeout=60, check=True, env=env)  # fmt: skip
+        assert inspect.stdout.strip().removeprefix("sha256:") == str(sample_image["image_id"]).removeprefix("sha256:")
+        again = subprocess.run(
+            [sys.executable, str(manifest.parent / IMPORTER_NAME), str(manifest), "--runtime", "podman"],
+            capture_output=True, text=True, timeout=300, check=False, env=env,
+        )  # fmt: skip
+        assert again.returncode == 0, again.stderr
+        assert "already present" in again.stderr
+    finally:
+        subprocess.run([podman, "rmi", "--all", "--force"], capture_output=True, timeout=300, check=False, env=env)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.mark.parametrize("export_format", FORMATS)

@@ -313,3 +313,16 @@ def test_squashfs_with_compress_none_is_refused_before_the_engine_is_asked(tmp_p
     with pytest.raises(ConfigError, match="--compress none: a squashfs's blocks are compressed with zstd or gzip"):
         _export(tmp_path, ExportFormat.SQUASHFS, Compression.NONE)
     assert not (tmp_path / "out").exists()
+
+
+def test_runtime_podman_refuses_a_squashfs_before_reading_it_and_needs_podman(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _needs_tar2sqfs()
+    _, squashfs = _export(tmp_path / "s", ExportFormat.SQUASHFS)
+    assert cli.main([str(squashfs), "--runtime", "podman"]) == 2
+    assert "which the engine at podman cannot load" in capsys.readouterr().err
+    _, oci = _export(tmp_path / "o", ExportFormat.OCI)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
+    assert cli.main([str(oci), "--runtime", "podman"]) == 3
+    assert "podman is not installed or not on PATH" in capsys.readouterr().err
