@@ -23,7 +23,7 @@ from imagebuild.util.run import run_feeding
 
 TAR2SQFS = "tar2sqfs"
 COMPRESSORS = ("zstd", "gzip")  # export's --compress, as tar2sqfs names them
-JOBS = 2  # fixed, not the core count: measured, the output does not depend on it, but this says so
+JOBS = 2  # fixed, not the core count, so the job count is never what differs between two machines' exports
 TIMEOUT_S = 6 * 3600.0
 MAGIC = b"hsqs"
 BYTES_USED = struct.Struct("<Q")  # the superblock's bytes_used, at offset 40
