@@ -123,12 +123,15 @@ def cmd_publish(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from imagebuild.distribute.compression import Compression
     from imagebuild.distribute.export import ExportOptions, check_output_dir, export_image
+    from imagebuild.distribute.formats import ExportFormat, check_format
     from imagebuild.engine.docker import DockerEngine
 
+    check_format(ExportFormat(args.format), Compression(args.compress))
     options = ExportOptions(
         image=_default_image(args),
         output=check_output_dir(args.output),
         compression=Compression(args.compress),
+        export_format=ExportFormat(args.format),
         signing_key=signing_key_of(args),
         record_path=_default_record(args),
     )
@@ -216,6 +219,7 @@ def register(verbs: Verbs) -> None:
             examples=(
                 "imagebuild export -o /shared/images",
                 "imagebuild export kimi-k3:gfx942 -o /shared/images --compress gzip",
+                "imagebuild export -o /shared/images --format squashfs",
             ),
             exit_codes=(ExitCode.NO_ENGINE,),
             json="the manifest",
@@ -236,7 +240,15 @@ def register(verbs: Verbs) -> None:
         "--compress",
         choices=("zstd", "gzip", "none"),
         default="zstd",
-        help="archive compression (default zstd)",
+        help="archive compression (default zstd); with --format squashfs, its blocks' (zstd or gzip)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("docker", "oci", "squashfs"),
+        default="docker",
+        help="docker: the archive docker and podman load (default); oci: an OCI image layout archive "
+        "(podman, skopeo; docker load reads it too); squashfs: the flattened root filesystem for "
+        "enroot/pyxis and Charliecloud, with enroot's /etc/rc and /etc/environment",
     )
     add_signing_flags(p, "the export statement")
     p.add_argument(

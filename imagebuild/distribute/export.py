@@ -41,6 +41,13 @@ from imagebuild.attest.statement import (
 )
 from imagebuild.distribute.archive_layout import ArchiveLayoutError, portable_archive
 from imagebuild.distribute.compression import Compression, Sink, compressing
+from imagebuild.distribute.formats import (
+    ExportFormat,
+    FormatError,
+    WrittenArchive,
+    check_format,
+    write_spooled_format,
+)
 from imagebuild.distribute.record_notes import EXPORTED, note_in_record
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
 from imagebuild.engine.interface import Engine, ImageInfo
@@ -62,6 +69,7 @@ class ExportOptions:
     image: str
     output: Path
     compression: Compression = Compression.ZSTD
+    export_format: ExportFormat = ExportFormat.DOCKER  # --format: docker, oci or squashfs (formats.py)
     signing_key: SigningKey | None = None  # --sign-key: the export's statement also as a signed DSSE envelope
     record_path: Path | None = None  # the build record to note the manifest in, when it is this image's
 
@@ -115,12 +123,13 @@ def check_output_dir(output: Path) -> Path:
     return output.resolve()
 
 
-def archive_name(info: ImageInfo, compression: Compression) -> str:
-    """``<name>-<id12><suffix>``: the last path part of the image's first tag, and its identity."""
+def archive_name(info: ImageInfo, compression: Compression, export_format: ExportFormat = ExportFormat.DOCKER) -> str:
+    """``<name>-<id12><suffix>``: the last path part of the image's first tag, and its identity; the
+    suffix says the format (``.tar.zst``, ``.oci.tar.zst``, ``.sqfs``)."""
     tagged = [t for t in info.tags if t != "<none>:<none>"]
     stem = tagged[0].rsplit(":", 1)[0].rsplit("/", 1)[-1] if tagged else "image"
     stem = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip(".-") or "image"
-    return f"{stem}-{(info.identity or info.id).removeprefix('sha256:')[:12]}{compression.suffix}"
+    return f"{stem}-{(info.identity or info.id).removeprefix('sha256:')[:12]}{export_format.suffix(compression)}"
 
 
 def image_manifest_fields(info: ImageInfo) -> tuple[dict[str, str], dict[str, str]]:
@@ -140,10 +149,11 @@ def image_manifest_fields(info: ImageInfo) -> tuple[dict[str, str], dict[str, st
 
 def export_image(options: ExportOptions, engine: Engine, *, report: Callable[[str], None]) -> ExportResult:
     started = time.monotonic()
+    check_format(options.export_format, options.compression)
     output = check_output_dir(options.output)
     info = engine.inspect_image(options.image)
     image_manifest_fields(info)  # a label holding a credential: refused before anything is written
-    name = archive_name(info, options.compression)
+    name = archive_name(info, options.compression, options.export_format)
     report(f"exporting {options.image} ({info.described}) from {engine.store().describe()} to {output / name}")
     try:
         return _export(options, engine, output=output, info=info, name=name, report=report, started=started)
@@ -163,10 +173,71 @@ def _export(
     started: float,
 ) -> ExportResult:
     pins, labels = image_manifest_fields(info)
+    progress = _SaveProgress(engine.save(info.id), _Count(), name, report)
+    if options.export_format is ExportFormat.DOCKER:
+        written = _docker_archive(options, info, output / name, progress)
+    else:
+        try:
+            written = write_spooled_format(
+                options.export_format, progress, output / name, compression=options.compression, report=report
+            )
+        except FormatError as e:
+            msg = f"cannot export {options.image} ({info.described}) as {options.export_format}: {e}"
+            raise (EngineError if e.engine else ImageBuildError)(msg) from e
+    if info.identity and written.config_digest != info.identity:
+        msg = (
+            f"cannot export {options.image}: the engine saved config {written.config_digest[:19]} for an image "
+            f"it reports as {info.described}; the engine changed the image while it was saved, export it again"
+        )
+        raise EngineError(msg)
+    _write(output / IMPORTER_NAME, importer_zipapp(), mode=0o755)
+    image = ImageIdentity(identity=written.config_digest, manifest_digest=written.manifest_digest)
+    archive_details: dict[str, object] = {"size": written.size, "compression": options.compression.value}
+    if options.export_format is not ExportFormat.DOCKER:  # a docker archive's statement is as it was
+        archive_details["kind"] = options.export_format.kind
+    statement = distribution_statement(
+        subject={"name": name, "digest": {"sha256": written.sha256}},
+        image=image,
+        action="export",
+        details={"archive": archive_details},
+    )
+    attested = write_attestation(output / f"{name}{EXPORT_SUFFIX}", statement_text(statement, one_line=True), key=options.signing_key)
+    manifest = Manifest(
+        archive=name,
+        sha256=written.sha256,
+        size=written.size,
+        compression=options.compression.value,
+        image_id=written.config_digest,
+        manifest_digest=written.manifest_digest,
+        uncompressed_size=written.uncompressed_size,
+        repo_tags=tuple(t for t in info.tags if t != "<none>:<none>"),
+        pins=pins,
+        labels=labels,
+        imagebuild_version=__version__,
+        origin=f"{socket.gethostname()}:{output}",
+        attestations={path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in attested.paths},
+        kind=options.export_format.kind,
+    )
+    parse_manifest(manifest.to_json(), name)  # what nodes will accept, checked before writing
+    manifest_path = output / f"{name}.json"
+    _write(manifest_path, (json.dumps(manifest.to_json(), indent=2) + "\n").encode())
+    seconds = time.monotonic() - started
+    report(
+        f"wrote {name} ({options.export_format}, {written.size / 1e9:.2f} GB from {progress.saved / 1e9:.2f} GB, {options.compression}) "
+        f"in {seconds:.1f}s; manifest {manifest_path.name}"
+    )
+    recorded = note_in_record(
+        options.record_path, image_id=info.identity, key=EXPORTED, value=str(manifest_path), report=report
+    )
+    return ExportResult(manifest_path=manifest_path, manifest=manifest, seconds=seconds, recorded_in=recorded)
+
+
+def _docker_archive(options: ExportOptions, info: ImageInfo, path: Path, progress: _SaveProgress) -> WrittenArchive:
+    """The portable docker archive, streamed through (``archive_layout``), compressed and hashed."""
     # 0644 and 0755: the nodes' jobs may run as other users than the one exporting.
-    with atomic_file(output / name, mode=0o644) as file:
+    with atomic_file(path, mode=0o644) as file:
         sink = _HashingSink(file)
-        progress = _SaveProgress(engine.save(info.id), sink, name, report)
+        progress.written = sink
         with compressing(options.compression, sink) as writer:
             counted = _Counted(writer)
             try:
@@ -174,48 +245,16 @@ def _export(
             except ArchiveLayoutError as e:
                 msg = f"cannot export {options.image} ({info.described}): {e}"
                 raise EngineError(msg) from e
-    if info.identity and layout.config_digest != info.identity:
-        msg = (
-            f"cannot export {options.image}: the engine saved config {layout.config_digest[:19]} for an image "
-            f"it reports as {info.described}; the engine changed the image while it was saved, export it again"
-        )
-        raise EngineError(msg)
-    _write(output / IMPORTER_NAME, importer_zipapp(), mode=0o755)
-    image = ImageIdentity(identity=layout.config_digest, manifest_digest=layout.manifest_digest)
-    statement = distribution_statement(
-        subject={"name": name, "digest": {"sha256": sink.hash.hexdigest()}},
-        image=image,
-        action="export",
-        details={"archive": {"size": sink.size, "compression": options.compression.value}},
-    )
-    written = write_attestation(output / f"{name}{EXPORT_SUFFIX}", statement_text(statement, one_line=True), key=options.signing_key)
-    manifest = Manifest(
-        archive=name,
-        sha256=sink.hash.hexdigest(),
-        size=sink.size,
-        compression=options.compression.value,
-        image_id=layout.config_digest,
-        manifest_digest=layout.manifest_digest,
-        uncompressed_size=counted.size,
-        repo_tags=tuple(t for t in info.tags if t != "<none>:<none>"),
-        pins=pins,
-        labels=labels,
-        imagebuild_version=__version__,
-        origin=f"{socket.gethostname()}:{output}",
-        attestations={path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in written.paths},
-    )
-    parse_manifest(manifest.to_json(), name)  # what nodes will accept, checked before writing
-    manifest_path = output / f"{name}.json"
-    _write(manifest_path, (json.dumps(manifest.to_json(), indent=2) + "\n").encode())
-    seconds = time.monotonic() - started
-    report(
-        f"wrote {name} ({sink.size / 1e9:.2f} GB from {progress.saved / 1e9:.2f} GB, {options.compression}) "
-        f"in {seconds:.1f}s; manifest {manifest_path.name}"
-    )
-    recorded = note_in_record(
-        options.record_path, image_id=info.identity, key=EXPORTED, value=str(manifest_path), report=report
-    )
-    return ExportResult(manifest_path=manifest_path, manifest=manifest, seconds=seconds, recorded_in=recorded)
+    return WrittenArchive(
+        sha256=sink.hash.hexdigest(), size=sink.size, uncompressed_size=counted.size,
+        config_digest=layout.config_digest, manifest_digest=layout.manifest_digest,
+    )  # fmt: skip
+
+
+class _Count:
+    """What a spooled format has written so far: nothing the progress line can see until the end."""
+
+    size = 0
 
 
 class _Counted:
@@ -232,8 +271,8 @@ class _Counted:
 class _SaveProgress:
     """The engine's save stream, counted, with a line every PROGRESS_EVERY_S seconds."""
 
-    def __init__(self, chunks: Iterable[bytes], sink: _HashingSink, name: str, report: Callable[[str], None]) -> None:
-        self._chunks, self._sink, self._name, self._report = chunks, sink, name, report
+    def __init__(self, chunks: Iterable[bytes], written: _HashingSink | _Count, name: str, report: Callable[[str], None]) -> None:
+        self._chunks, self.written, self._name, self._report = chunks, written, name, report
         self.saved = 0
 
     def __iter__(self) -> Iterator[bytes]:
@@ -242,7 +281,7 @@ class _SaveProgress:
             self.saved += len(chunk)
             if time.monotonic() >= next_report:
                 next_report = time.monotonic() + PROGRESS_EVERY_S
-                self._report(f"{self._name}: {self.saved / 1e9:.1f} GB saved, {self._sink.size / 1e9:.1f} GB written")
+                self._report(f"{self._name}: {self.saved / 1e9:.1f} GB saved, {self.written.size / 1e9:.1f} GB written")
             yield chunk
 
 

@@ -9,6 +9,8 @@ import each other relatively (in the zipapp the package is not under ``imagebuil
 failures       the one-line failures and their exit codes (imagebuild's own)
 manifest       the manifest format: the Manifest written by export, read and checked here
 verified_load  import_archive: hash while streaming into an engine, check, then tag; ImportEngine
+podman_load    load_into_podman: --runtime podman, checked, `podman load`, identity checked, tagged
+check_only     check_archive: size, sha256 (a squashfs's superblock), nothing loaded (--check-only)
 load_stream    what the engine is sent: the archive decompressed here, stopped past its declared size
 tar_filter     that tar without the names it carries (RepoTags, repositories, index.json annotations)
 tag_guard      the second line: any tag a load still created or moved, undone

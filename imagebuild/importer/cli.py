@@ -1,4 +1,8 @@
-"""The shipped importer's command line: ``python3 imagebuild-import.pyz DIR/<archive>.json``.
+"""The shipped importer's command line: ``python3 imagebuild-import.pyz DIR/<archive>.json [--check-only]``.
+
+``--check-only`` checks the archive against its manifest (size, sha256; a squashfs's superblock) and
+loads nothing: what a pyxis or Charliecloud job runs on every node before it starts the squashfs.
+``--runtime podman`` checks it the same way, then loads it with ``podman load`` (``podman_load``).
 
 Exit codes (the same as imagebuild's): 0 imported or already present, 2 bad input (missing or
 malformed manifest, missing archive), 3 no Docker engine or the engine refused, 7 integrity (size,
@@ -12,8 +16,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from .check_only import check_archive
 from .failures import ImportFailure
 from .manifest import read_manifest
+from .podman_load import load_into_podman
 from .socket_engine import SocketEngine
 from .text import shown
 from .verified_load import import_archive
@@ -24,6 +30,17 @@ def main(argv: list[str] | None = None) -> int:
         prog="imagebuild-import", description="Verify an image archive against its manifest and load it."
     )
     parser.add_argument("manifest", type=Path, help="the .json manifest export wrote next to the archive")
+    parser.add_argument(
+        "--check-only",
+        action="store_true",
+        help="check the archive's size and sha256 (and a squashfs's superblock) against the manifest; load nothing",
+    )
+    parser.add_argument(
+        "--runtime",
+        choices=("docker", "podman"),
+        default="docker",
+        help="docker: stream into the Docker engine at DOCKER_HOST (default); podman: check, then `podman load`",
+    )
     args = parser.parse_args(argv)
 
     def report(text: str) -> None:
@@ -32,6 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manifest_path: Path = args.manifest
         read_manifest(manifest_path)  # bad input is reported before the engine is touched
+        if args.check_only:
+            checked = check_archive(manifest_path, report)
+            report(f"{checked.archive}: {checked.kind} of {checked.image_id}, size and sha256 as the manifest says")
+            print(checked.image_id)
+            return 0
+        if args.runtime == "podman":
+            image_id, present = load_into_podman(manifest_path, report)
+            report(f"{image_id} {'already present' if present else 'verified and loaded'} in podman")
+            print(image_id)
+            return 0
         result = import_archive(manifest_path, SocketEngine.from_env(), report)
     except ImportFailure as e:
         print(f"imagebuild-import: error: {shown(str(e), limit=2000)}", file=sys.stderr)

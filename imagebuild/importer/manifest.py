@@ -6,6 +6,11 @@ config digest: the image ID on graph-driver stores and Podman) and, for the cont
 which names images by their manifest, the digest of the manifest the archive's index.json names.
 Version 1 manifests (imagebuild before the portable archive) have no manifest digest: they import on
 graph-driver stores only.
+
+``kind`` says what the archive is: a docker archive (absent: every manifest before the other kinds),
+an OCI image layout archive (``export --format oci``), or a squashfs of the flattened root filesystem
+(``--format squashfs``, for enroot/pyxis and Charliecloud, never loaded into an engine). A docker
+archive's manifest leaves the key out, so it is the same bytes it always was.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from .failures import BadInput
 FORMAT = "imagebuild-image-archive"
 FORMAT_VERSION = 2
 FORMAT_VERSIONS = (1, 2)  # read; version 1 lacks manifest_digest
-COMPRESSIONS = ("zstd", "gzip", "none")
+COMPRESSIONS = ("zstd", "gzip", "none")  # a squashfs's: the compressor of its blocks (zstd or gzip)
+DOCKER_ARCHIVE, OCI_ARCHIVE, SQUASHFS = "docker-archive", "oci-archive", "squashfs"
+KINDS = (DOCKER_ARCHIVE, OCI_ARCHIVE, SQUASHFS)
 IMAGE_ID_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 # A docker reference with a tag: an optional registry (has a dot or a port, or is localhost), then
@@ -55,6 +62,7 @@ class Manifest:
     # The attestations export wrote beside the archive (its distribution statement, signed or not): bare
     # file name -> sha256 of the file.
     attestations: dict[str, str] = field(default_factory=dict)
+    kind: str = DOCKER_ARCHIVE  # one of KINDS
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
 
@@ -62,6 +70,8 @@ class Manifest:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}
         data["repo_tags"] = list(self.repo_tags)
         data["attestations"] = dict(self.attestations)
+        if self.kind == DOCKER_ARCHIVE:  # as every manifest before the other kinds: the same bytes
+            del data["kind"]
         return data
 
 
@@ -95,6 +105,7 @@ def parse_manifest(data: object, where: str) -> Manifest:
         ("uncompressed_size", _uncompressed_size_ok(data), "the archive's byte count before compression"),
         ("compression", data["compression"] in COMPRESSIONS, " or ".join(COMPRESSIONS)),
         ("size", data["size"] >= 0, "a byte count"),
+        ("kind", data.get("kind", DOCKER_ARCHIVE) in KINDS, " or ".join(KINDS)),
     )
     for key, ok, expected in checks:
         if not ok:
@@ -116,7 +127,7 @@ def parse_manifest(data: object, where: str) -> Manifest:
         labels=dict(data["labels"]), imagebuild_version=data["imagebuild_version"],
         origin=origin if isinstance(origin, str) else "", manifest_digest=str(data.get("manifest_digest", "")),
         format_version=data["format_version"], uncompressed_size=int(data.get("uncompressed_size") or 0),
-        attestations=dict(attestations),
+        attestations=dict(attestations), kind=str(data.get("kind", DOCKER_ARCHIVE)),
     )  # fmt: skip
 
 

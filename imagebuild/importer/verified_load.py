@@ -22,7 +22,7 @@ from typing import BinaryIO, Callable, Generator, Iterable, Protocol
 
 from .failures import BadInput, IntegrityFailure
 from .load_stream import CHUNK_SIZE, engine_tar
-from .manifest import Manifest, read_manifest
+from .manifest import SQUASHFS, Manifest, read_manifest
 from .tag_guard import release, undo_load_tags
 from .text import shown
 
@@ -105,6 +105,7 @@ def import_archive(
     """Make the manifest's image present and tagged in ``engine``, or fail with nothing tagged."""
     started = time.monotonic()
     manifest = read_manifest(manifest_path)
+    refuse_unloadable(manifest, manifest_path, engine.address)
     engine_id = expected_engine_id(manifest, manifest_path, engine)
     if engine.has_image(engine_id):
         _tag(engine, engine_id, manifest)
@@ -112,7 +113,7 @@ def import_archive(
             image_id=manifest.image_id, engine_id=engine_id, tags=manifest.repo_tags, already_present=True,
             seconds=time.monotonic() - started,
         )  # fmt: skip
-    archive, again = _archive_of(manifest, manifest_path)
+    archive, again = archive_of(manifest, manifest_path)
     before, tags_before = engine.image_ids(), engine.tag_table()
     report(f"loading {archive.name} ({manifest.size / 1e9:.2f} GB, {manifest.compression}) into {engine.address}")
     loaded, engine_error, digest = _load_hashed(engine, archive, manifest, report)
@@ -144,7 +145,18 @@ def import_archive(
     )  # fmt: skip
 
 
-def _archive_of(manifest: Manifest, manifest_path: Path) -> tuple[Path, str]:
+def refuse_unloadable(manifest: Manifest, manifest_path: Path, address: str) -> None:
+    """A squashfs is run in place by enroot or ch-run: no engine loads one (before anything is read)."""
+    if manifest.kind == SQUASHFS:
+        msg = (
+            f"archive {manifest_path.parent / manifest.archive}: a squashfs (export --format squashfs), which "
+            f"the engine at {address} cannot load; run it with enroot/pyxis or ch-run (check it with "
+            "--check-only), or export the image with --format docker or oci"
+        )
+        raise BadInput(msg)
+
+
+def archive_of(manifest: Manifest, manifest_path: Path) -> tuple[Path, str]:
     """The archive beside the manifest, a regular file of the manifest's size; and what to do if not."""
     archive = manifest_path.parent / manifest.archive
     where = shown(f"{manifest.origin}/{manifest.archive}") if manifest.origin else "where it was exported"

@@ -1,20 +1,18 @@
 """The archive a registry-less job imports, read where the submitter sees it: the nodes must see it at
 the same absolute path (shared storage), and each runs the importer `imagebuild export` wrote beside it.
 
-The manifest is checked by the importer's own reader, so a job is never written for a manifest the
-nodes would refuse.
+The manifest is checked by the importer's own reader (its "kind" too: which runtimes can run it), so a
+job is never written for a manifest the nodes would refuse.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from imagebuild.distribute.local_import import check_manifest
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME
 from imagebuild.errors import ConfigError
 from imagebuild.slurm.job import ArchivedImage
-from imagebuild.slurm.runtimes import ARCHIVE_KINDS, DOCKER_ARCHIVE
 
 
 def read_archive(manifest: Path) -> ArchivedImage:
@@ -26,16 +24,5 @@ def read_archive(manifest: Path) -> ArchivedImage:
             raise ConfigError(msg)
     return ArchivedImage(
         manifest=str(path), importer=str(path.parent / IMPORTER_NAME), image_id=checked.image_id,
-        manifest_digest=checked.manifest_digest, kind=_kind(path), archive=str(path.parent / checked.archive),
+        manifest_digest=checked.manifest_digest, kind=checked.kind, archive=str(path.parent / checked.archive),
     )  # fmt: skip
-
-
-def _kind(path: Path) -> str:
-    """The manifest's "kind" (absent in manifests older than it: a docker archive)."""
-    kind = json.loads(path.read_text(encoding="utf-8")).get("kind", DOCKER_ARCHIVE)  # read once already
-    if kind not in ARCHIVE_KINDS:
-        msg = (
-            f"--archive {path}: 'kind' {kind!r} is none of {', '.join(ARCHIVE_KINDS)}; export the image again"
-        )
-        raise ConfigError(msg)
-    return str(kind)

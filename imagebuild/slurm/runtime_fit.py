@@ -16,8 +16,10 @@ if TYPE_CHECKING:
 # Where the container is the runtime's own process tree: no daemon to stop it, no PID namespace.
 _NO_ENGINE = ("pyxis", "charliecloud")
 _NAMED = {"docker-archive": "a docker archive", "oci-archive": "an OCI archive", SQUASHFS: "a squashfs"}
-# export's --format (docker, oci, squashfs) is not built: only docker archives can be made so far.
-_NO_SQUASHFS_YET = "`imagebuild export` writes no squashfs yet, see docs/known-gaps.md"
+_MAKE = {
+    "engine": "`imagebuild export` writes a docker archive, `--format oci` an OCI one",
+    SQUASHFS: "`imagebuild export --format squashfs` writes one",
+}
 
 
 def check_runtime(request: JobRequest) -> None:
@@ -42,11 +44,11 @@ def _problem(request: JobRequest) -> str | None:
     if isinstance(request.image, PulledImage) and not rt.pulls:
         return (
             f"--image: --runtime {name} runs a squashfs from shared storage, not a registry reference; "
-            f"give --archive MANIFEST of one ({_NO_SQUASHFS_YET})"
+            f"give --archive MANIFEST of one ({_MAKE[SQUASHFS]})"
         )
     if isinstance(request.image, ArchivedImage) and request.image.kind not in rt.kinds:
         wanted = " or ".join(_NAMED[kind] for kind in rt.kinds)
-        how = _NO_SQUASHFS_YET if SQUASHFS in rt.kinds else "`imagebuild export` writes a docker archive"
+        how = _MAKE[SQUASHFS if SQUASHFS in rt.kinds else "engine"]
         return (
             f"--archive {request.image.manifest}: {_NAMED[request.image.kind]}, which --runtime {name} "
             f"does not run (it runs {wanted}; {how})"

@@ -21,10 +21,11 @@ import shutil
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import IO
 
 from imagebuild.errors import CommandError
 from imagebuild.log import logger
@@ -149,3 +150,56 @@ def _reap(proc: subprocess.Popen[str]) -> None:
             if pipe is not None:
                 pipe.close()
         proc.wait()
+
+
+def run_feeding(argv: Sequence[str], feed: Callable[[IO[bytes]], object], *, timeout: float) -> Completed:
+    """Run ``argv`` with ``feed(stdin)`` writing its input (a stream too large to hold), then wait.
+
+    As run_command: the tool found first, the command echoed at -v, its process group killed on a
+    timeout or on any exception while feeding (the feeder's own errors propagate); a non-zero exit,
+    or the tool closing its input early, is a CommandError with the tail of its stderr. stdout is
+    discarded (the tools fed here write files).
+    """
+    shown = shlex.join(argv)
+    tool = shutil.which(argv[0])
+    if tool is None:
+        msg = f"`{argv[0]}` is not installed or not on PATH (needed for `{shown}`)"
+        raise CommandError(msg, command=shown, failure=Failure.MISSING)
+    logger.debug("$ %s", shown)
+    proc = subprocess.Popen(
+        [tool, *argv[1:]], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )  # fmt: skip
+    stderr: list[bytes] = []
+    reader = threading.Thread(target=lambda: stderr.append(proc.stderr.read() if proc.stderr else b""), daemon=True)
+    reader.start()
+    assert proc.stdin is not None  # stdin=PIPE
+    broken = False
+    try:
+        try:
+            feed(proc.stdin)
+            proc.stdin.close()
+        except BrokenPipeError:  # the tool stopped reading: its exit status and stderr say why
+            broken = True
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        kill_group(proc.pid)
+        proc.wait()
+        msg = f"`{shown}` did not finish within {timeout:g} s"
+        raise CommandError(msg, command=shown, failure=Failure.TIMEOUT) from e
+    except BaseException:
+        kill_group(proc.pid)
+        proc.wait()
+        raise
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+        reader.join(REAP_TIMEOUT_S)
+        if proc.stderr is not None:
+            proc.stderr.close()
+    text = b"".join(stderr).decode(errors="replace")
+    if proc.returncode != 0 or broken:
+        tail = text.strip()[-STDERR_TAIL_CHARS:]
+        msg = f"`{shown}` failed with exit status {proc.returncode}" + (f":\n{tail}" if tail else "")
+        raise CommandError(msg, command=shown, failure=Failure.EXIT, returncode=proc.returncode)
+    return Completed(argv=tuple(argv), returncode=proc.returncode, stdout="", stderr=text)

@@ -104,9 +104,9 @@ def test_pyxis_starts_the_container_from_srun(capsys: pytest.CaptureFixture[str]
 @pytest.mark.parametrize(
     ("runtime", "kind", "expected"),
     [
-        ("docker", "squashfs", "a squashfs, which --runtime docker does not run (it runs a docker archive or an OCI archive; `imagebuild export` writes a docker archive)"),
+        ("docker", "squashfs", "a squashfs, which --runtime docker does not run (it runs a docker archive or an OCI archive; `imagebuild export` writes a docker archive, `--format oci` an OCI one)"),
         ("podman", "squashfs", "a squashfs, which --runtime podman does not run"),
-        ("pyxis", None, "a docker archive, which --runtime pyxis does not run (it runs a squashfs; `imagebuild export` writes no squashfs yet, see docs/known-gaps.md)"),
+        ("pyxis", None, "a docker archive, which --runtime pyxis does not run (it runs a squashfs; `imagebuild export --format squashfs` writes one)"),
         ("charliecloud", "oci-archive", "an OCI archive, which --runtime charliecloud does not run"),
     ],
 )  # fmt: skip
@@ -139,7 +139,7 @@ def test_an_unknown_kind_in_the_manifest_is_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     err = refused(capsys, tmp_path, "--archive", str(_export(tmp_path, "sif")))
-    assert "'kind' 'sif' is none of docker-archive, oci-archive, squashfs" in err
+    assert "'kind' must be docker-archive or oci-archive or squashfs, not 'sif'" in err
 
 
 def test_the_json_document_names_the_runtime(capsys: pytest.CaptureFixture[str]) -> None:

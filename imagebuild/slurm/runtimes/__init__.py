@@ -15,9 +15,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from imagebuild.slurm.job import Job
 
-# The archive kinds of the manifest's "kind" key (absent in older manifests: docker-archive).
-DOCKER_ARCHIVE, OCI_ARCHIVE, SQUASHFS = "docker-archive", "oci-archive", "squashfs"
-ARCHIVE_KINDS = (DOCKER_ARCHIVE, OCI_ARCHIVE, SQUASHFS)
+# The archive kinds of the manifest's "kind" key (absent in older manifests: docker-archive), defined
+# once, by the importer's manifest.
+from imagebuild.importer.manifest import DOCKER_ARCHIVE as DOCKER_ARCHIVE
+from imagebuild.importer.manifest import OCI_ARCHIVE as OCI_ARCHIVE
+from imagebuild.importer.manifest import SQUASHFS as SQUASHFS
+
 RUNTIME_NAMES = ("docker", "podman", "pyxis", "charliecloud")
 DEFAULT_RUNTIME = "docker"
 

@@ -1,0 +1,214 @@
+"""An image's root filesystem, flattened: its layers applied in order, as one tar in a fixed order.
+
+What a container sees, as overlayfs builds it from the layers: a later layer's entry replaces an
+earlier one's (a directory over a directory keeps the lower one's children, anything else over a
+directory removes them); an OCI whiteout ``.wh.NAME`` removes NAME (and all under it) from the layers
+below, ``.wh..wh..opq`` every entry below in its directory; whiteouts act on lower layers only, never
+on entries of their own layer. Hard links are kept: the entries that share one file's content (the
+file and every hard link to it, whichever layer made them) become one file and links to it. Symlinks
+are kept as written.
+
+The output is deterministic: entries sorted by path, parents first; mtime 0; no owner names; of the
+PAX headers only extended attributes (file capabilities) are kept. ``extra`` files (the runtime files
+of ``runtime_files``) replace or add entries, their missing parents (and ``directories``, such as the
+working directory a read-only squashfs must already have) added as 0755 directories.
+Memory is one header per entry (the content is read from the spooled layer tars by offset).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import tarfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from imagebuild.distribute import fixed_tar
+from imagebuild.util.streams import CHUNK, forget_members, tar_padding
+
+WHITEOUT = ".wh."
+OPAQUE = ".wh..wh..opq"
+KEPT_PAX = "SCHILY.xattr."  # extended attributes; times, names and sizes are set here
+
+
+class RootfsError(Exception):
+    """A layer cannot be flattened (the message names the layer and entry)."""
+
+
+@dataclass(kw_only=True)
+class _Entry:
+    info: tarfile.TarInfo
+    source: tuple[int, int] | None = None  # (layer, data offset) of a regular file's content
+    data: bytes | None = None  # an extra file's content
+
+
+@dataclass(kw_only=True)
+class _Tree:
+    entries: dict[str, _Entry] = field(default_factory=dict)
+    children: dict[str, set[str]] = field(default_factory=dict)
+
+    def remove(self, path: str) -> None:
+        """``path`` and everything under it."""
+        for child in self.children.pop(path, set()):
+            self.remove(child)
+        if self.entries.pop(path, None) is not None:
+            self.children.get(posixpath.dirname(path), set()).discard(path)
+
+    def clear_children(self, path: str) -> None:
+        for child in list(self.children.get(path, ())):
+            self.remove(child)
+
+    def put(self, path: str, entry: _Entry) -> None:
+        old = self.entries.get(path)
+        if old is not None and not (old.info.isdir() and entry.info.isdir()):
+            self.remove(path)  # a file over a directory hides what was in it
+        self.entries[path] = entry
+        if path:
+            self.children.setdefault(posixpath.dirname(path), set()).add(path)
+
+
+def _clean(name: str) -> str:
+    path = posixpath.normpath("/" + name).lstrip("/")
+    return "" if path == "." else path
+
+
+def _layer_entries(tar: tarfile.TarFile, index: int, what: str) -> Iterator[tuple[str, tarfile.TarInfo]]:
+    for info in tar:
+        path = _clean(info.name)
+        if ".." in path.split("/"):
+            msg = f"{what}: entry {info.name!r} leaves the root"
+            raise RootfsError(msg)
+        yield path, info
+        forget_members(tar)
+
+
+def _apply_layer(tree: _Tree, tar: tarfile.TarFile, index: int, what: str) -> None:
+    """One layer: its whiteouts act on the tree as it was below it, then its entries are put."""
+    put: list[tuple[str, _Entry]] = []
+    for path, info in _layer_entries(tar, index, what):
+        base, parent = posixpath.basename(path), posixpath.dirname(path)
+        if base == OPAQUE:
+            tree.clear_children(parent)
+        elif base.startswith(WHITEOUT):
+            tree.remove(posixpath.join(parent, base.removeprefix(WHITEOUT)))
+        elif info.islnk():
+            put.append((path, _Entry(info=info)))  # resolved below, once this layer's files are known
+        else:
+            put.append((path, _Entry(info=info, source=(index, info.offset_data) if info.isreg() else None)))
+    for path, entry in put:
+        if not entry.info.islnk():
+            tree.put(path, entry)
+            continue
+        target = tree.entries.get(_clean(entry.info.linkname))
+        if target is None or not (target.info.isreg() or target.data is not None):
+            msg = f"{what}: hard link {path!r} names {entry.info.linkname!r}, which is not a file there"
+            raise RootfsError(msg)
+        tree.put(path, _Entry(info=target.info, source=target.source, data=target.data))  # the same content
+
+
+def _make_directories(tree: _Tree, path: str) -> None:
+    """``path`` and its parents, as 0755 directories where the tree has nothing."""
+    missing: list[str] = []
+    while path and path not in tree.entries:
+        missing.append(path)
+        path = posixpath.dirname(path)
+    for name in reversed(missing):
+        info = tarfile.TarInfo(name)
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        tree.put(name, _Entry(info=info))
+
+
+def _add_extra(tree: _Tree, extra: Mapping[str, bytes], directories: Sequence[str]) -> None:
+    for directory in directories:
+        _make_directories(tree, _clean(directory))
+    for name, data in sorted(extra.items()):
+        path = _clean(name)
+        _make_directories(tree, posixpath.dirname(path))
+        info = tarfile.TarInfo(path)
+        info.size, info.mode = len(data), 0o755 if path == "etc/rc" else 0o644
+        tree.put(path, _Entry(info=info, data=data))
+
+
+def _sort_key(path: str) -> list[str]:
+    return path.split("/")
+
+
+def flatten_layers(
+    layers: Sequence[Path],
+    out: fixed_tar.Sink,
+    *,
+    extra: Mapping[str, bytes] | None = None,
+    directories: Sequence[str] = (),
+) -> int:
+    """Write the flattened root of ``layers`` (lowest first) to ``out``; return the number of entries.
+
+    ``extra`` files are added (replacing what the layers have there), ``directories`` made if missing."""
+    tree = _Tree()
+    for index, path in enumerate(layers):
+        what = f"layer {index} ({path.name})"
+        try:
+            with tarfile.open(path, mode="r:") as tar:
+                _apply_layer(tree, tar, index, what)
+        except tarfile.TarError as e:
+            msg = f"{what}: not a tar archive ({e})"
+            raise RootfsError(msg) from e
+    _add_extra(tree, extra or {}, directories)
+    files = [path.open("rb") for path in layers]
+    try:
+        return _write(tree, files, out)
+    finally:
+        for file in files:
+            file.close()
+
+
+def _write(tree: _Tree, files: Sequence[BinaryIO], out: fixed_tar.Sink) -> int:
+    first_of: dict[tuple[int, int] | int, str] = {}  # a content's first path in the output: later ones link to it
+    for path in sorted(tree.entries, key=_sort_key):
+        entry = tree.entries[path]
+        info, name = entry.info, path or "."
+        pax = {k: v for k, v in info.pax_headers.items() if k.startswith(KEPT_PAX)}
+
+        def head(kind: bytes, *, size: int = 0, linkname: str = "", info: tarfile.TarInfo = info, name: str = name,
+                 pax: dict[str, str] = pax) -> bytes:  # fmt: skip
+            return fixed_tar.header(
+                name + ("/" if kind == tarfile.DIRTYPE else ""), kind=kind, size=size, mode=info.mode & 0o7777,
+                uid=info.uid, gid=info.gid, linkname=linkname, devmajor=info.devmajor, devminor=info.devminor, pax=pax,
+            )  # fmt: skip
+
+        if info.isdir():
+            out.write(head(tarfile.DIRTYPE))
+        elif info.issym():
+            out.write(head(tarfile.SYMTYPE, linkname=info.linkname))
+        elif info.isreg() or entry.data is not None:
+            key: tuple[int, int] | int = entry.source if entry.source is not None else id(entry.data)
+            if key in first_of:
+                out.write(head(tarfile.LNKTYPE, linkname=first_of[key]))
+            else:
+                first_of[key] = name
+                size = len(entry.data) if entry.data is not None else info.size
+                out.write(head(tarfile.REGTYPE, size=size))
+                _content(out, name, entry, files)
+        else:  # devices and FIFOs, as the layer has them
+            out.write(head(info.type))
+    out.write(fixed_tar.TAR_END)
+    return len(tree.entries)
+
+
+def _content(out: fixed_tar.Sink, name: str, entry: _Entry, files: Sequence[BinaryIO]) -> None:
+    if entry.data is not None:
+        out.write(entry.data)
+        out.write(tar_padding(len(entry.data)))
+        return
+    assert entry.source is not None  # a layer's regular file
+    layer, offset = entry.source
+    source, left = files[layer], entry.info.size
+    source.seek(offset)
+    while left:
+        chunk = source.read(min(CHUNK, left))
+        if not chunk:
+            msg = f"layer {layer}: {name} ends early"
+            raise RootfsError(msg)
+        out.write(chunk)
+        left -= len(chunk)
+    out.write(tar_padding(entry.info.size))

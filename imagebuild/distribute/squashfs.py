@@ -1,0 +1,84 @@
+"""`export --format squashfs`: the flattened root filesystem, made by squashfs-tools-ng's tar2sqfs.
+
+The rootfs tar (``rootfs``: the layers applied in order, in a fixed order, with the runtime files of
+``runtime_files``) is streamed into ``tar2sqfs``, which needs no root and no mount. Its flags make the
+bytes depend only on the tar: ``--no-keep-time`` (every inode and the superblock get the default time,
+0), one compressor job count for every machine (``JOBS``), ``--no-skip`` (an entry it cannot read fails
+the export instead of vanishing from the image), ``--quiet``. The image is checked after writing: its
+superblock magic and the size it says it uses.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from imagebuild.distribute.rootfs import flatten_layers
+from imagebuild.distribute.runtime_files import runtime_files, working_directory
+from imagebuild.errors import CommandError
+from imagebuild.util.run import run_feeding
+
+TAR2SQFS = "tar2sqfs"
+COMPRESSORS = ("zstd", "gzip")  # export's --compress, as tar2sqfs names them
+JOBS = 2  # fixed, not the core count, so the job count is never what differs between two machines' exports
+TIMEOUT_S = 6 * 3600.0
+MAGIC = b"hsqs"
+BYTES_USED = struct.Struct("<Q")  # the superblock's bytes_used, at offset 40
+
+
+class SquashfsError(Exception):
+    """tar2sqfs failed or wrote something that is not a squashfs (the message says which)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Squashfs:
+    entries: int  # of the flattened root
+    tar_bytes: int  # the rootfs tar tar2sqfs read
+
+
+class _Counted:
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out, self.size = out, 0
+
+    def write(self, b: bytes, /) -> int:
+        self.size += len(b)
+        return self._out.write(b)
+
+
+def write_squashfs(
+    layers: Sequence[Path], image_config: Mapping[str, Any], path: Path, *, compressor: str
+) -> Squashfs:
+    """Write the flattened root of ``layers`` with the config's runtime files to ``path``."""
+    extra = runtime_files(image_config)
+    workdir = working_directory(image_config)
+    counted: list[_Counted] = []
+    entries: list[int] = []
+
+    def feed(stdin: IO[bytes]) -> None:
+        sink = _Counted(stdin)
+        counted.append(sink)
+        entries.append(flatten_layers(layers, sink, extra=extra, directories=(workdir,) if workdir else ()))
+
+    argv = [
+        TAR2SQFS, "--quiet", "--no-keep-time", "--no-skip", "--compressor", compressor,
+        "--num-jobs", str(JOBS), "--force", str(path),
+    ]  # fmt: skip
+    try:
+        run_feeding(argv, feed, timeout=TIMEOUT_S)
+    except CommandError as e:
+        raise SquashfsError(str(e)) from e
+    check_superblock(path)
+    return Squashfs(entries=entries[0], tar_bytes=counted[0].size)
+
+
+def check_superblock(path: Path) -> None:
+    """The file starts with a squashfs superblock whose size fits the file."""
+    with path.open("rb") as f:
+        head = f.read(48)
+    size = path.stat().st_size
+    if len(head) < 48 or head[:4] != MAGIC or BYTES_USED.unpack_from(head, 40)[0] > size:
+        msg = f"{path}: tar2sqfs wrote no complete squashfs (no superblock, or one larger than the file)"
+        raise SquashfsError(msg)
