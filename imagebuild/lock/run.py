@@ -126,7 +126,7 @@ def lock_project(
     )
     python_options = PythonLockOptions(
         lock_path=project.python_lock_path,
-        definition=inputs.definition,
+        definition=inputs.all_steps,
         pins=inputs.pins,
         arch=inputs.arch,
         constraints=inputs.constraints,

@@ -66,9 +66,10 @@ def render(
     scope = build_scope(definition, pins, arch, options)
     base = definition.steps[0]
     assert base.image is not None
-    base_pin, donor_pin = pins.image(base.image), pins.image(definition.spec.donor_pin)
+    base_pin = pins.image(base.image)
+    donor_pin = pins.image(definition.spec.donor_pin) if definition.spec.donor_pin else None
     lines: list[Line] = [Line(text="", kind=LineKind.BLANK)]
-    for pin in (base_pin, donor_pin):
+    for pin in (base_pin, donor_pin) if donor_pin else (base_pin,):
         name = f"{pin.arg_prefix}_IMAGE"
         check_arg_name(name, str(pins.path))
         lines.append(
@@ -78,15 +79,16 @@ def render(
                 pins=frozenset({pin.name}),
             )
         )
-    lines += [
-        Line(text="", kind=LineKind.BLANK),
-        *_comment(f"Donor stage: only a COPY source for the graft. {donor_pin.image}:{donor_pin.tag}"),
-        Line(
-            text=f"FROM ${{{donor_pin.arg_prefix}_IMAGE}} AS {definition.spec.donor_stage}",
-            kind=LineKind.INSTRUCTION,
-            pins=frozenset({donor_pin.name}),
-        ),
-    ]
+    if donor_pin:  # an arch profile may have no donor (donor = ""): then no step copies from one
+        lines += [
+            Line(text="", kind=LineKind.BLANK),
+            *_comment(f"Donor stage: only a COPY source for the graft. {donor_pin.image}:{donor_pin.tag}"),
+            Line(
+                text=f"FROM ${{{donor_pin.arg_prefix}_IMAGE}} AS {definition.spec.donor_stage}",
+                kind=LineKind.INSTRUCTION,
+                pins=frozenset({donor_pin.name}),
+            ),
+        ]
     steps: list[RenderedStep] = []
     declared = Declared()
     for defined in definition.steps:
@@ -103,7 +105,7 @@ def render(
         )
         lines += step_lines
         steps.append(rendered)
-    consumed = {donor_pin.name}.union(*(s.pins for s in steps))
+    consumed = ({donor_pin.name} if donor_pin else set()).union(*(s.pins for s in steps))
     unpinned = check_pinned(pins, consumed, options) + ([apt.unpinned] if apt and apt.unpinned else [])
     header = _header(arch, pins, constraints, unpinned)
     dockerfile = Dockerfile(
