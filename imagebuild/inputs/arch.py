@@ -36,6 +36,7 @@ _KEYS = (
     "omit_steps",
     "graft",
     "recipes",
+    "step_text",
 )
 _GRAFT_KEYS = ("tuned_configs", "repinned")
 NO_DONOR = ""  # donor = "": the profile's image has no donor stage
@@ -49,6 +50,15 @@ class GraftProfile:
     repinned: (
         str | None
     )  # the pin installed over the grafted tree and checked against its RECORD; None: the donor's is kept
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepText:
+    """A step's comment text on this arch, where the file's would be wrong (a step it names is omitted)."""
+
+    slug: str
+    title: str | None
+    why: str | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +78,7 @@ class ArchProfile:
     omit_steps: tuple[str, ...] = ()  # slugs of stages/NN-slug.toml steps this profile leaves out
     graft: GraftProfile | None = None  # None: verify's defaults for the graft
     recipes: tuple[RecipeOverlay, ...] = ()  # how the launcher recipes differ on this arch
+    step_text: tuple[StepText, ...] = ()  # a step's title or why as this arch's Dockerfile says it
 
     @property
     def where(self) -> str:
@@ -130,7 +141,24 @@ def load_arch(arch_dir: Path, name: str) -> ArchProfile:
         omit_steps=_omit_steps(t),
         graft=_graft(t),
         recipes=parse_overlays(t.data.get("recipes"), str(path)),
+        step_text=_step_text(t),
     )
+
+
+def _step_text(t: Table) -> tuple[StepText, ...]:
+    if "step_text" not in t.data:
+        return ()
+    table = t.table("step_text")
+    found = []
+    for slug in table.data:
+        if not SLUG_RE.fullmatch(slug):
+            msg = f"{table.where}: {shown(slug)} is not a step slug (the 'mori' of stages/04-mori.toml)"
+            raise ConfigError(msg)
+        entry = table.table(slug)
+        entry.check_keys(("title", "why"))
+        why = entry.paragraph("why") if "why" in entry.data else None
+        found.append(StepText(slug=slug, title=entry.optional_string("title"), why=why))
+    return tuple(found)
 
 
 def _donor(t: Table) -> str | None:

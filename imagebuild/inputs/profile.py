@@ -31,7 +31,12 @@ def apply_profile(definition: ImageDefinition, arch: ArchProfile) -> ImageDefini
     if definition.steps and definition.steps[0].slug in arch.omit_steps:
         msg = f"{arch.where}: omit_steps names {shown(definition.steps[0].slug)}, the FROM of the final stage; it cannot be left out"
         raise ConfigError(msg)
-    kept = [s for s in definition.steps if s.slug not in arch.omit_steps]
+    kept = [_with_text(s, arch) for s in definition.steps if s.slug not in arch.omit_steps]
+    kept_slugs = [s.slug for s in kept]
+    for text in arch.step_text:
+        if text.slug not in kept_slugs:
+            msg = f"{arch.where}: [step_text.{text.slug}] names a step this profile does not run.{suggest(text.slug, kept_slugs)} Steps: {', '.join(kept_slugs)}"
+            raise ConfigError(msg)
     spec = definition.spec
     donor = spec.donor_pin if arch.donor is None else (arch.donor or None)
     for step in kept:
@@ -44,6 +49,13 @@ def apply_profile(definition: ImageDefinition, arch: ArchProfile) -> ImageDefini
         for number, step in enumerate(kept, 1)
     )
     return ImageDefinition(spec=replace(spec, donor_pin=donor), steps=steps)
+
+
+def _with_text(step: Step, arch: ArchProfile) -> Step:
+    text = next((t for t in arch.step_text if t.slug == step.slug), None)
+    if text is None:
+        return step
+    return replace(step, title=text.title or step.title, why=text.why or step.why)
 
 
 def _from_donor(step: Step, written: str | None, donor: str | None) -> Step:

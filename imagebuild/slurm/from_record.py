@@ -32,6 +32,7 @@ class RecordedImage:
     image: PulledImage | ArchivedImage
     recipes: tuple[str, ...]  # () from a record written before build recorded them
     chosen: str  # which of the record's entries the job uses, and why: shown once the job is written
+    arch: str | None = None  # the arch profile the image was built for (its recipes are that arch's)
 
 
 def record_path(given: Path) -> Path:
@@ -90,7 +91,11 @@ def read_record(given: Path) -> RecordedImage:
         )
         raise ConfigError(msg)
     recipes = tuple(_strings(record, "recipes", where))
-    return RecordedImage(record=path, image=image, recipes=recipes, chosen=chosen)
+    arch = record.get("arch")
+    if arch is not None and not isinstance(arch, str):
+        msg = f"{where}: arch is not a string; write the record again with the verb that made it"
+        raise ConfigError(msg)
+    return RecordedImage(record=path, image=image, recipes=recipes, chosen=chosen, arch=arch)
 
 
 def _strings(record: dict[str, object], key: str, where: str) -> list[str]:
