@@ -3,7 +3,8 @@
 The recipe file (imagebuild/launcher/recipes/NAME.toml) stays the one definition; a profile
 says only what its hardware changes: env values set or removed, serve flags removed, launcher
 inputs, and the variants the arch runs (replacing the file's). ``apply_overlay`` gives the
-recipe the image of that arch carries, as TOML text the launcher reads; a profile without an
+recipe the image of that arch carries, as TOML text the launcher reads (a variant it drops that
+the file does not have is bad input, like any other name it gives); a profile without an
 overlay carries the file byte for byte. Each variant's topology is checked against the
 profile's GPUs per node: TP x PP must fill whole nodes of it.
 """
@@ -18,11 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from imagebuild.errors import ConfigError
-from imagebuild.inputs.schema import Table
+from imagebuild.inputs.schema import Table, suggest
 from imagebuild.inputs.values import ENV_NAME, shown
 from imagebuild.launcher.inputs import LAUNCHER_ONLY, RECIPE_INPUTS
 
-_OVERLAY_KEYS = ("description", "env", "unset_env", "drop_serve_flags", "inputs", "variants")
+_OVERLAY_KEYS = ("description", "env", "unset_env", "drop_serve_flags", "inputs", "drop_variants", "variants")
 VARIANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _TOPOLOGY = ("NNODES", "GPUS_PER_NODE", "TP_SIZE", "PP_SIZE")
 
@@ -36,7 +37,10 @@ class RecipeOverlay:
     unset_env: tuple[str, ...]  # removed from [env]
     drop_serve_flags: tuple[str, ...]  # a flag and the value after it, removed from serve_flags
     inputs: tuple[tuple[str, str], ...]  # set in [inputs]
-    variants: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] | None  # None: the file's variants
+    drop_variants: tuple[str, ...]  # the file's variants this arch does not run
+    variants: tuple[
+        tuple[str, tuple[tuple[str, str], ...]], ...
+    ]  # added (or replacing the file's of that name)
 
 
 def parse_overlays(raw: Any, where: str) -> tuple[RecipeOverlay, ...]:
@@ -68,7 +72,7 @@ def _parse_overlay(name: str, raw: Any, where: str) -> RecipeOverlay:
         if key in LAUNCHER_ONLY:
             msg = f"{where}: env.{key} is a launcher input: set it in inputs (or a variant)"
             raise ConfigError(msg)
-    variants = None
+    variants: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     if "variants" in t.data:
         table = t.table("variants")
         for variant in table.data:
@@ -82,9 +86,6 @@ def _parse_overlay(name: str, raw: Any, where: str) -> RecipeOverlay:
             )
             for variant, v in table.data.items()
         )
-        if not variants:
-            msg = f"{where}: variants is empty; give at least one [recipes.{name}.variants.NAME] or leave it out"
-            raise ConfigError(msg)
     return RecipeOverlay(
         recipe=name,
         where=where,
@@ -93,6 +94,7 @@ def _parse_overlay(name: str, raw: Any, where: str) -> RecipeOverlay:
         unset_env=tuple(t.strings("unset_env", kind=ENV_NAME)),
         drop_serve_flags=tuple(t.strings("drop_serve_flags")),
         inputs=tuple(_names(t, "inputs", RECIPE_INPUTS).items()),
+        drop_variants=tuple(t.strings("drop_variants")),
         variants=variants,
     )
 
@@ -123,8 +125,15 @@ def apply_overlay(data: Mapping[str, Any], overlay: RecipeOverlay) -> dict[str, 
         has_value = at + 1 < len(flags) and not flags[at + 1].startswith("--")
         del flags[at : at + (2 if has_value else 1)]
     variants = dict(data.get("variants", {}))
-    if overlay.variants is not None:
-        variants = {name: dict(values) for name, values in overlay.variants}
+    for name in overlay.drop_variants:
+        if name not in variants:
+            msg = f"{overlay.where}: drop_variants names variant {shown(name)}, which recipe {overlay.recipe} does not have.{suggest(name, variants)} Variants: {', '.join(variants) or 'none'}"
+            raise ConfigError(msg)
+        del variants[name]
+    variants |= {name: dict(values) for name, values in overlay.variants}
+    if not variants:
+        msg = f"{overlay.where}: drop_variants leaves recipe {overlay.recipe} no variant; add one as a variants.NAME table"
+        raise ConfigError(msg)
     return {
         "description": overlay.description or data.get("description", ""),
         "serve_flags": flags,
