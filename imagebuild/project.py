@@ -15,7 +15,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from imagebuild.errors import ConfigError
 from imagebuild.inputs.apt_lock import AptLock, apt_lock_path_for, read_apt_lock
-from imagebuild.inputs.arch import ArchProfile, load_arch
+from imagebuild.inputs.arch import ArchProfile, known_arches, load_arch
 from imagebuild.inputs.layout import context_dir
 from imagebuild.inputs.profile import apply_profile, check_profile_recipes
 from imagebuild.inputs.python_lock import PythonLock, lock_path_for, read_python_lock
@@ -87,7 +87,7 @@ class Project:
         stages = load_stages(self.stages_dir)
         profile = load_arch(self.arch_dir, arch)
         definition = apply_profile(stages, profile)
-        pins = pins_for_arch(load_pins(self.pins_path), profile)
+        pins = pins_for_arch(load_pins(self.pins_path), profile, known_arches(self.arch_dir))
         check_profile_pins(definition, pins, profile)
         check_profile_recipes(profile, launcher_recipes_dir({}))
         return Inputs(

@@ -11,8 +11,15 @@ from imagebuild.pins.kinds import ImagePin
 from imagebuild.pins.pinset import PinSet
 
 
-def pins_for_arch(pins: PinSet, arch: ArchProfile) -> PinSet:
-    """The pins ``arch``'s image may consume: those without ``arches``, and those naming it."""
+def pins_for_arch(pins: PinSet, arch: ArchProfile, known: list[str]) -> PinSet:
+    """The pins ``arch``'s image may consume: those without ``arches``, and those naming it.
+
+    ``known``: the profiles there are; a pin naming another would silently belong to no image."""
+    for pin in pins:
+        for name in pin.arches:
+            if name not in known:
+                msg = f"{pins.path} [{pin.name}]: arches names {shown(name)}, which is no profile in stages/arch/.{suggest(name, known)} Profiles: {', '.join(known)}"
+                raise ConfigError(msg)
     return PinSet(pins.path, tuple(p for p in pins if not p.arches or arch.name in p.arches))
 
 

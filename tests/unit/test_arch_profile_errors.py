@@ -98,3 +98,13 @@ def test_an_unknown_profile_key_is_named_with_a_suggestion(
 def test_a_bad_gfx950_profile_leaves_gfx942_alone(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _edit(project, 'omit_steps = ["flydsl-repin"]', 'omit_steps = ["nope"]')
     assert main(["render", "--arch", "gfx942", "--check"]) == 0, capsys.readouterr().err
+
+
+def test_a_pin_for_a_profile_that_does_not_exist(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pins = project / "pins.toml"
+    text = pins.read_text(encoding="utf-8")
+    pins.write_text(text.replace('arches = ["gfx950"]', 'arches = ["gfx905"]', 1), encoding="utf-8")
+    assert main(["render", "--arch", "gfx942", "--allow-unpinned", "-o", "out"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{pins} [donor_mi355x]: arches names 'gfx905', which is no profile in stages/arch/." in line
+    assert not (project / "out").exists()
