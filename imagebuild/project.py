@@ -87,7 +87,8 @@ class Project:
         stages = load_stages(self.stages_dir)
         profile = load_arch(self.arch_dir, arch)
         definition = apply_profile(stages, profile)
-        pins = pins_for_arch(load_pins(self.pins_path), profile, known_arches(self.arch_dir))
+        every_pin = load_pins(self.pins_path)
+        pins = pins_for_arch(every_pin, profile, known_arches(self.arch_dir))
         check_profile_pins(definition, pins, profile)
         check_profile_recipes(profile, launcher_recipes_dir({}))
         return Inputs(
@@ -98,6 +99,7 @@ class Project:
             python_lock=read_python_lock(self.python_lock_path),
             apt_lock=read_apt_lock(self.apt_lock_path),
             stages=stages,
+            every_pin=every_pin,
         )
 
 
@@ -109,12 +111,18 @@ class Inputs:
     constraints: str  # the text of /etc/pip-constraints.txt
     python_lock: PythonLock | None = None  # pylock.toml beside the pins file (None: not locked yet)
     apt_lock: AptLock | None = None  # apt.lock.toml beside the pins file (None: not locked yet)
-    # stages/ before the arch profile left steps out: the python lock covers every arch's steps.
+    # stages/ before the arch profile left steps out, and the pins file before it kept the arch's
+    # pins: the python lock (one pylock.toml) covers every arch's steps and their PyPI pins.
     stages: ImageDefinition | None = None
+    every_pin: PinSet | None = None
 
     @property
     def all_steps(self) -> ImageDefinition:
         return self.stages or self.definition
+
+    @property
+    def all_pins(self) -> PinSet:
+        return self.every_pin or self.pins
 
 
 def find_project(start: Path, pins: Path | None = None, *, search_parents: bool = True) -> Project:
