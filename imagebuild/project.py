@@ -25,7 +25,7 @@ from imagebuild.inputs.stages import load_stages
 from imagebuild.inputs.values import control_problem, shown
 from imagebuild.launcher.recipes import recipes_dir as launcher_recipes_dir
 from imagebuild.pins import PinSet, load_pins
-from imagebuild.pins.arch_pins import check_profile_pins, pins_for_arch
+from imagebuild.pins.arch_pins import pins_for_arch
 
 # What render, lock and build read from a project, as the one-line error outside one names it.
 PROJECT_MARKER = "stages/image.toml"
@@ -89,7 +89,6 @@ class Project:
         definition = apply_profile(stages, profile)
         every_pin = load_pins(self.pins_path)
         pins = pins_for_arch(every_pin, profile, known_arches(self.arch_dir))
-        check_profile_pins(definition, pins, profile)
         check_profile_recipes(profile, launcher_recipes_dir({}))
         return Inputs(
             definition=definition,

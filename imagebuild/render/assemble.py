@@ -17,6 +17,7 @@ from imagebuild.inputs.python_lock import LOCK_FILE_NAME, PythonLock
 from imagebuild.inputs.stage_model import BUILD_GROUP, ImageDefinition, Instruction, Step
 from imagebuild.inputs.values import dockerfile_literal, quoted_template
 from imagebuild.pins import GitPin, PinSet
+from imagebuild.pins.arch_pins import check_profile_pins
 from imagebuild.pins.epoch import ARG_NAME as EPOCH_ARG
 from imagebuild.pins.epoch import epoch_of
 from imagebuild.project import Inputs
@@ -38,6 +39,8 @@ COMMENT_WIDTH = 96
 
 def render_inputs(inputs: Inputs, options: RenderOptions | None = None) -> Dockerfile:
     """The Dockerfile a checkout's loaded inputs give (pure: the same inputs, the same text)."""
+    # Where the image needs them: lock reads pins files that hold no image pins at all.
+    check_profile_pins(inputs.definition, inputs.pins, inputs.arch)
     return render(
         inputs.definition,
         inputs.pins,

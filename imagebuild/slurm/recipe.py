@@ -35,8 +35,9 @@ def _plan(environ: Mapping[str, str], job: Job) -> Plan:
 def check_topology(job: Job, recipes_dir: Path | None = None) -> Topology:
     """``recipes_dir``: the recipes of the image's arch (imagebuild.slurm.arch_recipes); None: the launcher's own."""
     environ = {
-        **dict(job.env),
+        # The arch's recipes first: a LAUNCHER_RECIPES_DIR given with --env still wins.
         **({"LAUNCHER_RECIPES_DIR": str(recipes_dir)} if recipes_dir is not None else {}),
+        **dict(job.env),
         "MODEL_PATH": job.model_path,
         "NODE_RANK": "0",
         "NNODES": str(job.nodes),
