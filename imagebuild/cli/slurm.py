@@ -258,7 +258,7 @@ def slurm_document(job: jobs.Job, *, output: Path | None, script: str | None) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    recorded = read_record(args.from_record) if args.from_record is not None else None
+    recorded = read_record(args.from_record, args.recipe_arch) if args.from_record is not None else None
     job = jobs.make_job(_request(args, recorded))
     arch = args.recipe_arch or (recorded.arch if recorded is not None else None)
     start = recorded.record.parent if recorded is not None and args.recipe_arch is None else Path.cwd()

@@ -35,15 +35,16 @@ class RecordedImage:
     arch: str | None = None  # the arch profile the image was built for (its recipes are that arch's)
 
 
-def record_path(given: Path) -> Path:
-    """RECORD as given: a build record file, or a project directory (its build/gfx942.build.json)."""
+def record_path(given: Path, arch: str | None = None) -> Path:
+    """RECORD as given: a build record file, or a project directory (its build/ARCH.build.json,
+    gfx942's unless ``arch`` says another)."""
     if given.is_dir():
-        return build_record_path(find_project(given.absolute()).root, DEFAULT_ARCH)
+        return build_record_path(find_project(given.absolute()).root, arch or DEFAULT_ARCH)
     return given
 
 
-def read_record(given: Path) -> RecordedImage:
-    path = record_path(given)
+def read_record(given: Path, arch: str | None = None) -> RecordedImage:
+    path = record_path(given, arch)
     where = f"--from-record {path}"
     try:
         text = path.read_text(encoding="utf-8")

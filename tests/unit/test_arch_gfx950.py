@@ -165,3 +165,52 @@ def test_slurm_refuses_a_node_count_the_gfx950_variant_does_not_fill(
 def test_slurm_without_arch_keeps_the_launchers_own_recipes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(_slurm("--nodes", "1", "--variant", "tp8")) == 2
     assert "has no variant 'tp8'" in capsys.readouterr().err
+
+
+def _gfx950_record(project: Path) -> Path:
+    record = project / "build" / "gfx950.build.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(
+        json.dumps(
+            {
+                "image_id": "sha256:" + "cd" * 32,
+                "tag": "imagebuild/kimi-k3:gfx950",
+                "arch": "gfx950",
+                "recipes": ["kimi-k3"],
+                "published": [IMAGE],
+            }
+        )
+    )
+    return record
+
+
+def test_slurm_from_a_gfx950_record_plans_with_its_recipes(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record = _gfx950_record(project)
+    job = ["slurm", "--nodes", "1", "--variant", "tp8", "--model-path", "/models/kimi-k3", "--json"]
+    assert main([*job, "--from-record", str(record)]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["variant"] == "tp8"
+    # A project directory with --arch reads that arch's record.
+    assert main([*job, "--from-record", str(project), "--arch", "gfx950"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["image"] == IMAGE
+
+
+def test_a_profile_without_a_donor_renders_no_donor_stage(project: Path) -> None:
+    path = project / "stages/arch/gfx950.toml"
+    text = path.read_text(encoding="utf-8")
+    text = text.replace('donor = "donor_mi355x"', 'donor = ""', 1)
+    text = text.replace(
+        'omit_steps = ["flydsl-repin"]',
+        'omit_steps = ["flydsl-repin", "graft-aiter", "graft-aiter_meta", "graft-flydsl"]',
+        1,
+    )
+    text = text.split("# Step comments whose file text")[0]  # its step_text names omitted steps
+    path.write_text(text, encoding="utf-8")
+    inputs = find_project(project).load("gfx950")
+    assert inputs.definition.spec.donor_pin is None
+    rendered = render_inputs(inputs, RenderOptions(allow_unpinned=True)).text
+    assert "AS proven_k3_aiter" not in rendered
+    assert "--from=" not in rendered
+    assert "DONOR" not in rendered
+    assert "# [14/14] Serve launcher and recipes" in rendered
