@@ -15,21 +15,24 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from imagebuild.errors import ConfigError
 from imagebuild.inputs.apt_lock import AptLock, apt_lock_path_for, read_apt_lock
-from imagebuild.inputs.arch import ArchProfile, load_arch
+from imagebuild.inputs.arch import ArchProfile, known_arches, load_arch
 from imagebuild.inputs.layout import context_dir
+from imagebuild.inputs.profile import apply_profile, check_profile_recipes
 from imagebuild.inputs.python_lock import PythonLock, lock_path_for, read_python_lock
 from imagebuild.inputs.schema import read_text_file
 from imagebuild.inputs.stage_model import ImageDefinition
 from imagebuild.inputs.stages import load_stages
 from imagebuild.inputs.values import control_problem, shown
+from imagebuild.launcher.recipes import recipes_dir as launcher_recipes_dir
 from imagebuild.pins import PinSet, load_pins
+from imagebuild.pins.arch_pins import pins_for_arch
 
 # What render, lock and build read from a project, as the one-line error outside one names it.
 PROJECT_MARKER = "stages/image.toml"
 PROJECT_FILES: tuple[str, ...] = (
     PROJECT_MARKER,  # the image: its stages' order, args and tunables
     "stages/NN-*.toml",  # one file per step
-    "stages/arch/ARCH.toml",  # the arch profile (gfx942)
+    "stages/arch/ARCH.toml",  # the arch profiles (gfx942, gfx950)
     "constraints/*.txt",  # the build-toolchain constraint
     "pins.toml",  # every source, pinned by lock
     "pylock.toml",  # the stages' python packages, locked by lock
@@ -80,13 +83,22 @@ class Project:
         return context_dir(self.root, arch)
 
     def load(self, arch: str) -> Inputs:
+        """The inputs of ``arch``'s image: the stages and pins as its profile applies them."""
+        stages = load_stages(self.stages_dir)
+        profile = load_arch(self.arch_dir, arch)
+        definition = apply_profile(stages, profile)
+        every_pin = load_pins(self.pins_path)
+        pins = pins_for_arch(every_pin, profile, known_arches(self.arch_dir))
+        check_profile_recipes(profile, launcher_recipes_dir({}))
         return Inputs(
-            definition=load_stages(self.stages_dir),
-            pins=load_pins(self.pins_path),
-            arch=load_arch(self.arch_dir, arch),
+            definition=definition,
+            pins=pins,
+            arch=profile,
             constraints=read_constraints(self.constraints_dir),
             python_lock=read_python_lock(self.python_lock_path),
             apt_lock=read_apt_lock(self.apt_lock_path),
+            stages=stages,
+            every_pin=every_pin,
         )
 
 
@@ -98,6 +110,18 @@ class Inputs:
     constraints: str  # the text of /etc/pip-constraints.txt
     python_lock: PythonLock | None = None  # pylock.toml beside the pins file (None: not locked yet)
     apt_lock: AptLock | None = None  # apt.lock.toml beside the pins file (None: not locked yet)
+    # stages/ before the arch profile left steps out, and the pins file before it kept the arch's
+    # pins: the python lock (one pylock.toml) covers every arch's steps and their PyPI pins.
+    stages: ImageDefinition | None = None
+    every_pin: PinSet | None = None
+
+    @property
+    def all_steps(self) -> ImageDefinition:
+        return self.stages or self.definition
+
+    @property
+    def all_pins(self) -> PinSet:
+        return self.every_pin or self.pins
 
 
 def find_project(start: Path, pins: Path | None = None, *, search_parents: bool = True) -> Project:

@@ -16,6 +16,7 @@ from imagebuild.cli.verbs import Verb, Verbs
 from imagebuild.launcher.inputs import SPECS
 from imagebuild.log import logger
 from imagebuild.slurm import job as jobs
+from imagebuild.slurm.arch_recipes import arch_recipes_dir
 from imagebuild.slurm.archive import read_archive
 from imagebuild.slurm.from_record import RecordedImage, read_record, recorded_recipe
 from imagebuild.slurm.recipe import check_topology
@@ -59,6 +60,13 @@ def register(verbs: Verbs) -> None:
         help=f"launcher recipe (default: the one the --from-record image carries, else {SPECS['RECIPE'].default})",
     )
     p.add_argument("--variant", required=True, help="variant of the recipe, e.g. pp2xtp8")
+    p.add_argument(
+        "--arch",
+        dest="recipe_arch",
+        metavar="ARCH",
+        help="arch profile the image was built for: its recipes are the launcher's as stages/arch/ARCH.toml "
+        "changes them (default: the --from-record record's arch, else the launcher's own recipes)",
+    )
     p.add_argument(
         "--model-path", required=True, help="model directory, the same absolute path on every node"
     )
@@ -250,9 +258,12 @@ def slurm_document(job: jobs.Job, *, output: Path | None, script: str | None) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    recorded = read_record(args.from_record) if args.from_record is not None else None
+    recorded = read_record(args.from_record, args.recipe_arch) if args.from_record is not None else None
     job = jobs.make_job(_request(args, recorded))
-    topology = check_topology(job)
+    arch = args.recipe_arch or (recorded.arch if recorded is not None else None)
+    start = recorded.record.parent if recorded is not None and args.recipe_arch is None else Path.cwd()
+    with arch_recipes_dir(arch, start=start.absolute(), required=args.recipe_arch is not None) as recipes:
+        topology = check_topology(job, recipes)
     text = render_script(job, topology, version=__version__)
     if recorded is not None:  # said once every value passed: a refused job shows only its one line
         logger.info("%s", recorded.chosen)

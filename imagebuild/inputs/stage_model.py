@@ -116,8 +116,9 @@ class Step:
 
     @property
     def lock_group(self) -> str:
-        """This step's dependency group in the python lock, e.g. '04-mori'."""
-        return f"{self.number:02d}-{self.slug}"
+        """This step's dependency group in the python lock, e.g. '04-mori': its file's, whatever
+        number an arch profile that leaves steps out gives it."""
+        return self.source.stem
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,7 +127,7 @@ class ImageSpec:
 
     source: Path
     donor_stage: str
-    donor_pin: str
+    donor_pin: str | None  # None: no donor stage (an arch profile's donor = "")
     entrypoint: tuple[str, ...]
     shell: tuple[str, ...]
     base_env: tuple[str, ...]

@@ -167,6 +167,7 @@ STAGE_NAME = pattern_kind("a Dockerfile stage name", r"[a-z][a-z0-9_.-]*", "lowe
 # A pins file's table name: it becomes the pin's ARG prefix (flydsl -> FLYDSL_VERSION).
 PIN_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 PIN_NAME = pattern_kind("a pin name", PIN_NAME_RE.pattern, "lowercase letters, digits and '_'")
+ARCH_NAME = pattern_kind("an arch profile name", r"[a-z][a-z0-9_-]*", "the NAME of stages/arch/NAME.toml")
 ENV_NAME = pattern_kind("an UPPER_SNAKE_CASE name", r"[A-Z][A-Z0-9_]*")
 
 

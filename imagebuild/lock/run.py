@@ -126,8 +126,8 @@ def lock_project(
     )
     python_options = PythonLockOptions(
         lock_path=project.python_lock_path,
-        definition=inputs.definition,
-        pins=inputs.pins,
+        definition=inputs.all_steps,
+        pins=inputs.all_pins,
         arch=inputs.arch,
         constraints=inputs.constraints,
         # --outdated asks uv what an upgrade would pick, and writes nothing.

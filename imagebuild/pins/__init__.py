@@ -4,7 +4,8 @@ Only this package reads or writes pins.toml; everything else sees the frozen
 dataclasses of ``kinds`` and ``files`` and ``apt`` (one class per kind of pin) and the ``PinSet`` of
 ``pinset``. Each pin records the ``fingerprint`` lock wrote it with, so an edit since (a
 changed ref, a hand-edited commit) is seen offline (``base``). Writing (for ``imagebuild lock``) goes through tomlkit so comments,
-order and formatting survive; the caller writes the text atomically.
+order and formatting survive; the caller writes the text atomically. ``arch_pins``: the pins one
+arch profile's image consumes (a pin's ``arches``) and the profile's pin names checked against them.
 """
 
 from imagebuild.inputs.values import COMMIT_RE, COMMITTED_RE, DIGEST_RE, SHA256_RE

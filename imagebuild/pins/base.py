@@ -84,6 +84,8 @@ class Pin:
     source: Path = field(compare=False, repr=False)
     # What lock wrote the pin from (FINGERPRINT); None in a pin it never wrote.
     fingerprint: str | None = None
+    # The arch profiles whose images may consume the pin (e.g. one arch's donor); (): every arch's.
+    arches: tuple[str, ...] = ()
 
     @classmethod
     def from_table(cls, t: Table, *, name: str, source: Path) -> Self:

@@ -14,7 +14,7 @@ remote source); ``tests/unit/test_pin_kinds.py`` checks both are there.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import ClassVar, Self
@@ -24,6 +24,7 @@ from imagebuild.inputs.references import parse_image_name
 from imagebuild.inputs.schema import Table, suggest
 from imagebuild.inputs.values import (
     ABSOLUTE_PATH,
+    ARCH_NAME,
     COMMIT,
     COMMITTED,
     COMMITTED_FORMAT,
@@ -309,5 +310,10 @@ def parse_pin(name: str, t: Table, source: Path) -> Pin:
         msg = f"{t.where}: unknown kind {shown(kind_text)}.{suggest(kind_text, kinds)} Known kinds: {', '.join(kinds)}"
         raise ConfigError(msg)
     pin_type = PIN_TYPES[PinKind(kind_text)]
-    t.check_keys(("kind", *pin_type.keys))
-    return pin_type.from_table(t, name=name, source=source)
+    t.check_keys(("kind", "arches", *pin_type.keys))
+    pin = pin_type.from_table(
+        Table({k: v for k, v in t.data.items() if k != "arches"}, t.where), name=name, source=source
+    )
+    # Any kind of pin may belong to some arch profiles only (imagebuild.pins.arch_pins).
+    arches = tuple(t.strings("arches", kind=ARCH_NAME))
+    return replace(pin, arches=arches) if arches else pin

@@ -17,6 +17,7 @@ from imagebuild.inputs.python_lock import LOCK_FILE_NAME, PythonLock
 from imagebuild.inputs.stage_model import BUILD_GROUP, ImageDefinition, Instruction, Step
 from imagebuild.inputs.values import dockerfile_literal, quoted_template
 from imagebuild.pins import GitPin, PinSet
+from imagebuild.pins.arch_pins import check_profile_pins
 from imagebuild.pins.epoch import ARG_NAME as EPOCH_ARG
 from imagebuild.pins.epoch import epoch_of
 from imagebuild.project import Inputs
@@ -38,6 +39,8 @@ COMMENT_WIDTH = 96
 
 def render_inputs(inputs: Inputs, options: RenderOptions | None = None) -> Dockerfile:
     """The Dockerfile a checkout's loaded inputs give (pure: the same inputs, the same text)."""
+    # Where the image needs them: lock reads pins files that hold no image pins at all.
+    check_profile_pins(inputs.definition, inputs.pins, inputs.arch)
     return render(
         inputs.definition,
         inputs.pins,
@@ -66,9 +69,10 @@ def render(
     scope = build_scope(definition, pins, arch, options)
     base = definition.steps[0]
     assert base.image is not None
-    base_pin, donor_pin = pins.image(base.image), pins.image(definition.spec.donor_pin)
+    base_pin = pins.image(base.image)
+    donor_pin = pins.image(definition.spec.donor_pin) if definition.spec.donor_pin else None
     lines: list[Line] = [Line(text="", kind=LineKind.BLANK)]
-    for pin in (base_pin, donor_pin):
+    for pin in (base_pin, donor_pin) if donor_pin else (base_pin,):
         name = f"{pin.arg_prefix}_IMAGE"
         check_arg_name(name, str(pins.path))
         lines.append(
@@ -78,15 +82,16 @@ def render(
                 pins=frozenset({pin.name}),
             )
         )
-    lines += [
-        Line(text="", kind=LineKind.BLANK),
-        *_comment(f"Donor stage: only a COPY source for the graft. {donor_pin.image}:{donor_pin.tag}"),
-        Line(
-            text=f"FROM ${{{donor_pin.arg_prefix}_IMAGE}} AS {definition.spec.donor_stage}",
-            kind=LineKind.INSTRUCTION,
-            pins=frozenset({donor_pin.name}),
-        ),
-    ]
+    if donor_pin:  # an arch profile may have no donor (donor = ""): then no step copies from one
+        lines += [
+            Line(text="", kind=LineKind.BLANK),
+            *_comment(f"Donor stage: only a COPY source for the graft. {donor_pin.image}:{donor_pin.tag}"),
+            Line(
+                text=f"FROM ${{{donor_pin.arg_prefix}_IMAGE}} AS {definition.spec.donor_stage}",
+                kind=LineKind.INSTRUCTION,
+                pins=frozenset({donor_pin.name}),
+            ),
+        ]
     steps: list[RenderedStep] = []
     declared = Declared()
     for defined in definition.steps:
@@ -103,7 +108,7 @@ def render(
         )
         lines += step_lines
         steps.append(rendered)
-    consumed = {donor_pin.name}.union(*(s.pins for s in steps))
+    consumed = ({donor_pin.name} if donor_pin else set()).union(*(s.pins for s in steps))
     unpinned = check_pinned(pins, consumed, options) + ([apt.unpinned] if apt and apt.unpinned else [])
     header = _header(arch, pins, constraints, unpinned)
     dockerfile = Dockerfile(

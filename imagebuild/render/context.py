@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuild.errors import ConfigError
+from imagebuild.inputs.arch import ArchProfile
+from imagebuild.inputs.arch_recipe import apply_overlay, read_recipe_data, recipe_text
 from imagebuild.inputs.layout import (
     BUILD_CONSTRAINT_FILE,
     CHECK_TOOL,
@@ -104,18 +106,44 @@ def _rootfs(inputs: Inputs) -> list[ContextFile]:
     ]
 
 
-def _launcher(_: Inputs) -> list[ContextFile]:
-    """Step 18: the serve launcher and its recipes (standard library only)."""
+def _launcher(inputs: Inputs) -> list[ContextFile]:
+    """Step 18: the serve launcher and its recipes (standard library only), each recipe as the
+    arch profile changes it (byte for byte the file when the profile does not)."""
     files = [p for p in sorted(LAUNCHER.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
     return [
         ContextFile(
             f"{CONTEXT_LAUNCHER}/{p.relative_to(LAUNCHER).as_posix()}",
-            p.read_bytes(),
+            _launcher_file(p, inputs),
             EXECUTABLE if p.name == "serve.py" else REGULAR,
         )
         for p in files
         if p.suffix in (".py", ".toml")
     ]
+
+
+def _launcher_file(path: Path, inputs: Inputs) -> bytes:
+    overlay = inputs.arch.recipe_overlay(path.stem) if path.parent.name == "recipes" else None
+    if overlay is None or path.suffix != ".toml":
+        return path.read_bytes()
+    return arch_recipe_text(path, inputs.arch).encode()
+
+
+def arch_recipe_text(path: Path, arch: ArchProfile) -> str:
+    """The recipe file at ``path`` as ``arch``'s image carries it."""
+    overlay = arch.recipe_overlay(path.stem)
+    text = path.read_text(encoding="utf-8")
+    if overlay is None:
+        return text
+    merged = apply_overlay(read_recipe_data(text, str(path)), overlay)
+    return recipe_text(
+        merged, source=f"imagebuild/launcher/recipes/{path.name}", profile=f"stages/arch/{arch.name}.toml"
+    )
+
+
+def arch_recipes(arch: ArchProfile) -> dict[str, str]:
+    """Recipe file name -> its text in ``arch``'s image (the launcher's recipes, as the profile changes them)."""
+    directory = LAUNCHER / "recipes"
+    return {p.name: arch_recipe_text(p, arch) for p in sorted(directory.glob("*.toml"))}
 
 
 PROVIDERS: dict[str, Callable[[Inputs], list[ContextFile]]] = {

@@ -32,17 +32,19 @@ class RecordedImage:
     image: PulledImage | ArchivedImage
     recipes: tuple[str, ...]  # () from a record written before build recorded them
     chosen: str  # which of the record's entries the job uses, and why: shown once the job is written
+    arch: str | None = None  # the arch profile the image was built for (its recipes are that arch's)
 
 
-def record_path(given: Path) -> Path:
-    """RECORD as given: a build record file, or a project directory (its build/gfx942.build.json)."""
+def record_path(given: Path, arch: str | None = None) -> Path:
+    """RECORD as given: a build record file, or a project directory (its build/ARCH.build.json,
+    gfx942's unless ``arch`` says another)."""
     if given.is_dir():
-        return build_record_path(find_project(given.absolute()).root, DEFAULT_ARCH)
+        return build_record_path(find_project(given.absolute()).root, arch or DEFAULT_ARCH)
     return given
 
 
-def read_record(given: Path) -> RecordedImage:
-    path = record_path(given)
+def read_record(given: Path, arch: str | None = None) -> RecordedImage:
+    path = record_path(given, arch)
     where = f"--from-record {path}"
     try:
         text = path.read_text(encoding="utf-8")
@@ -90,7 +92,11 @@ def read_record(given: Path) -> RecordedImage:
         )
         raise ConfigError(msg)
     recipes = tuple(_strings(record, "recipes", where))
-    return RecordedImage(record=path, image=image, recipes=recipes, chosen=chosen)
+    arch = record.get("arch")
+    if arch is not None and not isinstance(arch, str):
+        msg = f"{where}: arch is not a string; write the record again with the verb that made it"
+        raise ConfigError(msg)
+    return RecordedImage(record=path, image=image, recipes=recipes, chosen=chosen, arch=arch)
 
 
 def _strings(record: dict[str, object], key: str, where: str) -> list[str]:

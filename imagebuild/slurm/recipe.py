@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from imagebuild.errors import ConfigError
 from imagebuild.launcher.messages import LauncherError
@@ -31,8 +32,11 @@ def _plan(environ: Mapping[str, str], job: Job) -> Plan:
     return resolve_plan(environ, recipe_name=job.recipe, variant_name=job.variant)
 
 
-def check_topology(job: Job) -> Topology:
+def check_topology(job: Job, recipes_dir: Path | None = None) -> Topology:
+    """``recipes_dir``: the recipes of the image's arch (imagebuild.slurm.arch_recipes); None: the launcher's own."""
     environ = {
+        # The arch's recipes first: a LAUNCHER_RECIPES_DIR given with --env still wins.
+        **({"LAUNCHER_RECIPES_DIR": str(recipes_dir)} if recipes_dir is not None else {}),
         **dict(job.env),
         "MODEL_PATH": job.model_path,
         "NODE_RANK": "0",

@@ -5,6 +5,7 @@ layers        credentials in every layer's files, deleted and hidden ones includ
 expectations  what the image must hold, from the inputs      result  CheckResult, VerifyResult, reports
 checks_file   the project's own checks (checks.toml)       selection  -k and --list
 check_session one pytest session over checks/ in a subprocess, for a run or a collection
+launcher_cases the launcher dry runs of the recipe the arch's image carries
 """
 
 from imagebuild.verify.expectations import Expectations, build_expectations

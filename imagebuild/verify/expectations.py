@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,8 @@ from imagebuild.inputs.layout import (
 from imagebuild.inputs.stage_model import GUARD_GROUP, ImageDefinition, Shell
 from imagebuild.project import Inputs
 from imagebuild.render import build_constraint_text
+from imagebuild.render.context import arch_recipes
+from imagebuild.verify.launcher_cases import LauncherCase, banned_env_names, launcher_cases
 
 # The build-time constraint proof (imagebuild-check constraint-proof) writes this key.
 SETUPTOOLS_KEY = "BUILD_SETUPTOOLS"
@@ -66,9 +68,12 @@ TMP_LEFTOVERS = (
 # The graft (steps 11-16): the donor's trees and what K3 needs from them.
 GRAFT_PACKAGES = ("aiter", "aiter_meta", "flydsl")
 GRAFT_DIRS = ("aiter/ops/triton/conv",)
+# Defaults for a profile without a [graft] table; a profile says its own (imagebuild.inputs.arch).
 TUNED_CONFIGS = ("kimik3_a8w4_tuned_fmoe.csv", "kimik3_fp4_tuned_fmoe.csv")
 TUNED_CONFIG_ROOTS = ("aiter", "aiter_meta")
-REPINNED_PIN = "flydsl"  # re-installed over the graft and checked against its RECORD
+REPINNED_PIN = (
+    "flydsl"  # the grafted dist the probe reads; re-installed over the graft where a profile re-pins it
+)
 ROUTER_HELP_WORD = "moriio"
 # Labels every image carries whatever the pins (the checkout's facts, passed as build args).
 NONEMPTY_LABELS = tuple(f"{OCI_LABEL_PREFIX}{name}" for name in OCI_LABELS)
@@ -92,15 +97,6 @@ class VersionLine:
     @property
     def text(self) -> str:
         return f"{self.key}{self.sep}{' ' if self.sep == ':' else ''}{self.value}{' ' + self.rest if self.rest else ''}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class LauncherCase:
-    """A dry run of the bundled launcher and the argv the host's launcher gives for it."""
-
-    name: str
-    env: Mapping[str, str]
-    argv: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,6 +163,20 @@ class PythonExpectations:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GraftExpectations:
+    """What the arch profile says the graft holds: its tuned configs, and whether a pin replaced a tree."""
+
+    tuned_configs: tuple[str, ...]
+    repinned: (
+        str | None
+    )  # the pin re-installed over the grafted tree (RECORD-checked); None: the donor's is kept
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GraftExpectations:
+        return cls(tuned_configs=tuple(data["tuned_configs"]), repinned=data["repinned"])
+
+
+@dataclass(frozen=True, kw_only=True)
 class Expectations:
     """What the in-image checks compare against: only what the inputs decide.
 
@@ -184,6 +194,7 @@ class Expectations:
     python: PythonExpectations
     launcher_cases: tuple[LauncherCase, ...]
     secret_scan_roots: tuple[str, ...]  # verify --scan-root
+    graft: GraftExpectations = GraftExpectations(tuned_configs=TUNED_CONFIGS, repinned=REPINNED_PIN)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -203,6 +214,7 @@ class Expectations:
                 for c in data["launcher_cases"]
             ),
             secret_scan_roots=tuple(data["secret_scan_roots"]),
+            graft=GraftExpectations.from_json(data["graft"]),
         )
 
 
@@ -260,18 +272,6 @@ def expected_version_lines(definition: ImageDefinition, inputs: Inputs) -> tuple
     return tuple(lines)
 
 
-def banned_env_names(recipes_dir: Path, recipe: str) -> tuple[str, ...]:
-    """Every env key of the launcher's recipe: runtime tuning the image must not bake in."""
-    path = recipes_dir / f"{recipe}.toml"
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        msg = f"{path}: cannot read the launcher recipe to derive the banned ENV ({e})"
-        raise ConfigError(msg) from e
-    env = data.get("env", {})
-    return tuple(sorted(env)) if isinstance(env, dict) else ()
-
-
 def is_banned_env(name: str, names: Iterable[str], patterns: Iterable[str], allowed: Iterable[str]) -> bool:
     """A tuning ENV: a recipe key or a banned pattern, unless the build itself sets it."""
     from fnmatch import fnmatchcase
@@ -292,32 +292,6 @@ def setuptools_specifier(constraints: str) -> str:
     return ",".join(specs)
 
 
-def launcher_cases(recipes_dir: Path) -> tuple[LauncherCase, ...]:
-    """The K3 head and worker of a 2-node TP 8 x PP 2 job, as the host's launcher plans them."""
-    from imagebuild.launcher.messages import LauncherError
-    from imagebuild.launcher.plan import resolve_plan
-
-    common = {
-        "MODEL_PATH": "/models/kimi-k3",
-        "NNODES": "2",
-        "TP_SIZE": "8",
-        "PP_SIZE": "2",
-        "MASTER_ADDR": "10.0.0.1",
-        "RECIPE": LAUNCHER_RECIPE,
-    }
-    cases = []
-    for name, rank in (("head", "0"), ("worker", "1")):
-        env = {**common, "NODE_RANK": rank, "LAUNCHER_RECIPES_DIR": str(recipes_dir)}
-        try:
-            plan = resolve_plan(env)
-        except LauncherError as e:
-            msg = f"the host's launcher cannot plan the K3 {name} ({e}); fix the recipe in {recipes_dir}"
-            raise ConfigError(msg) from e
-        env.pop("LAUNCHER_RECIPES_DIR")  # the bundled launcher uses the recipes beside it
-        cases.append(LauncherCase(name=name, env=env, argv=plan.argv))
-    return tuple(cases)
-
-
 def build_expectations(
     inputs: Inputs,
     *,
@@ -325,12 +299,25 @@ def build_expectations(
     recipes_dir: Path | None = None,
     secret_scan_roots: tuple[str, ...] = SECRET_SCAN_ROOTS,
 ) -> Expectations:
-    from imagebuild.launcher.recipes import recipes_dir as launcher_recipes_dir
+    if recipes_dir is not None:
+        return _expectations(inputs, image=image, recipes=recipes_dir, secret_scan_roots=secret_scan_roots)
+    # The recipes the arch's image carries: the launcher's, as the arch profile changes them.
+    with tempfile.TemporaryDirectory(prefix="imagebuild-recipes-") as directory:
+        for name, text in arch_recipes(inputs.arch).items():
+            (Path(directory) / name).write_text(text, encoding="utf-8")
+        return _expectations(
+            inputs, image=image, recipes=Path(directory), secret_scan_roots=secret_scan_roots
+        )
 
-    recipes = recipes_dir or launcher_recipes_dir({})
+
+def _expectations(
+    inputs: Inputs, *, image: str, recipes: Path, secret_scan_roots: tuple[str, ...]
+) -> Expectations:
     pins = inputs.pins
     base = pins.image(inputs.definition.base_pin)
-    repinned = pins.get(REPINNED_PIN)
+    graft = inputs.arch.graft
+    repinned_pin = graft.repinned if graft else REPINNED_PIN
+    repinned = next((p for p in pins if p.name == repinned_pin), None)
     repinned_version = str(getattr(repinned, "version", ""))
     args = build_args(inputs)
     env = expected_env(inputs.definition, args)
@@ -370,6 +357,9 @@ def build_expectations(
         ),
         launcher_cases=launcher_cases(recipes),
         secret_scan_roots=secret_scan_roots,
+        graft=GraftExpectations(
+            tuned_configs=graft.tuned_configs if graft else TUNED_CONFIGS, repinned=repinned_pin
+        ),
     )
 
 

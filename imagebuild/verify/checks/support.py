@@ -30,7 +30,6 @@ from imagebuild.verify.expectations import (
     REPINNED_PIN,
     TMP_LEFTOVERS,
     TUNED_CONFIG_ROOTS,
-    TUNED_CONFIGS,
     Expectations,
 )
 
@@ -108,7 +107,7 @@ def probe_request(exp: Expectations) -> dict[str, Any]:
         "site_packages": exp.python.site_packages,
         "graft_packages": GRAFT_PACKAGES,
         "graft_dirs": GRAFT_DIRS,
-        "tuned_configs": TUNED_CONFIGS,
+        "tuned_configs": exp.graft.tuned_configs,
         "tuned_config_roots": TUNED_CONFIG_ROOTS,
         "repinned_dist": REPINNED_PIN,
         "check_tool": CHECK_TOOL,

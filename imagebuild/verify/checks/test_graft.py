@@ -1,4 +1,5 @@
-"""The proven_k3 graft: donor AITER trees with the K3-tuned configs, and flydsl re-pinned over them."""
+"""The proven_k3 graft: donor AITER trees with the K3-tuned configs, and flydsl re-pinned over them
+where the arch profile re-pins it (gfx942; gfx950 keeps the donor's: no re-pin to check)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from imagebuild.verify.expectations import (
     GRAFT_PACKAGES,
     REPINNED_PIN,
     TUNED_CONFIG_ROOTS,
-    TUNED_CONFIGS,
 )
 
 EXP = expectations()
+# The re-pin checks apply where the profile re-pins the grafted flydsl ([graft] repinned).
+repinned_only = pytest.mark.skipif(
+    EXP.graft.repinned is None, reason=f"arch {EXP.arch} keeps the donor's {REPINNED_PIN} (no re-pin)"
+)
 
 
 @pytest.mark.parametrize("package", GRAFT_PACKAGES)
@@ -38,7 +42,7 @@ def test_graft_dir(facts: dict[str, Any], path: str) -> None:
     )
 
 
-@pytest.mark.parametrize("name", TUNED_CONFIGS)
+@pytest.mark.parametrize("name", EXP.graft.tuned_configs)
 def test_tuned_config(facts: dict[str, Any], name: str) -> None:
     # Without them LLVM aborts: "Do not know how to expand this operator's operand!".
     found = facts["graft"]["configs"][name]
@@ -50,6 +54,7 @@ def test_tuned_config(facts: dict[str, Any], name: str) -> None:
     )
 
 
+@repinned_only
 def test_single_dist_info(facts: dict[str, Any]) -> None:
     infos = facts["graft"]["dist_infos"]
     expect(
@@ -60,6 +65,7 @@ def test_single_dist_info(facts: dict[str, Any]) -> None:
     )
 
 
+@repinned_only
 def test_dist_version(facts: dict[str, Any]) -> None:
     versions = [i["version"] for i in facts["graft"]["dist_infos"]]
     expect(
@@ -70,6 +76,7 @@ def test_dist_version(facts: dict[str, Any]) -> None:
     )
 
 
+@repinned_only
 def test_record(facts: dict[str, Any]) -> None:
     """Metadata alone is not enough: the donor's code under 0.2.4 metadata is the WorkerProc ImportError."""
     record = facts["graft"]["record"]

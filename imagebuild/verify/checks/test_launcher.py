@@ -9,7 +9,7 @@ import pytest
 
 from imagebuild.inputs.layout import LAUNCHER
 from imagebuild.verify.checks.support import expect, expectations
-from imagebuild.verify.expectations import LauncherCase
+from imagebuild.verify.launcher_cases import LauncherCase
 
 EXP = expectations()
 
