@@ -135,14 +135,15 @@ class Http:
         method: str = "GET",
         headers: Mapping[str, str] | None = None,
         auth: AuthBase | tuple[str, str] | None = None,
-        data: Mapping[str, str] | None = None,
+        data: Mapping[str, str] | bytes | None = None,
         accept: Collection[int] = (200,),
     ) -> T:
         """Send a request and hand the streamed response to ``consume``.
 
         ``consume`` runs inside the retry loop, so a body cut short is
         retried from the start like any other transient failure. Statuses
-        outside ``accept`` raise FetchError.
+        outside ``accept`` raise FetchError. ``data`` is a form, or a body's bytes
+        (publish's pushes of attestation blobs and manifests).
         """
 
         refuse_plain_http(url)
