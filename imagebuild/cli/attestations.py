@@ -126,9 +126,10 @@ def _remote(args: argparse.Namespace) -> int:
             directory = args.download if args.download is not None else Path(scratch)
             downloaded = download_referrers(referrers, directory)
             for d in downloaded:
-                logger.info("downloaded %s (%d bytes, %s)", d.path, d.size, d.sha256)
+                where = d.path if args.download is not None else d.path.name
+                logger.info("downloaded %s (%d bytes, %s)", where, d.size, d.sha256)
             if key is not None:
-                verified = verify_downloaded(downloaded, referrers, key)
+                verified = verify_downloaded(downloaded, referrers, key, report=logger.info)
                 for v in verified:
                     logger.info("%s: signed by key %s; %s", v.path.name, key.keyid[:16], v.predicate_type)
     if args.json:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,6 +146,11 @@ def _file_name(layer: Descriptor) -> str:
     return layer.digest.removeprefix("sha256:") + ".json"
 
 
+def downloaded_name(title: str, entry: Descriptor) -> str:
+    """The file name of an artifact whose title another one listed beside it has too."""
+    return f"{entry.digest.removeprefix('sha256:')[:12]}-{title}"
+
+
 def download_referrers(referrers: Referrers, directory: Path) -> tuple[Downloaded, ...]:
     """Every listed artifact whose subject is the image: its document into ``directory``."""
     try:
@@ -169,8 +175,8 @@ def download_referrers(referrers: Referrers, directory: Path) -> tuple[Downloade
                 raise RegistryError(msg)
             fetched.append((_file_name(layer), registry.blob(layer.digest), entry))
     names = [name for name, _, _ in fetched]
-    if len(set(names)) != len(names):  # two artifacts with one title: keep both, by digest
-        fetched = [(f"{e.digest.removeprefix('sha256:')[:12]}-{n}", b, e) for n, b, e in fetched]
+    # Titles several artifacts share (a rebuild's provenance beside the first one's): each by its digest.
+    fetched = [(downloaded_name(n, e) if names.count(n) > 1 else n, b, e) for n, b, e in fetched]
     written = []
     try:
         for name, blob, entry in fetched:
@@ -191,16 +197,27 @@ def download_referrers(referrers: Referrers, directory: Path) -> tuple[Downloade
 
 
 def verify_downloaded(
-    downloaded: tuple[Downloaded, ...], referrers: Referrers, key: VerificationKey
+    downloaded: tuple[Downloaded, ...], referrers: Referrers, key: VerificationKey, *, report: Callable[[str], None]
 ) -> tuple[VerifiedStatement, ...]:
-    """Every downloaded DSSE envelope, verified with ``key`` and checked to name this image (its manifest
-    digest or its identity); at least one must be there. The unsigned documents are not judged."""
+    """The downloaded DSSE envelopes that verify with ``key`` and name this image (its manifest digest or
+    its identity); at least one must. As cosign's verify-attestation: envelopes of other signers (or of
+    an earlier key) may be attached beside them, each reported, none taken. Unsigned documents are not
+    judged."""
     envelopes = [d for d in downloaded if d.artifact_type == DSSE_TYPE]
+    where = f"{referrers.repository}@{referrers.digest[:19]}"
     if not envelopes:
-        msg = (
-            f"{referrers.repository}@{referrers.digest[:19]}: none of its {len(downloaded)} attached documents is "
-            "signed; build (or publish) with --sign-key and publish again"
-        )
+        msg = f"{where}: none of its {len(downloaded)} attached documents is signed; build (or publish) with --sign-key and publish again"
         raise UnverifiedError(msg)
     image = {referrers.digest, referrers.config_digest} - {""}
-    return tuple(verify_attestation(d.path, key, any_of=image) for d in envelopes)
+    verified, refused = [], []
+    for d in envelopes:
+        try:
+            verified.append(verify_attestation(d.path, key, any_of=image))
+        except UnverifiedError as e:  # named as attached, not by the (perhaps temporary) file it was fetched to
+            refused.append(str(e).replace(str(d.path), f"{d.path.name} attached to {where}", 1))
+    for reason in refused if verified else refused[:-1]:
+        report(f"not verified: {reason}")
+    if not verified:
+        more = f" (and {len(refused) - 1} more envelopes, none verified)" if len(refused) > 1 else ""
+        raise UnverifiedError(refused[-1] + more)
+    return tuple(verified)
