@@ -6,7 +6,13 @@ standard-library manifest reader and verified loader, as the zipapp export write
 ``local_import`` (the same package behind `imagebuild import`), ``archive_layout`` (any engine's save
 stream made into the archive every engine and image store loads) and ``compression`` (how archives
 are compressed); ``record_notes`` notes in the build record where the image went (publish's reference,
-export's manifest), for ``imagebuild slurm --from-record``. The command line is ``imagebuild.cli.distribute``.
+export's manifest), for ``imagebuild slurm --from-record``, and reads back the documents a build wrote.
+The attestations go with the image: ``referrers`` (OCI 1.1 artifact manifests and the referrers
+index, pure data), ``registry_http`` (one repository over the distribution API, with requests),
+``attach`` (publish's push of the documents as artifacts referring to the image) and ``attached``
+(`imagebuild attestations REF`: list, download, verify). The command line is ``imagebuild.cli.distribute``
+and ``imagebuild.cli.attestations``.
 
-May import: attest (the statements export and publish write), engine, importer, inputs and the packages below them.
+May import: attest (the statements export and publish write), engine, importer, inputs, lock (its HTTP
+helper and registry authentication) and the packages below them.
 """
