@@ -173,3 +173,32 @@ def test_a_second_publish_lists_nothing_twice(published: dict[str, Any], sample_
     assert after == before
     digests = [e["digest"] for e in json.loads(after)["manifests"]]
     assert len(digests) == len(set(digests))
+
+
+def test_export_carries_the_documents_and_import_checks_them_before_loading(
+    published: dict[str, Any], sample_image: dict[str, object], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record = published["record_dir"] / "record.json"
+    code, out = _run(
+        "export", str(sample_image["tag"]), "-o", str(tmp_path), "--compress", "none", "--record", str(record), "--json"
+    )
+    assert code == 0
+    manifest_path = Path(json.loads(out)["manifest"])
+    manifest = json.loads(manifest_path.read_text())
+    archive = manifest["archive"]
+    carried = {f"{archive}.sbom.cdx.jsonl": "sbom", f"{archive}.provenance.intoto.jsonl": "provenance"}
+    assert set(carried) | {f"{archive}.export.intoto.jsonl"} == set(manifest["attestations"])
+    for name, key in carried.items():
+        path = tmp_path / name
+        assert manifest["attestations"][name] == hashlib.sha256(path.read_bytes()).hexdigest()
+        assert json.loads(path.read_text()) == json.loads(Path(str(sample_image[key])).read_text())
+    assert list(tmp_path.glob("*.json")) == [manifest_path]
+
+    assert main(["import", str(manifest_path)]) == 0  # present already: checked all the same
+    sbom = tmp_path / f"{archive}.sbom.cdx.jsonl"
+    sbom.write_bytes(sbom.read_bytes().replace(b"CycloneDX", b"CycloneDx", 1))
+    capsys.readouterr()
+    assert main(["import", str(manifest_path)]) == 7
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"attestation {sbom}: sha256 mismatch" in error
+    assert "nothing was loaded" in error
