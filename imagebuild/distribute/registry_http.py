@@ -7,7 +7,9 @@ timeouts, retries on a reset or a 5xx, no plain HTTP off this machine) and so is
 (``lock.registry_auth``: the registry's challenge, answered with the credentials docker holds for
 it, read through docker-py as ``engine.credentials`` reads them for the push, the token asked for
 ``pull,push``). Loopback registries are spoken to over plain HTTP, as docker does by default; every
-other over HTTPS with the system's CA store (or ``REQUESTS_CA_BUNDLE``).
+other over HTTPS with the system's CA store (or ``REQUESTS_CA_BUNDLE``), and docker's own files for
+the registry where it has them (``/etc/docker/certs.d/HOST:PORT/ca.crt``, ``client.cert`` and
+``client.key``), as the engine's push used them.
 
 Every failure is a RegistryError naming the URL (credentials in it redacted) and the cause; every
 digest a registry answers with is checked against the bytes.
@@ -19,17 +21,19 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urljoin
 
 from imagebuild.distribute.referrers import OCI_INDEX, OCI_MANIFEST, Descriptor, sha256_of
 from imagebuild.engine.credentials import registry_credentials
 from imagebuild.errors import RegistryError
 from imagebuild.inputs.references import ImageName, parse_image_name
-from imagebuild.lock.http import FetchError, Http
+from imagebuild.lock.http import FetchError, Http, TlsFiles
 from imagebuild.lock.registry_auth import RegistrySession
 from imagebuild.secrets import redact
 
 TIMEOUT_S = 60.0
+DOCKER_CERTS = Path("/etc/docker/certs.d")  # docker's per-registry TLS files, as the engine reads them
 REFUSALS = (400, 403, 404, 405, 406, 409, 413, 415)  # 401 is the session's; 429 and 5xx are retried
 
 
@@ -90,7 +94,8 @@ class RegistryRepository:
             )
         except FetchError as e:
             cause = e.cause if e.status != 401 else f"{e.cause} ({e.hint})"
-            msg = f"{method} {url}: {cause}"
+            hint = "" if e.status else "; check the registry's address and that it answers from this machine"
+            msg = f"{method} {url}: {cause}{hint}"
             raise RegistryError(redact(msg)) from e
         if status not in accept:
             msg = f"{method} {url}: HTTP {status}{registry_said(answer)}"
@@ -164,9 +169,22 @@ class RegistryRepository:
         return body
 
 
+def docker_tls_files(registry: str, root: Path = DOCKER_CERTS) -> TlsFiles:
+    """The CA and client certificate docker uses for ``registry`` (``/etc/docker/certs.d/HOST:PORT/``:
+    ``ca.crt``, ``client.cert`` with ``client.key``), so this client trusts what the engine's push did."""
+    directory = root / registry
+    if not registry or "/" in registry or registry.startswith(".") or not directory.is_dir():
+        return TlsFiles()
+    ca = directory / "ca.crt"
+    cert, key = directory / "client.cert", directory / "client.key"
+    return TlsFiles(
+        ca=ca if ca.is_file() else None, client=(cert, key) if cert.is_file() and key.is_file() else None
+    )
+
+
 @contextmanager
 def opened_repository(repository: str, *, push: bool) -> Iterator[RegistryRepository]:
     """``HOST[:PORT]/REPO`` as a RegistryRepository; its connections closed on leaving."""
     name = parse_image_name(repository)
-    with Http(timeout=TIMEOUT_S) as http:
+    with Http(timeout=TIMEOUT_S, tls=docker_tls_files(name.registry)) as http:
         yield RegistryRepository(http, name, push=push)

@@ -34,7 +34,9 @@ from imagebuild.distribute.referrers import (
     merged_index,
     referrers_in,
 )
+from imagebuild.distribute.registry_http import docker_tls_files
 from imagebuild.errors import ConfigError, ExitCode, IntegrityError, RegistryError
+from imagebuild.lock.http import Http, TlsFiles
 from imagebuild.testing import FakeEngine
 
 IMAGE = Descriptor(
@@ -223,3 +225,19 @@ def test_export_carries_the_build_documents_and_import_checks_them_first(tmp_pat
     carried[0].unlink()
     with pytest.raises(ConfigError, match=r"sbom\.cdx\.jsonl: not found \(named by"):
         import_manifest(result.manifest_path, node, report=lambda _: None)
+
+
+def test_docker_s_certificates_for_the_registry_are_the_client_s(tmp_path: Path) -> None:
+    host = tmp_path / "registry.example.com:5000"
+    host.mkdir()
+    assert docker_tls_files("registry.example.com:5000", tmp_path) == TlsFiles()  # nothing there: the system's
+    (host / "ca.crt").write_text("ca")
+    (host / "client.cert").write_text("cert")
+    (host / "client.key").write_text("key")
+    tls = docker_tls_files("registry.example.com:5000", tmp_path)
+    assert tls == TlsFiles(ca=host / "ca.crt", client=(host / "client.cert", host / "client.key"))
+    assert docker_tls_files("other.example.com", tmp_path) == TlsFiles()
+    with Http(timeout=1, tls=tls) as http:
+        session = http._session()
+        assert session.verify == str(host / "ca.crt")
+        assert session.cert == (str(host / "client.cert"), str(host / "client.key"))
