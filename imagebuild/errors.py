@@ -44,7 +44,8 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.LOCK_FAILED: "a source could not be resolved; pins.toml is unchanged",
     ExitCode.VERIFY_FAILED: "the image failed its smoke checks",
     ExitCode.INTEGRITY: "an archive's size, sha256 or image ID differs from its manifest",
-    ExitCode.REGISTRY: "a registry is unreachable or refused the credentials",
+    ExitCode.REGISTRY: "a registry is unreachable or refused the credentials, or refused the attestations "
+    "publish attaches (the image itself stays pushed and tagged)",
     ExitCode.ATTESTATION: "built and tagged, but the SBOM or provenance could not be made",
     ExitCode.NORMALIZE: "built, but its timestamps could not be normalised; it is kept as TAG-cache",
     ExitCode.UNVERIFIED: "an attestation is unsigned, its signature does not verify with the key, or it "

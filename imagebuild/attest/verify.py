@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,11 @@ def _digests(entries: Any) -> list[tuple[str, str]]:
     return found
 
 
-def verify_attestation(path: Path, key: VerificationKey, *, image: str | None = None) -> VerifiedStatement:
+def verify_attestation(
+    path: Path, key: VerificationKey, *, image: str | None = None, any_of: Collection[str] = ()
+) -> VerifiedStatement:
+    """Check the envelope at ``path``; with ``image`` (or ``any_of``: an image's manifest digest and its
+    identity, as a registry names it), the statement must name it (one of them)."""
     what = str(path)
     text = read_envelope_file(path)
     envelope = envelope_of(text, what)
@@ -100,11 +105,12 @@ def verify_attestation(path: Path, key: VerificationKey, *, image: str | None = 
         described = (statement.get("predicate") or {}).get("image") or {}
         about = str(described.get("identity", ""))
         named |= {str(described[k]) for k in ("identity", "manifestDigest") if described.get(k)}
-    if image is not None and image not in named:
+    wanted = {image, *any_of} - {None}
+    if wanted and not wanted & named:
         shown_names = ", ".join(f"{n or '?'}@sha256:{hex_of(d)[:12]}" for n, d in subjects)
         msg = (
             f"{what}: the statement is about another image ({shown_names}; image {about[:19] or 'not named'}), "
-            f"not {image[:19]}: it does not attest this image"
+            f"not {' or '.join(sorted(w[:19] for w in wanted if w))}: it does not attest this image"
         )
         raise UnverifiedError(msg)
     return VerifiedStatement(

@@ -10,6 +10,7 @@ import argparse
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imagebuild.cli import arguments
 from imagebuild.cli.attestations import add_signing_flags, signing_key_of
@@ -19,6 +20,9 @@ from imagebuild.errors import ConfigError, ExitCode, ImageBuildError
 from imagebuild.inputs.layout import build_record_path, default_tag
 from imagebuild.inputs.values import shown
 from imagebuild.log import format_duration, logger
+
+if TYPE_CHECKING:
+    from imagebuild.distribute.attach import AttachResult
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -99,6 +103,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         tag=tag,
         record_path=_default_record(args),
         signing_key=signing_key_of(args),
+        attach=not args.no_attach,
     )
     check_signing_place(options)
     with DockerEngine.opened() as engine:
@@ -113,11 +118,33 @@ def cmd_publish(args: argparse.Namespace) -> int:
                 "tag": result.tag,
                 "record": str(result.recorded_in) if result.recorded_in else None,
                 "attestations": [str(path) for path in result.attestations],
+                "attached": _attached_json(result.attached),
             }
         )
     else:
         sys.stdout.write(result.reference + "\n")
     return 0
+
+
+def _attached_json(attached: AttachResult | None) -> dict[str, object] | None:
+    if attached is None:
+        return None
+    return {
+        "subject": attached.subject,
+        "listed_by": attached.listed_by,
+        "index_updated": attached.index_updated,
+        "seconds": round(attached.seconds, 3),
+        "documents": [
+            {
+                "path": str(d.path),
+                "sha256": d.sha256,
+                "size": d.size,
+                "artifact_type": d.artifact_type,
+                "manifest_digest": d.manifest_digest,
+            }
+            for d in attached.documents
+        ],
+    }
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -187,7 +214,14 @@ def register(verbs: Verbs) -> None:
                 "imagebuild publish kimi-k3:gfx942 -t 127.0.0.1:5000/kimi-k3:v1 --json",
             ),
             exit_codes=(ExitCode.NO_ENGINE, ExitCode.REGISTRY),
-            json="reference, digest, image ID, repository and tag",
+            json="reference, digest, image ID, repository and tag; the attestations attached",
+            notes=(
+                "Then the SBOM, provenance (and their DSSE envelopes when signed) that the build record "
+                "of this image names, and the publish statement, are pushed as OCI artifacts whose subject "
+                "is the pushed manifest: listed by the registry's referrers API, or by the index tagged "
+                "sha256-<hex> where the registry has none. A registry that refuses them: exit 8, the "
+                "image stays pushed and tagged. `imagebuild attestations REF` lists and downloads them."
+            ),
         )
     )
     p.add_argument(
@@ -210,6 +244,11 @@ def register(verbs: Verbs) -> None:
         "--record", type=Path, help="build record to note the reference in (default build/ARCH.build.json)"
     )
     add_signing_flags(p, "the publish statement")
+    p.add_argument(
+        "--no-attach",
+        action="store_true",
+        help="push the image only: do not push its attestations as artifacts referring to it",
+    )
 
     p = verbs.add(
         Verb(

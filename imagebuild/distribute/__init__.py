@@ -9,7 +9,13 @@ are compressed); ``formats`` (``--format oci|squashfs``: ``spooled_image`` spool
 ``oci_layout`` writes the OCI layout, ``rootfs`` flattens the layers, ``runtime_files`` writes enroot's
 and Charliecloud's files, ``squashfs`` runs tar2sqfs, ``fixed_tar`` the deterministic headers);
 ``record_notes`` notes in the build record where the image went (publish's reference,
-export's manifest), for ``imagebuild slurm --from-record``. The command line is ``imagebuild.cli.distribute``.
+export's manifest), for ``imagebuild slurm --from-record``, and reads back the documents a build wrote.
+The attestations go with the image: ``referrers`` (OCI 1.1 artifact manifests and the referrers
+index, pure data), ``registry_http`` (one repository over the distribution API, with requests),
+``attach`` (publish's push of the documents as artifacts referring to the image) and ``attached``
+(`imagebuild attestations REF`: list, download, verify). The command line is ``imagebuild.cli.distribute``
+and ``imagebuild.cli.attestations``.
 
-May import: attest (the statements export and publish write), engine, importer, inputs and the packages below them.
+May import: attest (the statements export and publish write), engine, importer, inputs, lock (its HTTP
+helper and registry authentication) and the packages below them.
 """

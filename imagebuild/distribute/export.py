@@ -12,8 +12,11 @@ Files appear in this order, each complete (temporary name, fsync, rename): the a
 (``imagebuild-import.pyz``, standard library only, for nodes without imagebuild; the same bytes from
 every export of one imagebuild), the archive's in-toto statement (``<archive>.export.intoto.jsonl``:
 subject the archive's sha256, predicate the image identity and manifest digest; with a signing key
-also its DSSE envelope, ``<archive>.export.dsse.jsonl``), then the manifest (``<archive>.json``, naming
-the statement files by sha256) last. A manifest therefore
+also its DSSE envelope, ``<archive>.export.dsse.jsonl``), the build's SBOM, provenance and their
+envelopes when the build record of this image names them (``<archive>.sbom.cdx.jsonl``,
+``<archive>.provenance.intoto.jsonl``, ``<archive>.sbom.dsse.jsonl`` ...: the same JSON on one line),
+then the manifest (``<archive>.json``, naming every one of those files by sha256, which the importer
+checks before it loads anything) last. A manifest therefore
 always names a complete archive, and an interrupted export leaves no file that looks complete. The
 manifest's absolute path is then noted in the build record, when that record describes the image.
 """
@@ -48,7 +51,7 @@ from imagebuild.distribute.formats import (
     check_format,
     write_spooled_format,
 )
-from imagebuild.distribute.record_notes import EXPORTED, note_in_record
+from imagebuild.distribute.record_notes import EXPORTED, build_documents, note_in_record
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
 from imagebuild.engine.interface import Engine, ImageInfo
 from imagebuild.errors import ConfigError, EngineError, ImageBuildError
@@ -202,6 +205,7 @@ def _export(
         details={"archive": archive_details},
     )
     attested = write_attestation(output / f"{name}{EXPORT_SUFFIX}", statement_text(statement, one_line=True), key=options.signing_key)
+    carried = _carry_build_documents(options, info, output=output, name=name, report=report)
     manifest = Manifest(
         archive=name,
         sha256=written.sha256,
@@ -215,7 +219,7 @@ def _export(
         labels=labels,
         imagebuild_version=__version__,
         origin=f"{socket.gethostname()}:{output}",
-        attestations={path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in attested.paths},
+        attestations={path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in (*attested.paths, *carried)},
         kind=options.export_format.kind,
     )
     parse_manifest(manifest.to_json(), name)  # what nodes will accept, checked before writing
@@ -255,6 +259,33 @@ class _Count:
     """What a spooled format has written so far: nothing the progress line can see until the end."""
 
     size = 0
+
+
+def carried_name(archive: str, document: Path) -> str:
+    """``gfx942-<id12>.sbom.cdx.json`` beside ``kimi-k3-<id12>.tar.zst``: ``kimi-k3-<id12>.tar.zst.sbom.cdx.jsonl``."""
+    kind = document.name.split(".", 1)[1] if "." in document.name else document.name
+    return f"{archive}.{kind.removesuffix('.json')}.jsonl"
+
+
+def _carry_build_documents(
+    options: ExportOptions, info: ImageInfo, *, output: Path, name: str, report: Callable[[str], None]
+) -> tuple[Path, ...]:
+    """The build's SBOM, provenance and envelopes (as the build record of this image names them), beside
+    the archive: each the same JSON on one line, ``.jsonl``, so ``*.json`` there still finds only the
+    manifest. A document that is not JSON is refused (it is not one build wrote)."""
+    carried = []
+    for document in build_documents(options.record_path, image_id=info.identity, report=report):
+        try:
+            text = json.dumps(json.loads(document.read_bytes()), separators=(",", ":"), ensure_ascii=False) + "\n"
+        except ValueError as e:
+            msg = f"{document}: named by the build record {options.record_path} but not JSON ({e}); build again"
+            raise ImageBuildError(msg) from e
+        target = output / carried_name(name, document)
+        _write(target, text.encode("utf-8"))
+        carried.append(target)
+    if carried:
+        report(f"beside the archive: {', '.join(p.name for p in carried)}")
+    return tuple(carried)
 
 
 class _Counted:

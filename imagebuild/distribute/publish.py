@@ -6,6 +6,11 @@ manifest names the config blob whose sha256 is the image ID). The reference is a
 build record when that record describes the pushed image. Beside the record, an in-toto statement
 (``ARCH-<id12>.publish.intoto.json``; with a signing key also its DSSE envelope) names the pushed
 digest as its subject and the image identity in its predicate, and the record lists it.
+
+Then the attestations go with the image (``distribute.attach``): the SBOM, the provenance and their
+envelopes that the build record of this image names, and the publish statement, each pushed as an
+OCI artifact whose subject is the pushed manifest. A registry that refuses them fails the publish
+with exit 8 and a message saying the image itself stays pushed and tagged.
 """
 
 from __future__ import annotations
@@ -24,12 +29,14 @@ from imagebuild.attest.statement import (
     statement_text,
     write_attestation,
 )
-from imagebuild.distribute.record_notes import ATTESTATIONS, PUBLISHED, note_in_record
+from imagebuild.distribute.attach import AttachResult, attach_documents
+from imagebuild.distribute.record_notes import ATTESTATIONS, PUBLISHED, build_documents, note_in_record
 from imagebuild.engine.interface import Engine, ImageInfo, PushEvent
 from imagebuild.errors import ConfigError, ImageBuildError, RegistryError
 from imagebuild.inputs.layout import attestation_file_name
 from imagebuild.inputs.references import COMPONENT, TAG_RE
 from imagebuild.inputs.values import shown
+from imagebuild.secrets import redact
 
 # A repository to push to starts with a host docker takes for a registry (a dot or a port, or
 # localhost: without one, docker would push to Docker Hub), then docker's path components.
@@ -47,6 +54,7 @@ class PublishOptions:
     tag: str | None = None  # default <arch>-<id12>
     record_path: Path | None = None  # the build record to note the reference in, when it is this image's
     signing_key: SigningKey | None = None  # --sign-key: the publish statement also as a signed DSSE envelope
+    attach: bool = True  # push the attestations as OCI artifacts referring to the image (--no-attach: not)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +66,7 @@ class PublishResult:
     tag: str
     recorded_in: Path | None
     attestations: tuple[Path, ...] = ()  # the publish statement (and its envelope), beside the record
+    attached: AttachResult | None = None  # the documents pushed as artifacts referring to the image
 
 
 def shown_reference(text: str) -> str:
@@ -168,6 +177,11 @@ def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[
     )
     for path in written:
         note_in_record(options.record_path, image_id=info.identity, key=ATTESTATIONS, value=str(path), report=report)
+    attached = (
+        _attach(options, info, repository=repository, tag=tag, digest=digest, written=written, report=report)
+        if options.attach
+        else None
+    )
     return PublishResult(
         reference=reference,
         digest=digest,
@@ -176,7 +190,33 @@ def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[
         tag=tag,
         recorded_in=recorded,
         attestations=written,
+        attached=attached,
     )
+
+
+def _attach(
+    options: PublishOptions,
+    info: ImageInfo,
+    *,
+    repository: str,
+    tag: str,
+    digest: str,
+    written: tuple[Path, ...],
+    report: Callable[[str], None],
+) -> AttachResult | None:
+    """The build's documents and the publish statement, pushed as artifacts referring to ``digest``."""
+    documents = (*build_documents(options.record_path, image_id=info.identity, report=report), *written)
+    if not documents:
+        report("no attestations attached: there are none of this image to attach")
+        return None
+    try:
+        return attach_documents(repository, digest, documents, report=report)
+    except ImageBuildError as e:
+        msg = (
+            f"pushed {repository}@{digest}, which stays pushed and tagged {repository}:{tag}; "
+            f"its attestations could not be attached: {redact(str(e))}"
+        )
+        raise RegistryError(msg) from e
 
 
 def _attest(

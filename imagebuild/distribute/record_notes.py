@@ -47,3 +47,37 @@ def note_in_record(
     record[key] = [*earlier, value]
     write_atomically(path, json.dumps(record, indent=2) + "\n")
     return path
+
+
+PUBLISH_NAMES = (".publish.intoto.json", ".publish.dsse.json")  # publish's own statements, not the build's
+
+
+def build_documents(path: Path | None, *, image_id: str, report: Callable[[str], None]) -> tuple[Path, ...]:
+    """The SBOM, provenance and their envelopes the build record names, when it is ``image_id``'s record.
+
+    What publish attaches to the pushed image and export writes beside the archive; () when there is
+    no such record (said through ``report``). A file the record names but that is gone is reported
+    and left out: the push or the export still stands.
+    """
+    if not image_id or path is None or not path.is_file():
+        report(f"no build record of this image{f' at {path}' if path else ''}: its SBOM and provenance are not carried with it")
+        return ()
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        report(f"build record {path} cannot be read ({e}): the SBOM and provenance are not carried with the image")
+        return ()
+    if not isinstance(record, dict) or record.get("image_id") != image_id:
+        report(f"build record {path} describes another image: its SBOM and provenance are not carried with {image_id[:19]}")
+        return ()
+    named = record.get(ATTESTATIONS) or [record.get("sbom"), record.get("provenance")]
+    found: list[Path] = []
+    for entry in named if isinstance(named, list) else []:
+        if not isinstance(entry, str) or entry.endswith(PUBLISH_NAMES):
+            continue
+        document = path.with_name(Path(entry).name)  # build writes them beside the record
+        if document.is_file() and document not in found:
+            found.append(document)
+        elif not document.is_file():
+            report(f"{document}: named by {path} but not there; it is not carried with the image")
+    return tuple(found)

@@ -5,7 +5,9 @@ its declared size, without any name it carries. So a load tags nothing; the mani
 are applied only after the sha256 matched and the engine reported the image the manifest names: its
 identity (the config digest) on graph-driver stores and Podman, the digest of the archive's OCI
 manifest (which names that config) on the containerd store. A failed check removes the image the
-load created (never one that was there before). An image already present returns at once.
+load created (never one that was there before). An image already present returns at once. Before
+any of it, every attestation file the manifest names (the export statement, the SBOM, the provenance,
+their envelopes) must be beside it with its sha256.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ def import_archive(
     started = time.monotonic()
     manifest = read_manifest(manifest_path)
     refuse_unloadable(manifest, manifest_path, engine.address)
+    check_attestations(manifest, manifest_path)
     engine_id = expected_engine_id(manifest, manifest_path, engine)
     if engine.has_image(engine_id):
         _tag(engine, engine_id, manifest)
@@ -156,11 +159,38 @@ def refuse_unloadable(manifest: Manifest, manifest_path: Path, address: str) -> 
         raise BadInput(msg)
 
 
+def _again(manifest: Manifest, name: str) -> str:
+    where = shown(f"{manifest.origin}/{name}") if manifest.origin else "where it was exported"
+    return f"copy it again from {where}"
+
+
+def check_attestations(manifest: Manifest, manifest_path: Path) -> None:
+    """Every attestation file the manifest names, beside it with its sha256, before anything is loaded."""
+    for name, expected in sorted(manifest.attestations.items()):
+        path = manifest_path.parent / name
+        try:
+            if not stat.S_ISREG(path.stat().st_mode):
+                msg = f"attestation {path}: not a regular file (named by {manifest_path}); {_again(manifest, name)}"
+                raise BadInput(msg)
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except FileNotFoundError:
+            msg = f"attestation {path}: not found (named by {manifest_path}); {_again(manifest, name)}"
+            raise BadInput(msg) from None
+        except OSError as e:
+            msg = f"attestation {path}: cannot be read ({e.strerror}); {_again(manifest, name)}"
+            raise BadInput(msg) from None
+        if digest != expected:
+            msg = (
+                f"attestation {path}: sha256 mismatch (expected {expected}, got {digest}); nothing was loaded; "
+                f"{_again(manifest, name)}"
+            )
+            raise IntegrityFailure(msg)
+
+
 def archive_of(manifest: Manifest, manifest_path: Path) -> tuple[Path, str]:
     """The archive beside the manifest, a regular file of the manifest's size; and what to do if not."""
     archive = manifest_path.parent / manifest.archive
-    where = shown(f"{manifest.origin}/{manifest.archive}") if manifest.origin else "where it was exported"
-    again = f"copy it again from {where}"
+    again = _again(manifest, manifest.archive)
     try:
         status = archive.stat()  # followed: a link to the archive elsewhere on shared storage is fine
     except FileNotFoundError:

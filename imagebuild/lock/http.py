@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urljoin, urlsplit
 
@@ -74,6 +76,14 @@ def refuse_plain_http(url: str, target: str | None = None, *, redirected: bool =
         raise FetchError(url, cause, PLAIN_HTTP_HINT)
 
 
+@dataclass(frozen=True, kw_only=True)
+class TlsFiles:
+    """Where a server's certificates differ from the system's: a CA file, a client certificate and key."""
+
+    ca: Path | None = None  # None: the system's CA store (or REQUESTS_CA_BUNDLE)
+    client: tuple[Path, Path] | None = None
+
+
 class Http:
     """Timeouts, retries and error translation for every HTTP call of the lock."""
 
@@ -86,12 +96,14 @@ class Http:
         deadline: Deadline = NO_DEADLINE,
         cancel: threading.Event | None = None,
         on_retry: RetryHook | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.timeout = timeout
         self.policy = RetryPolicy(attempts=max(1, attempts), backoff=backoff, max_wait=RETRY_AFTER_CAP)
         self.deadline = deadline
         self.cancel = cancel or threading.Event()
         self.on_retry = on_retry
+        self.tls = tls or TlsFiles()
         self._local = threading.local()
         self._sessions: list[requests.Session] = []
         self._lock = threading.Lock()
@@ -123,6 +135,10 @@ class Http:
                     raise Cancelled
                 session = requests.Session()
                 session.headers["User-Agent"] = USER_AGENT
+                if self.tls.ca is not None:
+                    session.verify = str(self.tls.ca)
+                if self.tls.client is not None:
+                    session.cert = (str(self.tls.client[0]), str(self.tls.client[1]))
                 self._sessions.append(session)
             self._local.session = session
         return session
@@ -135,14 +151,15 @@ class Http:
         method: str = "GET",
         headers: Mapping[str, str] | None = None,
         auth: AuthBase | tuple[str, str] | None = None,
-        data: Mapping[str, str] | None = None,
+        data: Mapping[str, str] | bytes | None = None,
         accept: Collection[int] = (200,),
     ) -> T:
         """Send a request and hand the streamed response to ``consume``.
 
         ``consume`` runs inside the retry loop, so a body cut short is
         retried from the start like any other transient failure. Statuses
-        outside ``accept`` raise FetchError.
+        outside ``accept`` raise FetchError. ``data`` is a form, or a body's bytes
+        (publish's pushes of attestation blobs and manifests).
         """
 
         refuse_plain_http(url)

@@ -21,7 +21,7 @@ does. They are then used as docker uses them, with one line drawn tighter:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -54,10 +54,13 @@ def _challenge(resp: requests.Response) -> tuple[str, dict[str, str]]:
 
 
 class RegistrySession:
-    """Authenticated GETs to one repository of one registry: token fetched once, reused."""
+    """Authenticated requests to one repository of one registry: token fetched once, reused."""
 
-    def __init__(self, http: Http, *, registry: str, repository: str, creds: Credentials | None) -> None:
+    def __init__(
+        self, http: Http, *, registry: str, repository: str, creds: Credentials | None, actions: str = "pull"
+    ) -> None:
         self.http = http
+        self.actions = actions  # the scope asked for when a challenge names none: pull, or pull,push
         self.registry = registry
         self.repository = repository
         self.creds = creds
@@ -65,22 +68,44 @@ class RegistrySession:
         self.basic: Credentials | None = None
 
     def get(self, url: str, headers: Mapping[str, str]) -> tuple[bytes, Headers]:
-        def consume(resp: requests.Response) -> tuple[bytes, Headers]:
-            return resp.content, resp.headers
+        _, body, answered = self.send("GET", url, headers)
+        return body, answered
+
+    def send(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        *,
+        body: bytes | None = None,
+        accept: Collection[int] = (200,),
+    ) -> tuple[int, bytes, Headers]:
+        """(status, body, headers) of one request, authenticated on the registry's challenge.
+
+        ``body`` is sent as it is (publish's attestation pushes, in a session made with
+        ``actions="pull,push"``, whose bearer token is asked for both at once).
+        """
+
+        def consume(resp: requests.Response) -> tuple[int, bytes, Headers]:
+            return resp.status_code, resp.content, resp.headers
 
         def first(resp: requests.Response) -> tuple[int, bytes, Any]:
             if resp.status_code == 401:
                 return 401, b"", _challenge(resp)
             return resp.status_code, resp.content, resp.headers
 
-        status, body, extra = self.http.request(
-            url, first, headers={**headers, **self.auth_header}, auth=self.basic, accept=(200, 401)
-        )
-        if status == 200:
-            return body, extra
+        status, answer, extra = self.http.request(
+            url, first, method=method, headers={**headers, **self.auth_header}, auth=self.basic,
+            data=body, accept=(*accept, 401),
+        )  # fmt: skip
+        if status != 401:
+            return status, answer, extra
         scheme, params = extra
         self._authenticate(url, scheme, params)
-        return self.http.request(url, consume, headers={**headers, **self.auth_header}, auth=self.basic)
+        return self.http.request(
+            url, consume, method=method, headers={**headers, **self.auth_header}, auth=self.basic,
+            data=body, accept=accept,
+        )  # fmt: skip
 
     def _login_hint(self) -> str:
         return (
@@ -122,7 +147,9 @@ class RegistrySession:
             raise FetchError(
                 url, f"the registry's token realm {realm!r} is not an http(s) URL", "Check the registry"
             )
-        scope = params.get("scope") or f"repository:{self.repository}:pull"
+        # A push session asks for pull and push at once: one token serves its HEADs, GETs and PUTs.
+        wanted = f"repository:{self.repository}:{self.actions}"
+        scope = wanted if self.actions != "pull" else params.get("scope") or wanted
         token = self._fetch_token(realm, params.get("service", ""), scope)
         self.auth_header = {"Authorization": f"Bearer {token}"}
 

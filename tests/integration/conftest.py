@@ -19,7 +19,7 @@ import pytest
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.errors import EngineError
-from sampleworld.layout import DEFAULT_STATE_DIR
+from sampleworld.pytest_plugin import sample_world_state_dir
 from sampleworld.world import World, up
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +40,9 @@ def engine() -> Iterator[DockerEngine]:
 
 @pytest.fixture(scope="session")
 def world(engine: DockerEngine) -> World:
-    return up(DEFAULT_STATE_DIR, images=True)
+    # The state dir sample_world uses too (IMAGEBUILD_SAMPLEWORLD_STATE, else the checkout's), so a
+    # worktree's session reuses the world the main checkout already runs instead of a second one.
+    return up(sample_world_state_dir(), images=True)
 
 
 @pytest.fixture(scope="session")

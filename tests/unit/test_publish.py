@@ -1,4 +1,9 @@
-"""publish against a fake engine: the reference, the build record, and arguments checked first."""
+"""publish against a fake engine: the reference, the build record, and arguments checked first.
+
+The fake engine's registry is not there, so these publish with attach=False; attaching is tested
+against the sample registry (tests/integration/test_attach.py) and, for a registry that refuses it,
+a loopback server (tests/unit/test_attach.py).
+"""
 
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ def test_publish_returns_the_digest_reference_and_records_it(tmp_path: Path) -> 
     record = _record(tmp_path / "gfx942.build.json", image_id)
     lines: list[str] = []
     result = publish_image(
-        PublishOptions(image=TAG, repository=REPOSITORY, record_path=record), engine, report=lines.append
+        PublishOptions(image=TAG, repository=REPOSITORY, record_path=record, attach=False), engine, report=lines.append
     )
     tag = f"gfx942-{image_id.removeprefix('sha256:')[:12]}"
     assert result.tag == tag
@@ -37,7 +42,7 @@ def test_publish_returns_the_digest_reference_and_records_it(tmp_path: Path) -> 
     assert json.loads(record.read_text())["published"] == [result.reference]
     assert any("1/1 layers done" in line for line in lines)
     again = publish_image(
-        PublishOptions(image=TAG, repository=REPOSITORY, record_path=record), engine, report=lines.append
+        PublishOptions(image=TAG, repository=REPOSITORY, record_path=record, attach=False), engine, report=lines.append
     )
     assert again.reference == result.reference
     assert json.loads(record.read_text())["published"] == [result.reference]  # once, however often pushed
@@ -50,7 +55,7 @@ def test_a_record_of_another_image_is_left_alone(tmp_path: Path) -> None:
     before = record.read_text()
     lines: list[str] = []
     result = publish_image(
-        PublishOptions(image=TAG, repository=REPOSITORY, record_path=record), engine, report=lines.append
+        PublishOptions(image=TAG, repository=REPOSITORY, record_path=record, attach=False), engine, report=lines.append
     )
     assert result.recorded_in is None
     assert record.read_text() == before

@@ -95,7 +95,7 @@ def test_publish_then_export_noted_in_the_record_are_what_slurm_runs(
     by_hand = script(capsys, "--archive", str(exported.manifest_path))
     assert script(capsys, "--from-record", str(record)) == by_hand
     published = publish_image(
-        PublishOptions(image=TAG, repository="127.0.0.1:5000/ml/kimi-k3", record_path=record),
+        PublishOptions(image=TAG, repository="127.0.0.1:5000/ml/kimi-k3", record_path=record, attach=False),
         engine,
         report=lambda _: None,
     )
