@@ -65,7 +65,9 @@ def _copy_with_tar(manifest_path: Path, where: Path, change: Callable[[bytes], b
     raw = change(zstandard.ZstdDecompressor().decompressobj().decompress(stored))
     archive = zstandard.ZstdCompressor().compress(raw)
     (where / manifest["archive"]).write_bytes(archive)
-    (where / "imagebuild-import.pyz").write_bytes((manifest_path.parent / "imagebuild-import.pyz").read_bytes())
+    # The importer and the attestation files the manifest names (import checks their digests first).
+    for name in ("imagebuild-import.pyz", *manifest.get("attestations", {})):
+        (where / name).write_bytes((manifest_path.parent / name).read_bytes())
     manifest.update(sha256=hashlib.sha256(archive).hexdigest(), size=len(archive), uncompressed_size=len(raw))
     copied = where / manifest_path.name
     copied.write_text(json.dumps(manifest))
