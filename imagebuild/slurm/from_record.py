@@ -19,7 +19,8 @@ from imagebuild.inputs.layout import BUILD_DIR, DEFAULT_ARCH, build_record_path
 from imagebuild.inputs.values import shown
 from imagebuild.project import find_project
 from imagebuild.slurm.archive import read_archive
-from imagebuild.slurm.job import ArchivedImage, PulledImage, check_image
+from imagebuild.slurm.job import ArchivedImage, PulledImage
+from imagebuild.slurm.values import check_image
 
 RECORD_HINT = f"{BUILD_DIR}/{DEFAULT_ARCH}.build.json"  # what `imagebuild build` writes, named in errors
 

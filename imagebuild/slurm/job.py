@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from pathlib import PurePosixPath
 
 from imagebuild.errors import ConfigError
-from imagebuild.inputs.values import control_problem, shown
-from imagebuild.pins import DIGEST_RE
 from imagebuild.secrets import secret_reason
 from imagebuild.slurm.runtime_fit import check_runtime
 from imagebuild.slurm.runtimes import DEFAULT_RUNTIME, DOCKER_ARCHIVE
-
-# A registry reference pinned by digest: [host[:port]/]path@sha256:<64 hex> (docker's grammar).
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-IMAGE_BY_DIGEST_RE = re.compile(
-    rf"^(?:(?P<host>[A-Za-z0-9.-]+(?::[0-9]+)?)/)?(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)@(?P<digest>sha256:[0-9a-f]{{64}})$"
+from imagebuild.slurm.values import (
+    bad_value,
+    check_image,
+    check_image_id,
+    check_name,
+    check_path,
+    check_port,
+    check_positive,
+    check_text,
 )
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # SLURM's --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
 TIME_RE = re.compile(r"^(?:\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(?::\d{1,2}){0,2})$")
@@ -36,8 +37,6 @@ ULIMIT_NAMES = (
 )  # fmt: skip
 # `#SBATCH` lines are not shell: sbatch splits them itself, so no quoting can protect them.
 SBATCH_ARG_RE = re.compile(r"^--[a-z][a-z-]*(?:=[A-Za-z0-9._:,/%+@=-]+)?$")
-# A docker bind spec is SOURCE:TARGET[:OPTIONS]: a ':' or ',' in a path would change its meaning.
-MOUNT_UNSAFE = (":", ",")
 
 DEFAULT_TIME = "04:00:00"
 DEFAULT_SERVE_PORT = 8000
@@ -175,91 +174,26 @@ class Job:
         return digest.rsplit("sha256:", 1)[-1][:12]
 
 
-def _bad(option: str, value: object, why: str) -> str:
-    """The one-line message for a bad value: the option, the value as given, what is expected."""
-    return f"{option} {shown(value)}: {why}"
-
-
-def check_text(option: str, value: str) -> str:
-    """Any text that reaches the script: no control characters (a newline would end a shell line, a
-    U+202E would make the script read differently than it runs), no value longer than any needs."""
-    problem = control_problem(value)
-    if problem:
-        raise ConfigError(_bad(option, value, problem))
-    return value
-
-
-def check_name(option: str, value: str) -> str:
-    check_text(option, value)
-    if not NAME_RE.match(value):
-        raise ConfigError(_bad(option, value, "expected a name of letters, digits, '.', '_' and '-'"))
-    return value
-
-
-def check_path(option: str, value: str, *, mounted: bool = False) -> str:
-    check_text(option, value)
-    if not PurePosixPath(value).is_absolute():
-        raise ConfigError(_bad(option, value, "expected an absolute path, as the nodes see it"))
-    if mounted and any(char in value for char in MOUNT_UNSAFE):
-        raise ConfigError(
-            _bad(
-                option,
-                value,
-                "a ':' or ',' would split docker's mount specification; use a path without them",
-            )
-        )
-    return value
-
-
-def check_port(option: str, value: int) -> int:
-    if not 1 <= value <= 65535:
-        raise ConfigError(_bad(option, value, "expected a port number from 1 to 65535"))
-    return value
-
-
-def check_positive(option: str, value: int) -> int:
-    if value < 1:
-        raise ConfigError(_bad(option, value, "expected a whole number of 1 or more"))
-    return value
-
-
-def check_image(value: str) -> str:
-    check_text("--image", value)
-    if not IMAGE_BY_DIGEST_RE.match(value):
-        why = (
-            "expected REPOSITORY@sha256:<64 hex digits>, the reference `imagebuild publish` prints: "
-            "every node must pull the same image, which a tag does not promise"
-        )
-        raise ConfigError(_bad("--image", value, why))
-    return value
-
-
-def check_image_id(where: str, value: str) -> str:
-    if not DIGEST_RE.match(value):
-        raise ConfigError(_bad(where, value, "expected an image ID sha256:<64 hex digits>"))
-    return value
-
-
 def _env_pair(text: str) -> tuple[str, str]:
     check_text("--env", text)
     name, sep, value = text.partition("=")
     if not sep or not ENV_NAME_RE.match(name):
-        raise ConfigError(_bad("--env", text, "expected NAME=VALUE with NAME of letters, digits and '_'"))
+        raise ConfigError(bad_value("--env", text, "expected NAME=VALUE with NAME of letters, digits and '_'"))
     if name in RESERVED_ENV:
-        raise ConfigError(_bad("--env", text, f"the job sets {name} itself (from {RESERVED_ENV[name]})"))
+        raise ConfigError(bad_value("--env", text, f"the job sets {name} itself (from {RESERVED_ENV[name]})"))
     reason = secret_reason(name, value)
     if reason is not None:
         why = f"{reason}; use --pass-env {name} so its value comes from the job's environment, not this file"
-        raise ConfigError(_bad("--env", f"{name}=...", why))
+        raise ConfigError(bad_value("--env", f"{name}=...", why))
     return name, value
 
 
 def _pass_env_name(name: str) -> str:
     check_text("--pass-env", name)
     if not ENV_NAME_RE.match(name):
-        raise ConfigError(_bad("--pass-env", name, "expected a variable name of letters, digits and '_'"))
+        raise ConfigError(bad_value("--pass-env", name, "expected a variable name of letters, digits and '_'"))
     if name in RESERVED_ENV:
-        raise ConfigError(_bad("--pass-env", name, f"the job sets {name} itself (from {RESERVED_ENV[name]})"))
+        raise ConfigError(bad_value("--pass-env", name, f"the job sets {name} itself (from {RESERVED_ENV[name]})"))
     return name
 
 
@@ -269,7 +203,7 @@ def _ulimits(given: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
         match = ULIMIT_RE.match(check_text("--ulimit", text))
         if not match or match["name"] not in ULIMIT_NAMES:
             raise ConfigError(
-                _bad(
+                bad_value(
                     "--ulimit", text, f"expected NAME=SOFT[:HARD] with NAME one of {', '.join(ULIMIT_NAMES)}"
                 )
             )
@@ -282,7 +216,7 @@ def _no_secret(option: str, value: str, name: str = "") -> None:
     if reason is not None:
         hidden = f"{name}=..." if name else "(not shown)"
         why = f"{reason}; use --pass-env NAME so it comes from the job's environment, not this file"
-        raise ConfigError(_bad(option, hidden, why))
+        raise ConfigError(bad_value(option, hidden, why))
 
 
 def _docker_args(given: tuple[str, ...]) -> tuple[str, ...]:
@@ -294,7 +228,7 @@ def _docker_args(given: tuple[str, ...]) -> tuple[str, ...]:
         _no_secret("--docker-arg", value, name)
         if option in MANAGED_DOCKER_OPTIONS:
             raise ConfigError(
-                _bad("--docker-arg", arg, f"the script decides {option}: {MANAGED_DOCKER_OPTIONS[option]}")
+                bad_value("--docker-arg", arg, f"the script decides {option}: {MANAGED_DOCKER_OPTIONS[option]}")
             )
     return given
 
@@ -304,10 +238,10 @@ def _sbatch_args(given: tuple[str, ...]) -> tuple[str, ...]:
         check_text("--sbatch-arg", arg)
         if not SBATCH_ARG_RE.match(arg):
             why = "expected one long option like --account=NAME or --exclusive (no spaces or quotes: #SBATCH lines are not shell)"
-            raise ConfigError(_bad("--sbatch-arg", arg, why))
+            raise ConfigError(bad_value("--sbatch-arg", arg, why))
         if arg.split("=", 1)[0] in ("--nodes", "--ntasks-per-node", "--time", "--job-name", "--partition"):
             raise ConfigError(
-                _bad("--sbatch-arg", arg, "has an option of its own in `imagebuild slurm`; use that")
+                bad_value("--sbatch-arg", arg, "has an option of its own in `imagebuild slurm`; use that")
             )
     return given
 
@@ -368,7 +302,7 @@ def _distinct_ports(request: JobRequest) -> None:
     for option, port in ports.items():
         if port in seen:
             raise ConfigError(
-                _bad(
+                bad_value(
                     option, port, f"is also {seen[port]}'s: the head binds every port, so each needs its own"
                 )
             )
@@ -396,12 +330,12 @@ def _benchmark(value: str) -> str:
 def _check_time(value: str) -> str:
     if not TIME_RE.match(check_text("--time", value)):
         raise ConfigError(
-            _bad("--time", value, "expected a SLURM time: MINUTES, HH:MM:SS, D-HH or D-HH:MM:SS")
+            bad_value("--time", value, "expected a SLURM time: MINUTES, HH:MM:SS, D-HH or D-HH:MM:SS")
         )
     return value
 
 
 def _check_shm(value: str) -> str:
     if not SHM_SIZE_RE.match(check_text("--shm-size", value)):
-        raise ConfigError(_bad("--shm-size", value, "expected a size like 256g, 64g or 512m"))
+        raise ConfigError(bad_value("--shm-size", value, "expected a size like 256g, 64g or 512m"))
     return value
