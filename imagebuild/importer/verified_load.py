@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import queue
 import stat
 import threading
@@ -164,26 +165,35 @@ def _again(manifest: Manifest, name: str) -> str:
     return f"copy it again from {where}"
 
 
+def _regular_file(what: str, path: Path, manifest_path: Path, again: str) -> os.stat_result:
+    """``path``'s status (links followed: a file elsewhere on shared storage is fine); BadInput when it
+    is missing, unreadable or not a regular file (a FIFO or a device would stream for ever)."""
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        msg = f"{what} {path}: not found (named by {manifest_path}); {again}"
+        raise BadInput(msg) from None
+    except OSError as e:
+        msg = f"{what} {path}: cannot be read ({e.strerror}); {again}"
+        raise BadInput(msg) from None
+    if not stat.S_ISREG(status.st_mode):
+        msg = f"{what} {path}: not a regular file (named by {manifest_path}); {again}"
+        raise BadInput(msg)
+    return status
+
+
 def check_attestations(manifest: Manifest, manifest_path: Path) -> None:
     """Every attestation file the manifest names, beside it with its sha256, before anything is loaded."""
     for name, expected in sorted(manifest.attestations.items()):
-        path = manifest_path.parent / name
+        path, again = manifest_path.parent / name, _again(manifest, name)
+        _regular_file("attestation", path, manifest_path, again)
         try:
-            if not stat.S_ISREG(path.stat().st_mode):
-                msg = f"attestation {path}: not a regular file (named by {manifest_path}); {_again(manifest, name)}"
-                raise BadInput(msg)
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        except FileNotFoundError:
-            msg = f"attestation {path}: not found (named by {manifest_path}); {_again(manifest, name)}"
-            raise BadInput(msg) from None
         except OSError as e:
-            msg = f"attestation {path}: cannot be read ({e.strerror}); {_again(manifest, name)}"
+            msg = f"attestation {path}: cannot be read ({e.strerror}); {again}"
             raise BadInput(msg) from None
         if digest != expected:
-            msg = (
-                f"attestation {path}: sha256 mismatch (expected {expected}, got {digest}); nothing was loaded; "
-                f"{_again(manifest, name)}"
-            )
+            msg = f"attestation {path}: sha256 mismatch (expected {expected}, got {digest}); nothing was loaded; {again}"
             raise IntegrityFailure(msg)
 
 
@@ -191,17 +201,7 @@ def archive_of(manifest: Manifest, manifest_path: Path) -> tuple[Path, str]:
     """The archive beside the manifest, a regular file of the manifest's size; and what to do if not."""
     archive = manifest_path.parent / manifest.archive
     again = _again(manifest, manifest.archive)
-    try:
-        status = archive.stat()  # followed: a link to the archive elsewhere on shared storage is fine
-    except FileNotFoundError:
-        msg = f"archive {archive}: not found (named by {manifest_path}); {again}"
-        raise BadInput(msg) from None
-    except OSError as e:
-        msg = f"archive {archive}: cannot be read ({e.strerror}); {again}"
-        raise BadInput(msg) from None
-    if not stat.S_ISREG(status.st_mode):  # a FIFO or a device would stream for ever
-        msg = f"archive {archive}: not a regular file; {again}"
-        raise BadInput(msg)
+    status = _regular_file("archive", archive, manifest_path, again)
     if status.st_size != manifest.size:
         msg = (
             f"archive {archive}: {status.st_size} bytes, the manifest says {manifest.size} (truncated or still "
