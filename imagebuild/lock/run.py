@@ -14,6 +14,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from imagebuild.errors import ConfigError
+from imagebuild.lock.apt_lock_file import (
+    AptLockResult,
+    AptResolver,
+    EngineAptResolver,
+    check_apt_snapshot,
+    lock_apt,
+)
 from imagebuild.lock.core import LoadedPins, LockOptions, Progress, lock
 from imagebuild.lock.outdated import OutdatedRow, format_outdated, outdated_rows
 from imagebuild.lock.python import PythonLockOptions, check_python_options, lock_python
@@ -22,6 +29,7 @@ from imagebuild.lock.repository import OpenSources
 from imagebuild.lock.sources import RemoteSources
 from imagebuild.lock.uv import Resolver, UvResolver
 from imagebuild.project import Project
+from imagebuild.util.files import write_atomically
 
 Only = Literal["pins", "python"]
 
@@ -47,6 +55,7 @@ class ProjectLockResult:
 
     pins: LockResult | None
     python: PythonLockResult | None
+    apt: AptLockResult | None = None
 
     @property
     def parts(self) -> tuple[FileLockResult[Any], ...]:
@@ -60,7 +69,8 @@ class ProjectLockResult:
     @property
     def stale_paths(self) -> tuple[Path, ...]:
         """The files left stale or incomplete (what ``--check`` fails on)."""
-        return tuple(part.path for part in self.parts if part.stale)
+        apt = (self.apt.path,) if self.apt is not None and self.apt.stale else ()
+        return tuple(part.path for part in self.parts if part.stale) + apt
 
     def would_change(self) -> tuple[str, ...]:
         """One line per pin or package a plain `imagebuild lock` would write (what --locked fails on)."""
@@ -73,13 +83,16 @@ class ProjectLockResult:
     def format_tables(self) -> str:
         if self.mode == "outdated":
             return format_outdated(self.outdated)
-        return "\n\n".join(part.format_table() for part in self.parts) + "\n"
+        apt = [self.apt.format_table()] if self.apt is not None else []
+        return "\n\n".join([*(part.format_table() for part in self.parts), *apt]) + "\n"
 
     def to_json(self) -> dict[str, Any]:
         """The pins lock's keys at the top, the python lock's under "python"; --outdated adds its rows."""
         data: dict[str, Any] = self.pins.to_json() if self.pins is not None else {}
         if self.python is not None:
             data["python"] = self.python.to_json()
+        if self.apt is not None:
+            data["apt"] = self.apt.to_json()
         if self.mode == "outdated":
             data["outdated"] = [row.to_json() for row in self.outdated]
         return data
@@ -97,11 +110,15 @@ def lock_project(
     progress: Progress | None = None,
     verbose: Progress | None = None,
     open_sources: OpenSources = RemoteSources,
+    apt_resolver: AptResolver | None = None,
 ) -> ProjectLockResult:
     """Lock the checkout's pins file and the python lock beside it, as ``request`` says.
 
     ``resolver`` resolves the python packages (uv unless a test gives a fake);
-    ``open_sources`` opens the pins' sources (the real ones unless a test gives a fake).
+    ``open_sources`` opens the pins' sources (the real ones unless a test gives a fake);
+    ``apt_resolver`` resolves step 4's packages (in a container of the base unless a test gives a fake).
+    The apt lock is resolved after the pins (it needs their snapshot and base digest) and before
+    the python lock; when it fails, pins.toml is put back as it was, so no file is half-written.
     """
     check_request(request)
     source = _read_before_parse(project.pins_path)
@@ -138,14 +155,50 @@ def lock_project(
     )
     if not only_pins:
         check_python_options(python_options)  # before the pins lock asks any source
+    check_apt_snapshot(inputs.pins)
     pins_result = None
+    apt_result = None
     if request.only != "python":
         loaded = LoadedPins(pins=inputs.pins, source=source) if source is not None else None
         pins_result = lock(options, progress, verbose, loaded=loaded, open_sources=open_sources)
+        apt_result = _lock_apt(
+            project=project,
+            request=request,
+            inputs=inputs,
+            pins_result=pins_result,
+            source=source,
+            resolver=apt_resolver,
+        )
         # The python lock reads the base pin's python and the PyPI pins as pins.toml now holds them.
         python_options = replace(python_options, pins=pins_result.pins)
     python_result = None if only_pins else lock_python(python_options, resolver or UvResolver())
-    return ProjectLockResult(pins=pins_result, python=python_result)
+    return ProjectLockResult(pins=pins_result, python=python_result, apt=apt_result)
+
+
+def _lock_apt(
+    *,
+    project: Project,
+    request: LockRequest,
+    inputs: Any,
+    pins_result: LockResult,
+    source: bytes | None,
+    resolver: AptResolver | None,
+) -> AptLockResult | None:
+    apt_names = {p.name for p in pins_result.pins if p.kind == "apt"}
+    try:
+        return lock_apt(
+            pins=pins_result.pins,
+            definition=inputs.definition,
+            arch=inputs.arch,
+            upgrade=request.upgrade or any(n in apt_names for n in request.upgrade_names),
+            mode=request.mode,
+            offline=request.offline,
+            resolver=resolver or EngineAptResolver(),
+        )
+    except BaseException:
+        if pins_result.wrote and source is not None:
+            write_atomically(project.pins_path, source.decode("utf-8"))  # nothing half-written
+        raise
 
 
 def check_request(request: LockRequest) -> None:

@@ -74,30 +74,11 @@ def test_bad_apt_pins_are_one_line_naming_the_pin(changes: dict[str, object], sa
     assert "\n" not in str(caught.value)
 
 
-BY_NAME = (
-    '    \'for list in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do if [ -f "$list" ]; then sed -i "s|http://|https://|g" "$list"; fi; done\',\n'
-    '    "apt-get update",\n'
-    '    "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends git build-essential cmake ninja-build ccache libssl-dev pkg-config curl ca-certificates",\n'
-)
-NAMES = '["git", "build-essential", "cmake", "ninja-build", "ccache", "libssl-dev", "pkg-config", "curl", "ca-certificates"]'
-
-
-def use_the_apt_lock(stage: Path) -> None:
-    """Step 4 as it is meant to become once the sample world serves snapshots: names as data, { apt = "apt" }."""
-    text = stage.read_text()
-    assert BY_NAME in text
-    text = text.replace(BY_NAME, '    { apt = "apt" },\n').replace(
-        "commands = [", f"apt_packages = {NAMES}\ncommands = [", 1
-    )
-    stage.write_text(text)
-
-
 @pytest.fixture
 def locked_project(tmp_path: Path) -> Path:
     """The checkout's inputs with every pin locked and an apt lock that agrees with them."""
     for name in ("stages", "constraints"):
         shutil.copytree(REPO / name, tmp_path / name)
-    use_the_apt_lock(tmp_path / "stages" / "04-mori.toml")
     shutil.copy(REPO / "pylock.toml", tmp_path / "pylock.toml")
     text = (REPO / "pins.toml").read_text()
     text = text.replace('digest = ""', f'digest = "sha256:{"ab" * 32}"').replace(

@@ -14,6 +14,7 @@ from imagebuild.pins import load_pins
 from imagebuild.project import find_project
 from imagebuild.render.context import build_context, context_differences
 from tests import REPO
+from tests.unit.apt_support import write_apt_lock
 from tests.unit.render_support import final_stage, rendered
 
 STEP_KEYWORDS = ("FROM", "WORKDIR", "RUN", "COPY")
@@ -75,6 +76,7 @@ def test_locked_images_are_referenced_by_digest(project: Path) -> None:
     text = text.replace('committed = ""', 'committed = "2026-08-11T00:00:00Z"')
     text = text.replace('snapshot = ""', 'snapshot = "20261201T000000Z"')
     (project / "pins.toml").write_text(text)
+    write_apt_lock(project / "pins.toml")  # step 4's packages, as lock writes them
     out = rendered(project, allow_unpinned=False).text
     assert f'ARG BASE_IMAGE="rocm/vllm-dev@{digest}"' in out
     assert "UNPINNED" not in out
