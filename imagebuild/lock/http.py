@@ -299,12 +299,4 @@ def describe_exception(e: requests.RequestException, timeout: float, url: str) -
     return (f"request failed ({type(e).__name__}: {e})", "Check the URL in pins.toml", False)
 
 
-__all__ = [
-    "CHUNK_SIZE",
-    "Cancelled",
-    "FetchError",
-    "Http",
-    "plain_http_problem",
-    "refuse_plain_http",
-    "status_error",
-]
+__all__ = ["CHUNK_SIZE", "Cancelled", "FetchError", "Http", "plain_http_problem", "refuse_plain_http", "status_error"]
