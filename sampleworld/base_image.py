@@ -18,12 +18,14 @@ from docker.models.images import Image
 
 import docker
 from sampleworld import dockerutil, log, proc
+from sampleworld.apt_archive import KEYRING_PATH, ArchiveDirs, ensure_key
 from sampleworld.errors import SampleWorldError
 from sampleworld.layout import SIMPLE_URL, WORLD_VERSION, StateDir
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 # What the real base brings and the build's step 4 (re)installs, plus cargo so step 9 skips rustup.
+# Not apt_archive.DOWNLOADED (ccache): step 4 downloads it from the snapshot, so apt checks it there.
 PACKAGES = (
     "python3",
     "python3-pip",
@@ -34,7 +36,6 @@ PACKAGES = (
     "build-essential",
     "cmake",
     "ninja-build",
-    "ccache",
     "libssl-dev",
     "pkg-config",
     "curl",
@@ -71,6 +72,8 @@ COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY ca-certificates.crt /usr/local/share/ca-certificates/sampleworld-host-bundle.crt
 COPY pip.conf /etc/pip.conf
 COPY sources.list /etc/apt/sources.list
+# The snapshot archive's key (apt_archive.py): what the sample apt pin's signed_by names.
+COPY snapshot-archive-keyring.gpg {keyring}
 # Root pip installs go to /usr/local/lib/python3.11/dist-packages, as on the real base (PEP 668 lifted).
 # The stale JIT dirs imitate the real base's caches built against an older AITER.
 RUN rm -f /usr/lib/python3.11/EXTERNALLY-MANAGED \\
@@ -96,21 +99,25 @@ def rootfs_recipe() -> str:
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
-def _context_files(rootfs_ref: str, recipe: str) -> dict[str, bytes]:
+def _context_files(state: StateDir, rootfs_ref: str, recipe: str) -> dict[str, bytes]:
     if not HOST_CA_BUNDLE.is_file():
         msg = f"{HOST_CA_BUNDLE} is missing; install ca-certificates on this machine"
         raise SampleWorldError(msg)
     return {
-        "Dockerfile": DOCKERFILE.format(rootfs=rootfs_ref, label=BASE_LABEL, recipe=recipe).encode(),
+        "Dockerfile": DOCKERFILE.format(
+            rootfs=rootfs_ref, label=BASE_LABEL, recipe=recipe, keyring=KEYRING_PATH
+        ).encode(),
         "pip.conf": PIP_CONF.encode(),
         "sources.list": SOURCES_LIST.encode(),
         "ca-certificates.crt": HOST_CA_BUNDLE.read_bytes(),
+        "snapshot-archive-keyring.gpg": ensure_key(ArchiveDirs(state)).read_bytes(),
     }
 
 
-def base_recipe(rootfs_recipe_hash: str) -> str:
+def base_recipe(state: StateDir, rootfs_recipe_hash: str) -> str:
+    """The base's recipe hash: the rootfs's, and every file of its context (this world's archive key too)."""
     digest = hashlib.sha256(f"{WORLD_VERSION}\0{rootfs_recipe_hash}\0".encode())
-    for name, data in sorted(_context_files("<rootfs>", "<recipe>").items()):
+    for name, data in sorted(_context_files(state, "<rootfs>", "<recipe>").items()):
         digest.update(f"{name}\0{len(data)}\0".encode() + data)
     return digest.hexdigest()
 
@@ -191,7 +198,7 @@ def ensure_rootfs(engine: docker.DockerClient, state: StateDir) -> Image:
 def ensure_base(engine: docker.DockerClient, state: StateDir) -> Image:
     """The configured sample base image, built only when its recipe changed."""
     ensure_rootfs(engine, state)
-    recipe = base_recipe(rootfs_recipe())
+    recipe = base_recipe(state, rootfs_recipe())
     cached = _cached(engine, BASE_REPOSITORY, recipe, BASE_LABEL)
     if cached is not None:
         return cached
@@ -200,7 +207,7 @@ def ensure_base(engine: docker.DockerClient, state: StateDir) -> Image:
         shutil.rmtree(context)
     context.mkdir(parents=True)
     rootfs_ref = f"{ROOTFS_REPOSITORY}:{rootfs_recipe()[:16]}"
-    for name, data in _context_files(rootfs_ref, recipe).items():
+    for name, data in _context_files(state, rootfs_ref, recipe).items():
         (context / name).write_bytes(data)
     with log.step("base: configuring the base image"):
         return dockerutil.build(engine, context, tag=f"{BASE_REPOSITORY}:{recipe[:16]}")

@@ -2,7 +2,7 @@
 
 The default ports are the ones sampleworld/pins.toml names. IMAGEBUILD_SAMPLEWORLD_PORT_BASE moves all
 ports together (registry = base, git = base + 418, index = base + 80, the sample cluster's from
-base + 817, its jobs' from base - 29100) so that several checkouts can each run a world on one machine; `up` then writes a copy of the
+base + 817, its jobs' from base - 29100, the apt snapshot service = base + 90) so that several checkouts can each run a world on one machine; `up` then writes a copy of the
 pins with those ports into the state dir (World.pins_path), which is what tests and scripts use.
 """
 
@@ -24,6 +24,7 @@ class Ports:
     registry: int = 55000
     git: int = 55418
     index: int = 55080
+    snapshot: int = 55090  # the apt snapshot service (snapshot.debian.org's URL scheme)
     # The sample cluster (sampleworld/cluster.py): slurmctld, then one slurmd port per node from `slurmd`.
     slurmctld: int = 55817
     slurmd: int = 55818
@@ -63,6 +64,7 @@ REGISTRY = f"{HOST}:{PORTS.registry}"
 GIT_BASE_URL = f"git://{HOST}:{PORTS.git}"
 INDEX_URL = f"http://{HOST}:{PORTS.index}"
 SIMPLE_URL = f"{INDEX_URL}/simple/"
+SNAPSHOT_ARCHIVE = f"http://{HOST}:{PORTS.snapshot}/archive/debian"  # the sample apt pin's `archive`
 
 BASE_REPOSITORY = f"{REGISTRY}/rocm/vllm-dev"
 BASE_TAG = "ci_base-0fcd9b99cc9d63202da4c858d8ebc6582c9e2491"

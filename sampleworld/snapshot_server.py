@@ -105,3 +105,19 @@ def start_snapshot_server(root: Path, port: int = 0) -> SnapshotServer:
     thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     return SnapshotServer(httpd=httpd, thread=thread)
+
+
+def main() -> None:
+    """`python -m sampleworld.snapshot_server --root DIR --port N`: the world's snapshot service."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="sampleworld.snapshot_server")
+    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    server = start_snapshot_server(args.root, args.port)
+    server.thread.join()
+
+
+if __name__ == "__main__":
+    main()

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sampleworld import gitserver, log, registry, services, wheels
+from sampleworld import apt_archive, gitserver, log, registry, services, wheels
 from sampleworld.errors import SampleWorldError
 from sampleworld.layout import (
     AITER_URL,
@@ -31,6 +31,7 @@ from sampleworld.layout import (
     REGISTRY,
     REPO_ROOT,
     SIMPLE_URL,
+    SNAPSHOT_ARCHIVE,
     Ports,
     StateDir,
 )
@@ -54,6 +55,7 @@ class World:
     index_url: str  # http://host:port (files under /files/)
     simple_url: str  # what pip's --index-url takes
     aiter_url: str
+    snapshot_archive: str  # what the sample apt pin's `archive` names
     pins_path: Path
     base_image: str  # registry reference with tag
     donor_image: str
@@ -109,8 +111,33 @@ def _index_service(state: StateDir) -> services.Service:
     )
 
 
+def _snapshot_service(state: StateDir) -> services.Service:
+    root = apt_archive.ArchiveDirs(state).served
+    return services.Service(
+        name="snapshots",
+        port=PORTS.snapshot,
+        argv=(
+            sys.executable,
+            "-m",
+            "sampleworld.snapshot_server",
+            "--root",
+            str(root),
+            "--port",
+            str(PORTS.snapshot),
+        ),
+        marker=f"--root {root}",
+        cwd=REPO_ROOT,
+        env={"PYTHONPATH": str(REPO_ROOT)},
+    )
+
+
 def _services(state: StateDir) -> list[services.Service]:
-    return [_index_service(state), gitserver.service(state), registry.service(state)]
+    return [
+        _index_service(state),
+        gitserver.service(state),
+        registry.service(state),
+        _snapshot_service(state),
+    ]
 
 
 def _check_pins(refs: dict[str, dict[str, str]], wheel_sha256: dict[str, str]) -> dict[str, str]:
@@ -131,7 +158,9 @@ def _check_pins(refs: dict[str, dict[str, str]], wheel_sha256: dict[str, str]) -
 
 def _move_ports(text: str, source: Ports, target: Ports) -> str:
     for old, new in zip(
-        (source.registry, source.git, source.index), (target.registry, target.git, target.index), strict=True
+        (source.registry, source.git, source.index, source.snapshot),
+        (target.registry, target.git, target.index, target.snapshot),
+        strict=True,
     ):
         text = text.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
     return text
@@ -172,7 +201,7 @@ def _push_images(state: StateDir) -> None:
         (
             base_image.ensure_base,
             base_image.BASE_LABEL,
-            base_image.base_recipe(base_image.rootfs_recipe()),
+            base_image.base_recipe(state, base_image.rootfs_recipe()),
             BASE_REPOSITORY,
             BASE_TAG,
         ),
@@ -214,6 +243,8 @@ def up(state_dir: Path | None = None, *, images: bool = True) -> World:
             wheel_sha256 = wheels.populate_index(state)
         refs = gitserver.ensure_repos(state)
         registry.write_config(state)
+        with log.step("apt: snapshot archive"):
+            apt_archive.ensure_archive(state)
         started = [svc.name for svc in _services(state) if services.ensure_running(state, svc)]
         if images:
             _push_images(state)
@@ -225,6 +256,7 @@ def up(state_dir: Path | None = None, *, images: bool = True) -> World:
             index_url=INDEX_URL,
             simple_url=SIMPLE_URL,
             aiter_url=AITER_URL,
+            snapshot_archive=SNAPSHOT_ARCHIVE,
             pins_path=_write_pins(state),
             base_image=f"{BASE_REPOSITORY}:{BASE_TAG}",
             donor_image=f"{DONOR_REPOSITORY}:{DONOR_TAG}",
@@ -254,7 +286,7 @@ def status(state_dir: Path | None = None) -> dict[str, int | None]:
     """Service name -> pid of our running server, or None."""
     state = _state(state_dir)
     if not state.root.is_dir():
-        return dict.fromkeys(("index", "git-daemon", "registry"))
+        return dict.fromkeys(("index", "git-daemon", "registry", "snapshots"))
     return {svc.name: services.running_pid(state, svc) for svc in _services(state)}
 
 

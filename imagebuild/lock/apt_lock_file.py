@@ -163,8 +163,8 @@ def lock_apt(
     )
     try:
         entry = resolver.resolve(request)
-    except AptResolveError as e:
-        msg = f"[{pin.name}] {e.cause}; {e.hint}; {pins.path.name} and {path.name} were left untouched"
+    except (AptResolveError, ConfigError) as e:  # ConfigError: apt printed what Debian's grammar refuses
+        msg = f"[{pin.name}] {e}; {pins.path.name} and {path.name} were left untouched"
         raise LockError(msg) from e
     if entry.architecture != arch.deb_architecture:
         msg = (

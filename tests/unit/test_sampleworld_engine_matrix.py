@@ -90,14 +90,17 @@ def test_matrix_engine_reports_docker_host() -> None:
     assert row.to_dict()["DOCKER_HOST"] == "unix:///run/x.sock"
 
 
-def test_up_does_not_rebuild_stand_ins_the_registry_already_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_up_does_not_rebuild_stand_ins_the_registry_already_holds(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     # A fresh engine (DOCKER_HOST at a Docker 26 engine) must pull base and donor, not rebuild and re-push
     # them: a rebuild gets new timestamps, so new digests, and the locked pins would go stale.
     from sampleworld import base_image, dockerutil, donor_image, registry, world
 
+    state = StateDir(tmp_path)  # the base's recipe holds this world's archive key (generated here)
     current = {
         donor_image.LABEL: donor_image.recipe(),
-        base_image.BASE_LABEL: base_image.base_recipe(base_image.rootfs_recipe()),
+        base_image.BASE_LABEL: base_image.base_recipe(state, base_image.rootfs_recipe()),
     }
     monkeypatch.setattr(registry, "pushed_labels", lambda repository, tag: current)
 
@@ -106,10 +109,10 @@ def test_up_does_not_rebuild_stand_ins_the_registry_already_holds(monkeypatch: p
         raise AssertionError(msg)
 
     monkeypatch.setattr(dockerutil, "client", no_engine)
-    world._push_images(STATE)
+    world._push_images(state)
 
 
-def test_up_builds_what_the_registry_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_up_builds_what_the_registry_lacks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from sampleworld import dockerutil, registry, world
 
     monkeypatch.setattr(registry, "pushed_labels", lambda repository, tag: None)
@@ -122,4 +125,4 @@ def test_up_builds_what_the_registry_lacks(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(dockerutil, "client", engine)
     with pytest.raises(Asked):
-        world._push_images(STATE)
+        world._push_images(StateDir(tmp_path))
