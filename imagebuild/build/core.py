@@ -368,6 +368,7 @@ def build_record(
         base_diff_ids=base_layers,
         signed=documents.envelopes() if prepared.options.signing_key else (),
         recipes=prepared.context.recipes,
+        apt_lock=inputs.apt_lock,
     )
 
 

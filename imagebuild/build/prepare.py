@@ -104,6 +104,8 @@ def input_files(project: Project, inputs: Inputs, context: BuildContext) -> tupl
     paths = [project.pins_path]
     if project.python_lock_path.is_file():
         paths.append(project.python_lock_path)
+    if project.apt_lock_path.is_file():
+        paths.append(project.apt_lock_path)
     paths += sorted(project.stages_dir.glob("*.toml"))
     paths.append(project.arch_dir / f"{inputs.arch.name}.toml")
     paths += sorted(project.constraints_dir.glob("*.txt"))

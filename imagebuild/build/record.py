@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from imagebuild.build.stream import StepTiming
+from imagebuild.inputs.apt_lock import AptLock
 from imagebuild.inputs.python_lock import PythonLock
 from imagebuild.pins import PinSet
 
@@ -65,6 +66,7 @@ class BuildRecord:
     signed: tuple[Path, ...] = ()  # the DSSE envelopes of the SBOM and provenance, when signed
     # The launcher recipes the image carries, by name: `imagebuild slurm --from-record` runs one of them.
     recipes: tuple[str, ...] = ()
+    apt_lock: AptLock | None = None  # apt.lock.toml beside the pins file, when step 4 installed from it
 
     def to_json(self) -> dict[str, object]:
         """The build record file (build/ARCH.build.json), its keys in their long-standing order."""

@@ -14,6 +14,9 @@ Components, each with a package URL and the hash that identifies it:
   layers hold it;
 * the operating system (os-release) and every package dpkg's status lists as installed, with
   ``pkg:deb/<distro>/<name>@<version>?arch=...&distro=<id>-<version_id>``, as scanners look them up;
+  one apt.lock.toml locks at that version carries the .deb's sha256 (from the snapshot's signed
+  index), its snapshot as ``imagebuild:apt-snapshot`` and ``imagebuild:apt-lock`` = downloaded or
+  in base;
 * dependencies: the image on every component; a Debian package on the installed packages its
   Depends name; a distribution on those its Requires-Dist name in the same directory.
 
@@ -46,6 +49,7 @@ from packaging.utils import canonicalize_name
 from imagebuild.attest.image_contents import DebianPackage, ImageContents, OsRelease, PythonDistribution
 from imagebuild.build.record import BuildRecord
 from imagebuild.errors import AttestationError
+from imagebuild.inputs.apt_lock import AptPackage
 from imagebuild.inputs.python_lock import LockedPackage, PythonLock
 from imagebuild.pins import PYPI_SIMPLE, Pin
 
@@ -152,7 +156,8 @@ def components(record: BuildRecord, contents: ImageContents) -> list[Component]:
         component.properties.add(_prop("installed", "true" if identity in installed else "false"))
     if contents.os is not None:
         found.append(os_component(contents.os))
-        found += [debian_component(package, contents) for package in contents.debian]
+        locked = _apt_locked(record)
+        found += [debian_component(package, contents, locked) for package in contents.debian]
     return found
 
 
@@ -169,7 +174,11 @@ def installed_component(dist: PythonDistribution, contents: ImageContents) -> Co
         version=dist.version,
         bom_ref=f"python:{dist.location}/{name}@{dist.version}",
         purl=PackageURL(type="pypi", name=name, version=dist.version),
-        properties=[_prop("installed", "true"), _prop("location", dist.location), _origin(dist.layer, contents)],
+        properties=[
+            _prop("installed", "true"),
+            _prop("location", dist.location),
+            _origin(dist.layer, contents),
+        ],
     )
 
 
@@ -188,18 +197,42 @@ def debian_purl(package: DebianPackage, release: OsRelease) -> PackageURL:
     qualifiers = {"arch": package.architecture, "distro": release.distro}
     if package.source:
         qualifiers["upstream"] = package.source
-    return PackageURL(type="deb", namespace=release.id, name=package.name, version=package.version, qualifiers=qualifiers)
+    return PackageURL(
+        type="deb", namespace=release.id, name=package.name, version=package.version, qualifiers=qualifiers
+    )
 
 
-def debian_component(package: DebianPackage, contents: ImageContents) -> Component:
+def _apt_locked(record: BuildRecord) -> dict[tuple[str, str], tuple[str, AptPackage]]:
+    """(name, version) -> (snapshot, the locked package) of the record's apt lock, for its dpkg arches."""
+    lock = record.apt_lock
+    if lock is None:
+        return {}
+    return {(p.name, p.version): (lock.snapshot, p) for entry in lock.architectures for p in entry.packages}
+
+
+def debian_component(
+    package: DebianPackage,
+    contents: ImageContents,
+    locked: dict[tuple[str, str], tuple[str, AptPackage]] | None = None,
+) -> Component:
     assert contents.os is not None
+    properties = [_origin(package.layer, contents)]
+    hashes = []
+    if (found := (locked or {}).get((package.name, package.version))) is not None:
+        snapshot, entry = found
+        properties += [
+            _prop("apt-snapshot", snapshot),
+            _prop("apt-lock", "in base" if entry.in_base else "downloaded"),
+        ]
+        hashes = [_sha256(entry.sha256)] if entry.sha256 else []
     return Component(
         type=ComponentType.LIBRARY,
         name=package.name,
         version=package.version,
         bom_ref=f"deb:{package.name}:{package.architecture}",
         purl=debian_purl(package, contents.os),
-        properties=[_origin(package.layer, contents)],
+        hashes=hashes,
+        properties=properties,
     )
 
 
@@ -216,7 +249,9 @@ def dependency_relations(parts: list[Component], contents: ImageContents) -> dic
     debian = {p.name: f"deb:{p.name}:{p.architecture}" for p in contents.debian}
     for package in contents.debian:
         wanted = [next((debian[n] for n in alts if n in debian), None) for alts in package.depends]
-        relations[f"deb:{package.name}:{package.architecture}"] = sorted({w for w in wanted if w and w in refs})
+        relations[f"deb:{package.name}:{package.architecture}"] = sorted(
+            {w for w in wanted if w and w in refs}
+        )
     python = {(d.location, canonicalize_name(d.name)): _python_ref(d, accounted) for d in contents.python}
     for dist in contents.python:
         needed = {python.get((dist.location, canonicalize_name(r))) for r in dist.requires}

@@ -195,6 +195,8 @@ class Expectations:
     launcher_cases: tuple[LauncherCase, ...]
     secret_scan_roots: tuple[str, ...]  # verify --scan-root
     graft: GraftExpectations = GraftExpectations(tuned_configs=TUNED_CONFIGS, repinned=REPINNED_PIN)
+    # name=version of every OS package apt.lock.toml locks for this arch (empty: no apt lock)
+    apt_packages: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -209,6 +211,7 @@ class Expectations:
             versions=VersionsExpectations.from_json(data["versions"]),
             constraint=ConstraintExpectations.from_json(data["constraint"]),
             python=PythonExpectations.from_json(data["python"]),
+            apt_packages=tuple(data.get("apt_packages", ())),
             launcher_cases=tuple(
                 LauncherCase(name=c["name"], env=dict(c["env"]), argv=tuple(c["argv"]))
                 for c in data["launcher_cases"]
@@ -360,7 +363,14 @@ def _expectations(
         graft=GraftExpectations(
             tuned_configs=graft.tuned_configs if graft else TUNED_CONFIGS, repinned=repinned_pin
         ),
+        apt_packages=_locked_apt_packages(inputs),
     )
+
+
+def _locked_apt_packages(inputs: Inputs) -> tuple[str, ...]:
+    """What apt.lock.toml says step 4 installed for this arch, when the image was built from it."""
+    entry = inputs.apt_lock.get(inputs.arch.deb_architecture) if inputs.apt_lock else None
+    return tuple(p.requirement for p in entry.packages) if entry else ()
 
 
 def parse_versions(text: str) -> list[tuple[str, str, str]]:

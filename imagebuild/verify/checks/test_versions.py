@@ -42,6 +42,23 @@ def test_no_forbidden_text(facts: dict[str, Any]) -> None:
     )
 
 
+def test_os_packages_are_the_locked_versions(facts: dict[str, Any]) -> None:
+    """Every package apt.lock.toml locks is installed at its locked version (dpkg's list, step 17)."""
+    if not EXP.apt_packages:
+        pytest.skip("no apt.lock.toml for this image's arch")
+    text = facts["packages"]["apt"] or ""
+    installed = {
+        line.split("=", 1)[0].split(":", 1)[0] + "=" + line.split("=", 1)[-1] for line in text.splitlines()
+    }
+    missing = [p for p in EXP.apt_packages if p not in installed]
+    expect(
+        not missing,
+        f"{APT_PACKAGES_FILE}: the OS packages at apt.lock.toml's versions",
+        expected=" ".join(EXP.apt_packages),
+        found="missing or at another version: " + " ".join(missing),
+    )
+
+
 @pytest.mark.parametrize("kind", ["apt", "python"])
 def test_installed_packages_are_recorded(facts: dict[str, Any], kind: str) -> None:
     """Step 17 lists what apt and Python installed, so imagebuild diff shows drift the pins do not cover."""
