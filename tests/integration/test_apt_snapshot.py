@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import requests
 
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
@@ -132,3 +134,22 @@ def test_a_version_the_snapshot_lacks_fails_step_4_naming_the_package(
     assert "[4/18]" in text
     assert "E: Version '4.8+really4.7.5-99' for 'ccache' was not found" in text
     assert "apt cannot install apt.lock.toml's packages from snapshot" in text
+
+
+def test_the_snapshot_service_redirects_to_the_newest_and_signs_with_the_world_key(
+    world: World, tmp_path: Path
+) -> None:
+    """As snapshot.debian.org: an ID that is no import redirects to the one before; InRelease verifies."""
+    dirs = apt_archive.ArchiveDirs(StateDir(world.state_dir))
+    resp = requests.get(f"{world.snapshot_archive}/29991231T000000Z/dists/bookworm/InRelease", timeout=10)
+    assert resp.history[0].status_code == 302
+    assert f"/{apt_archive.SNAPSHOTS[0]}/dists/bookworm/InRelease" in resp.url
+    in_release = tmp_path / "InRelease"
+    in_release.write_bytes(resp.content)
+    gpgv = subprocess.run(
+        ["gpgv", "--keyring", str(dirs.keyring), str(in_release)], capture_output=True, text=True, check=False
+    )
+    assert gpgv.returncode == 0, gpgv.stderr
+    assert "Good signature" in gpgv.stderr
+    before = requests.get(f"{world.snapshot_archive}/20000101T000000Z/dists/bookworm/InRelease", timeout=10)
+    assert before.status_code == 404  # older than the service keeps

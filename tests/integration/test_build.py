@@ -198,7 +198,8 @@ def test_failing_step_is_named_and_nothing_tagged(
     vllm = vllm[: vllm.index("\n[")] if "\n[" in vllm else vllm
     hand_written = re.sub(r'(?m)^fingerprint = "[^"]*"\n', "", vllm.replace(commit, BAD_SHA))
     bad.write_text(text.replace(vllm, hand_written))
-    shutil.copy(locked_pins.with_name("pylock.toml"), tmp_path / "pylock.toml")  # the lock beside the pins
+    for name in ("pylock.toml", "apt.lock.toml"):  # the locks beside the pins
+        shutil.copy(locked_pins.with_name(name), tmp_path / name)
     tag = "imagebuild-test/must-not-exist:bad"
     assert build(bad, tmp_path / "record.json", "--tag", tag) == 4
     err = capsys.readouterr().err

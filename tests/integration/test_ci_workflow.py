@@ -40,7 +40,7 @@ def test_the_github_workflows_steps_lock_build_verify_and_publish(
     checkout = str(sample_image["tag"]).rsplit("-", 1)[-1]
     project = tmp_path / "team-image"
     assert main(["init", str(project), "--ci", "github"]) == 0
-    for name in ("pins.toml", "pylock.toml"):
+    for name in ("pins.toml", "pylock.toml", "apt.lock.toml"):
         shutil.copy(locked_pins.with_name(name), project / name)
     script = github_script(project / CI_FILES["github"], "image")
     shim = tmp_path / "bin"

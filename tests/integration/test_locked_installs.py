@@ -30,7 +30,8 @@ CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hex
 def copy_pins(locked_pins: Path, directory: Path) -> Path:
     pins = directory / "pins.toml"
     shutil.copy(locked_pins, pins)
-    shutil.copy(locked_pins.with_name("pylock.toml"), directory / "pylock.toml")
+    for name in ("pylock.toml", "apt.lock.toml"):
+        shutil.copy(locked_pins.with_name(name), directory / name)
     return pins
 
 

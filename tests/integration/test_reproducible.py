@@ -126,7 +126,8 @@ def test_a_changed_pin_changes_exactly_its_files(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     pins = tmp_path / "pins.toml"
-    shutil.copy(locked_pins.with_name("pylock.toml"), tmp_path / "pylock.toml")
+    for name in ("pylock.toml", "apt.lock.toml"):
+        shutil.copy(locked_pins.with_name(name), tmp_path / name)
     old_router = load_pins(locked_pins).get("router")
     assert isinstance(old_router, GitPin)
     assert old_router.branch is not None
