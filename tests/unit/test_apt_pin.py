@@ -162,3 +162,12 @@ def test_an_in_base_package_needs_no_sha256_but_a_downloaded_one_does(locked_pro
     bad = (AptPackage(name="curl", version="7.88.1-10+deb12u8", sha256=""),)
     with pytest.raises(ConfigError, match="'sha256' = '' is not a valid 64-hex sha256"):
         render_apt_lock(apt_lock_for(locked_project / "pins.toml", bad))
+
+
+def test_verify_expects_every_locked_os_package_at_its_locked_version(locked_project: Path) -> None:
+    from imagebuild.project import find_project
+    from imagebuild.verify.expectations import Expectations, build_expectations
+
+    expectations = build_expectations(find_project(locked_project).load("gfx942"), image="x")
+    assert expectations.apt_packages == tuple(p.requirement for p in PACKAGES)
+    assert Expectations.from_json(expectations.to_json()).apt_packages == expectations.apt_packages
