@@ -22,9 +22,9 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imagebuild import __version__
-from imagebuild.attest.keys import SigningKey
 from imagebuild.build.attestations import (
     AttestationPaths,
     AttestationWarmup,
@@ -47,6 +47,9 @@ from imagebuild.project import Inputs
 from imagebuild.secrets import redact
 from imagebuild.util.clock import Clock, SystemClock
 from imagebuild.util.files import write_atomically
+
+if TYPE_CHECKING:
+    from imagebuild.attest.keys import SigningKey
 
 __all__ = [
     "BuildOptions",
