@@ -55,7 +55,7 @@ def test_every_verb_has_its_module() -> None:
     [
         ["build", "--tag", "a/b:c", "--no-cache", "--arch", "gfx950", "-q"],
         ["-v", "--arch", "gfx950", "render", "--check"],
-        ["export", "a/b:c", "--output-dir", "/tmp/x", "--compress", "none", "--json"],
+        ["export", "a/b:c", "-o", "/tmp/x", "--compress", "none", "--json"],
         ["-C", ".", "lock", "--check"],
     ],
 )
