@@ -6,7 +6,8 @@ measured one is a no-op that still asks the engine to build (its cache check) an
 record's normalised image. The two tools alternate, so neither always runs on a warmer machine.
 With --checkout DIR --python PY the imagebuild runs are another checkout's (the "before" number of a
 change); the docker runs are the same. Prints every run, the medians, their ratio and the load.
-Needs the Docker engine (scripts/ensure-docker.sh); brings the sample world up.
+Needs the Docker engine (scripts/ensure-docker.sh); brings the sample world up (the one
+IMAGEBUILD_SAMPLEWORLD_STATE names, else the checkout's).
 
     python benchmarks/bench_noop.py [--runs 15] [--checkout DIR --python PY]
 """
@@ -31,9 +32,10 @@ from imagebuild.project import find_project  # noqa: E402
 from sampleworld.world import up  # noqa: E402
 
 
-def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
+def timed(argv: list[str], env: dict[str, str] | None = None, cwd: Path = REPO) -> float:
     started = time.monotonic()
-    subprocess.run(argv, check=True, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # In the checkout measured: `python -m imagebuild` imports the package of its working directory.
+    subprocess.run(argv, check=True, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.monotonic() - started
 
 
@@ -51,7 +53,8 @@ def main() -> int:
     args = parser.parse_args()
     checkout: Path = args.checkout.resolve()
 
-    world = up()
+    state = os.environ.get("IMAGEBUILD_SAMPLEWORLD_STATE")  # a shared sample world, as the tests take it
+    world = up(Path(state) if state else None)
     work = Path(tempfile.mkdtemp(prefix="bench-noop-"))
     tag = f"bench-noop-{checkout.name}/ib:gfx942"
     plain_tag = f"bench-noop-{checkout.name}/plain:gfx942"
@@ -59,10 +62,12 @@ def main() -> int:
         pins = work / "pins.toml"
         shutil.copy(world.pins_path, pins)
         ib_base = [args.python, "-m", "imagebuild", "-C", str(checkout)]
-        subprocess.run([*ib_base, "lock", "--pins", str(pins)], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [*ib_base, "lock", "--pins", str(pins)], check=True, cwd=checkout, stdout=subprocess.DEVNULL
+        )
         context_dir = work / "context"
         render = [*ib_base, "render", "--pins", str(pins), "--output", str(context_dir)]
-        subprocess.run(render, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(render, check=True, cwd=checkout, stdout=subprocess.DEVNULL)
         labels = checkout_build_args(checkout_labels(find_project(checkout, pins), "gfx942"))
         ib = [*ib_base, "build", "--pins", str(pins), "--network", "host", "--tag", tag]
         ib += ["--record", str(work / "record.json"), "--progress", "plain"]
@@ -70,13 +75,16 @@ def main() -> int:
         plain += [f"--build-arg={name}={value}" for name, value in labels.items()]
         plain.append(str(context_dir))
         classic = {**os.environ, "DOCKER_BUILDKIT": "0"}
-        timed(ib), timed(plain, classic)  # make the image and the record, warm both: not measured
+        (
+            timed(ib, cwd=checkout),
+            timed(plain, classic),
+        )  # make the image and the record, warm both: not measured
         runs: dict[str, list[float]] = {"imagebuild build": [], "docker build": []}
         print(f"load before: {load()}")
         for i in range(args.runs):
-            pair = [("imagebuild build", ib, None), ("docker build", plain, classic)]
-            for name, argv, env in pair if i % 2 == 0 else pair[::-1]:
-                runs[name].append(timed(argv, env))
+            pair = [("imagebuild build", ib, None, checkout), ("docker build", plain, classic, REPO)]
+            for name, argv, env, cwd in pair if i % 2 == 0 else pair[::-1]:
+                runs[name].append(timed(argv, env, cwd))
         print(f"load after:  {load()}")
         medians = {name: statistics.median(times) for name, times in runs.items()}
         for name, times in runs.items():
