@@ -191,12 +191,15 @@ def fit(xs: list[float], ys: list[float]) -> str:
     """``a + b/GB (R^2 r), 10 GB: s``, or what a single size cannot give."""
     if len(set(xs)) < 2:
         return "(one size: no fit)"
+    exact = " (two sizes: the line through them, R^2 1 by construction)" if len(set(xs)) == 2 else ""
     slope, intercept = statistics.linear_regression(xs, ys)
     predicted = [intercept + slope * x for x in xs]
     mean = statistics.fmean(ys)
     total = sum((y - mean) ** 2 for y in ys)
     r2 = 1 - sum((y - p) ** 2 for y, p in zip(ys, predicted, strict=True)) / total if total else 1.0
-    return f"{intercept:.2f} s + {slope:.2f} s/GB (R^2 {r2:.3f}); 10 GB -> {intercept + 10 * slope:.0f} s"
+    return (
+        f"{intercept:.2f} s + {slope:.2f} s/GB (R^2 {r2:.3f}){exact}; 10 GB -> {intercept + 10 * slope:.0f} s"
+    )
 
 
 def main() -> int:
