@@ -376,13 +376,11 @@ def attest(
     key: SigningKey | None = None,
     base_ref: str = "",
 ) -> BuildRecord:
-    """Write the SBOM and provenance, unless the ones there already describe this image from these inputs;
-    the record, with the base image's layers (``base_ref``'s, which the SBOM marks) when they were written.
+    """Write the SBOM and provenance unless the ones there describe this image from these inputs; the
+    record, with the layers of the base ``base_ref`` (only the SBOM marks them) when they were written.
 
-    A fully cached rebuild makes no new image: its documents stand, and making
-    them again (a container run and schema validation) would cost a cached
-    build most of its time. Only the SBOM needs the base's layers, so only a build that writes it asks
-    the engine for them (the record file does not hold them).
+    A fully cached rebuild makes no new image: its documents stand, and making them again (a container
+    run, schema validation, the base's layers asked of the engine) would cost it most of its time.
     """
     if attestations_describe(record):
         show.message(
