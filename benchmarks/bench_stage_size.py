@@ -41,6 +41,7 @@ import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -69,10 +70,17 @@ class Row:
     docker_load: float
 
 
-def run(argv: list[str], host: str, **kwargs: object) -> float:
+def run(argv: list[str], host: str, stdin: BinaryIO | None = None) -> float:
+    """Run one command against the engine at ``host``; its wall time. A failure shows its stderr's tail."""
     started = time.monotonic()
     env = {**os.environ, "DOCKER_HOST": host, "DOCKER_BUILDKIT": "0"}
-    subprocess.run(argv, check=True, cwd=REPO, env=env, stdout=subprocess.DEVNULL, **kwargs)  # type: ignore[call-overload]
+    done = subprocess.run(
+        argv, check=False, cwd=REPO, env=env, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    if done.returncode != 0:
+        tail = done.stderr.decode(errors="replace")[-2000:]
+        msg = f"{' '.join(argv)}: exit {done.returncode}\n{tail}"
+        raise RuntimeError(msg)
     return time.monotonic() - started
 
 
@@ -155,13 +163,10 @@ def measure(name: str, host: str, base: str, size: float, work: Path) -> Row:
         export = run(
             [sys.executable, "-m", "imagebuild", "export", normalized, "-o", str(out), "--compress", "none"],
             host,
-            stderr=subprocess.DEVNULL,
         )
         docker(host, "rmi", normalized)
         manifest = next(out.glob("*.tar.json"))
-        import_ = run(
-            [sys.executable, "-m", "imagebuild", "import", str(manifest)], host, stderr=subprocess.DEVNULL
-        )
+        import_ = run([sys.executable, "-m", "imagebuild", "import", str(manifest)], host)
         shutil.rmtree(out)
     finally:
         subprocess.run(
