@@ -25,26 +25,24 @@ import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from imagebuild.attest.image_contents import read_image_contents
-from imagebuild.attest.keys import SigningKey
-from imagebuild.attest.statement import (
-    CYCLONEDX_PREDICATE,
-    STATEMENT_TYPE,
-    ImageIdentity,
-    envelope_path,
-    statement_text,
-    write_attestation,
-)
 from imagebuild.build.record import BuildRecord
 from imagebuild.build.stream import RUNNING_MARK
 from imagebuild.engine.interface import Engine
 from imagebuild.errors import AttestationError, EngineError
 from imagebuild.inputs.layout import PROVENANCE_SUFFIX, SBOM_SUFFIX, attestation_file_name
 
+if TYPE_CHECKING:
+    from imagebuild.attest.keys import SigningKey
+
+# A fully cached build writes no document: what writes them (image contents, statements, DSSE
+# with its cryptography) is imported when a document is written, not on a no-op build's path.
+
 # CycloneDX's schema validator takes about a second to import (jsonschema's format checkers
 # compile their grammars): these are imported when needed, or while the engine builds.
 HEAVY_MODULES = ("imagebuild.build.sbom", "imagebuild.build.provenance")
+
 
 @dataclass(frozen=True, kw_only=True)
 class AttestationPaths:
@@ -61,6 +59,8 @@ class AttestationPaths:
 
     def envelopes(self) -> tuple[Path, ...]:
         """The DSSE envelopes a signed build writes beside them."""
+        from imagebuild.attest.statement import envelope_path
+
         return (envelope_path(self.sbom), envelope_path(self.provenance))
 
 
@@ -114,6 +114,14 @@ def base_diff_ids(engine: Engine, reference: str) -> tuple[str, ...]:
 
 def write_attestations(record: BuildRecord, engine: Engine, *, key: SigningKey | None = None) -> None:
     """Make, validate and write both documents where the record names them; nothing unless both could be made."""
+    from imagebuild.attest.image_contents import read_image_contents
+    from imagebuild.attest.statement import (
+        CYCLONEDX_PREDICATE,
+        STATEMENT_TYPE,
+        ImageIdentity,
+        statement_text,
+        write_attestation,
+    )
     from imagebuild.build.provenance import make_provenance
     from imagebuild.build.sbom import make_sbom
 

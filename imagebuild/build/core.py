@@ -19,12 +19,12 @@ a file and tags nothing.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imagebuild import __version__
-from imagebuild.attest.keys import SigningKey
 from imagebuild.build.attestations import (
     AttestationPaths,
     AttestationWarmup,
@@ -47,6 +47,9 @@ from imagebuild.project import Inputs
 from imagebuild.secrets import redact
 from imagebuild.util.clock import Clock, SystemClock
 from imagebuild.util.files import write_atomically
+
+if TYPE_CHECKING:
+    from imagebuild.attest.keys import SigningKey
 
 __all__ = [
     "BuildOptions",
@@ -122,9 +125,6 @@ def build_image(
         normalized = normalize_image(prepared, engine, image_id, tag=tags[0], places=places, show=show)
         image_id = normalized.image_id
     finished = datetime.now(UTC)
-    base_layers = base_diff_ids(
-        engine, prepared.inputs.pins.image(prepared.inputs.definition.base_pin).reference
-    )
     # On the containerd image store the engine knows the image by its manifest digest, not its identity.
     tag_image(
         engine,
@@ -145,11 +145,10 @@ def build_image(
         total_seconds=round(steady.now() - started.steady, 3),
         normalized=normalized,
         places=places,
-        base_layers=base_layers,
     )
     write_atomically(places.record, json.dumps(record.to_json(), indent=2) + "\n")
-    attest(record, engine, show=show, key=options.signing_key)
-    return record
+    base_ref = prepared.inputs.pins.image(prepared.inputs.definition.base_pin).reference
+    return attest(record, engine, show=show, key=options.signing_key, base_ref=base_ref)
 
 
 def podman_identity(store: EngineStore) -> str:
@@ -334,7 +333,6 @@ def build_record(
     total_seconds: float,
     normalized: Normalization | None,
     places: BuildPlaces,
-    base_layers: tuple[str, ...] = (),
 ) -> BuildRecord:
     """The one record of the build's facts, from which its record file, SBOM and provenance are made."""
     inputs, dockerfile = prepared.inputs, prepared.dockerfile
@@ -365,7 +363,6 @@ def build_record(
         sbom=documents.sbom,
         provenance=documents.provenance,
         manifest_digest=manifest_digest,
-        base_diff_ids=base_layers,
         signed=documents.envelopes() if prepared.options.signing_key else (),
         recipes=prepared.context.recipes,
         apt_lock=inputs.apt_lock,
@@ -373,19 +370,26 @@ def build_record(
 
 
 def attest(
-    record: BuildRecord, engine: Engine, *, show: BuildProgress, key: SigningKey | None = None
-) -> None:
-    """Write the SBOM and provenance, unless the ones there already describe this image from these inputs.
+    record: BuildRecord,
+    engine: Engine,
+    *,
+    show: BuildProgress,
+    key: SigningKey | None = None,
+    base_ref: str = "",
+) -> BuildRecord:
+    """Write the SBOM and provenance unless the ones there describe this image from these inputs; the
+    record, with the layers of the base ``base_ref`` (only the SBOM marks them) when they were written.
 
-    A fully cached rebuild makes no new image: its documents stand, and making
-    them again (a container run and schema validation) would cost a cached
-    build most of its time.
+    A fully cached rebuild makes no new image: its documents stand, and making them again (a container
+    run, schema validation, the base's layers asked of the engine) would cost it most of its time.
     """
     if attestations_describe(record):
         show.message(
             f"SBOM and provenance of {record.image_id[:19]} are current: {record.sbom}, {record.provenance}"
         )
-        return
+        return record
+    if base_ref:
+        record = replace(record, base_diff_ids=base_diff_ids(engine, base_ref))
     try:
         write_attestations(record, engine, key=key)
     except AttestationError as e:
@@ -393,3 +397,4 @@ def attest(
         raise AttestationError(msg) from e
     signed = f"; signed: {', '.join(str(p) for p in record.signed)}" if record.signed else ""
     show.message(f"SBOM: {record.sbom}; provenance: {record.provenance}{signed}")
+    return record

@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from imagebuild.attest.keys import SigningKey
 from imagebuild.build.record import FileDigest
 from imagebuild.errors import ConfigError
 from imagebuild.inputs.schema import suggest
@@ -21,6 +21,9 @@ from imagebuild.project import Inputs, Project
 from imagebuild.render import ConstraintMode, Dockerfile, RenderOptions, render_inputs
 from imagebuild.render.context import BuildContext, build_context
 from imagebuild.secrets import secret_reason
+
+if TYPE_CHECKING:
+    from imagebuild.attest.keys import SigningKey  # cryptography: loaded only when a key is given
 
 
 @dataclass(frozen=True, kw_only=True)

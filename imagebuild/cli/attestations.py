@@ -37,7 +37,6 @@ def add_signing_flags(p: argparse.ArgumentParser, what: str) -> None:
 
 def signing_key_of(args: argparse.Namespace) -> SigningKey | None:
     """The --sign-key, read and checked now; None without one."""
-    from imagebuild.attest.keys import load_signing_key
     from imagebuild.errors import ConfigError
 
     if args.sign_key is None:
@@ -45,6 +44,8 @@ def signing_key_of(args: argparse.Namespace) -> SigningKey | None:
             msg = "--sign-key-passphrase-env names the passphrase of a --sign-key: give --sign-key PEM too"
             raise ConfigError(msg)
         return None
+    from imagebuild.attest.keys import load_signing_key  # cryptography: only when a key is given
+
     return load_signing_key(args.sign_key, passphrase_env=args.sign_key_passphrase_env)
 
 

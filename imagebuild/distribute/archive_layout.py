@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from imagebuild.util.background_hash import BackgroundSha256
 from imagebuild.util.streams import CHUNK, TAR_END, forget_members, open_stream, tar_padding
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -173,14 +174,15 @@ def _pass_through(chunks: Iterable[bytes], writer: _Writer) -> _Seen:
 
 
 def _copy(source: Any, size: int, out: Sink) -> _Blob:
-    sha256, kept, magic, done = hashlib.sha256(), bytearray(), b"", 0
-    while chunk := source.read(CHUNK):
-        sha256.update(chunk)
-        magic = magic or chunk[:4]
-        if size <= KEPT_IN_MEMORY:
-            kept += chunk
-        out.write(chunk)
-        done += len(chunk)
+    kept, magic, done = bytearray(), b"", 0
+    with BackgroundSha256() as sha256:  # the blob's digest, hashed while the next chunk is read and written
+        while chunk := source.read(CHUNK):
+            sha256.update(chunk)
+            magic = magic or chunk[:4]
+            if size <= KEPT_IN_MEMORY:
+                kept += chunk
+            out.write(chunk)
+            done += len(chunk)
     if done != size:
         msg = f"the engine's save stream ended inside a file ({done} of {size} bytes)"
         raise ArchiveLayoutError(msg)

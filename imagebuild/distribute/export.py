@@ -58,6 +58,7 @@ from imagebuild.errors import ConfigError, EngineError, ImageBuildError
 from imagebuild.importer.manifest import Manifest, parse_manifest
 from imagebuild.importer.text import shown
 from imagebuild.secrets import secret_value_reason
+from imagebuild.util.background_hash import BackgroundSha256
 from imagebuild.util.files import atomic_file
 
 PIN_LABEL_PREFIX = "io.imagebuild.pin."
@@ -86,11 +87,12 @@ class ExportResult:
 
 
 class _HashingSink:
-    """The archive file, hashing and counting every byte on its way in."""
+    """The archive file, hashing (in a thread of its own: it overlaps the writes) and counting every
+    byte on its way in."""
 
-    def __init__(self, file: BinaryIO) -> None:
+    def __init__(self, file: BinaryIO, digest: BackgroundSha256) -> None:
         self._file = file
-        self.hash = hashlib.sha256()
+        self.hash = digest
         self.size = 0
 
     def write(self, b: bytes, /) -> int:
@@ -239,8 +241,8 @@ def _export(
 def _docker_archive(options: ExportOptions, info: ImageInfo, path: Path, progress: _SaveProgress) -> WrittenArchive:
     """The portable docker archive, streamed through (``archive_layout``), compressed and hashed."""
     # 0644 and 0755: the nodes' jobs may run as other users than the one exporting.
-    with atomic_file(path, mode=0o644) as file:
-        sink = _HashingSink(file)
+    with atomic_file(path, mode=0o644) as file, BackgroundSha256() as digest:
+        sink = _HashingSink(file, digest)
         progress.written = sink
         with compressing(options.compression, sink) as writer:
             counted = _Counted(writer)

@@ -19,7 +19,6 @@ from imagebuild.engine.interface import Engine
 from imagebuild.errors import EngineError, NormalizeError
 from imagebuild.inputs.stage_model import Instruction
 from imagebuild.log import format_duration
-from imagebuild.normalize.core import normalize_image
 from imagebuild.normalize.model import (
     FROM_SAVE,
     FROM_STORE,
@@ -126,6 +125,8 @@ def normalize_build(
             read_from="",  # nothing was read
         )
         return Normalization(image_id=identity, engine_id=engine_id, cache_tag=keep, result=result)
+    from imagebuild.normalize.core import normalize_image  # the rewrite: not on a reused build's path
+
     plan = layer_plan(engine, built_id, base_ref, dockerfile)
     try:
         result = normalize_image(engine, built_id, plan, spool_dir)
