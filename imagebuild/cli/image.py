@@ -169,7 +169,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from imagebuild.verify.checks_file import CHECKS_FILE, EMPTY, load_checks
 
     project = project_of(args)
-    inputs = project.load(args.arch)
+    inputs = with_build_args(project.load(args.arch), dict(args.build_arg))
     checks_path = args.checks or (project.root / CHECKS_FILE)
     options = VerifyOptions(
         image=args.image or default_tag(args.arch),
@@ -189,6 +189,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(result.format_report() + "\n")
     return 0 if result.passed else int(ExitCode.VERIFY_FAILED)
+
+
+def with_build_args(inputs: Inputs, build_args: dict[str, str]) -> Inputs:
+    """``inputs`` as a build with ``build_args`` made them: a tunable may turn a layer on (WITH_NIXL=1)."""
+    from dataclasses import replace
+
+    from imagebuild.build.prepare import check_build_args
+    from imagebuild.inputs.layers import with_tunables
+
+    check_build_args(build_args, inputs)
+    return replace(inputs, definition=with_tunables(inputs.definition, build_args, "--build-arg"))
 
 
 def list_verify_checks(args: argparse.Namespace, inputs: Inputs, options: VerifyOptions) -> int:
@@ -302,6 +313,14 @@ def register(verbs: Verbs) -> None:
         help="run only the checks whose names match EXPR, with pytest's -k grammar (e.g. 'config and not label')",
     )
     p.add_argument("--list", action="store_true", help="list the checks (name, kind, source) without running an image")
+    p.add_argument(
+        "--build-arg",
+        action="append",
+        default=[],
+        type=arguments.build_arg,
+        metavar="NAME=VALUE",
+        help="a tunable the image was built with (as build --build-arg): WITH_NIXL=1 expects the NIXL layer",
+    )
     p.add_argument(
         "--scan-root",
         dest="scan_roots",
