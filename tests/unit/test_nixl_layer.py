@@ -3,6 +3,7 @@ NIXL pin, and its sample stand-ins failing the way the real builds do without th
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -186,3 +187,24 @@ def test_deepep_stand_in_needs_rocshmem_and_an_offload_arch(stand_ins: Path) -> 
     done = _make(*deepep, "OFFLOAD_ARCH=--offload-arch=gfx950")
     assert done.returncode == 0, done.stderr
     assert b"gfx950" in (stand_ins / "deepep" / "lib" / "libdeep_ep.so").read_bytes()
+
+
+def test_plan_changed_covers_the_nixl_pins_with_the_layer_on(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in NIXL_PINS:
+        capsys.readouterr()
+        assert main(["plan", "--changed", name, "--build-arg", "WITH_NIXL=1", "--json"]) == 0
+        steps = [row["step"] for row in json.loads(capsys.readouterr().out)["steps"]]
+        assert steps == list(range(10, 19)), (name, steps)
+
+
+def test_plan_changed_names_the_arg_that_turns_a_layer_pin_on(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--changed", "deepep"]) == 2
+    line = _one_error_line(capsys)
+    assert (
+        "'deepep' is consumed only by 10-nixl.toml's optional layer, off in this build (WITH_NIXL=0)" in line
+    )
+    assert "pass --build-arg WITH_NIXL=1" in line
