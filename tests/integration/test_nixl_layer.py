@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import docker
 from imagebuild.cli import main
 from tests.integration.image_support import remove_images
 
@@ -48,7 +49,16 @@ def test_with_nixl_builds_verifies_and_rebuilds_bit_identically(
     # Without the build arg, verify expects a WITH_NIXL=0 image and says the layer is there.
     assert main(["verify", TAG, "--pins", str(locked_pins), "-k", "forbidden"]) != 0
 
+    # Keep the first image only as a file: removing its tag takes its own layers with it.
+    archive = tmp_path / "first.tar"
+    with archive.open("wb") as f:
+        for chunk in docker.from_env().api.get_image(str(first["image_id"])):
+            f.write(chunk)
     remove_images(TAG)
     second = build(locked_pins, tmp_path / "b.json", TAG_B)
-    assert second["image_id"] == first["image_id"]
+    capsys.readouterr()
+    main(["diff", str(archive), TAG_B, "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert second["image_id"] == first["image_id"], (report["config"], report["files"])
+    assert report["identical"] is True
     remove_images(TAG_B)
