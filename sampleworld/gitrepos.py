@@ -64,6 +64,49 @@ _ROUTER_NEXT = (
     ),
 )
 _UMBP = {"3rdparty/umbp": ("ROCm/mori-3rdparty.git", "main")}
+# The NIXL layer's stand-ins (sources/nixl/): one commit each, DeepEP's default branch one ahead
+# so resolving its HEAD is a real resolution (the reference builds DeepEP's default branch).
+_NIXL_REPOS = (
+    RepoSpec(
+        path="ROCm/ucx.git",
+        commits=(Commit(label="c1", message="UCX (ROCm) stand-in", source="nixl/ucx"),),
+        branches={"master": "c1"},
+        head="master",
+    ),
+    RepoSpec(
+        path="ROCm/RIXL.git",
+        commits=(Commit(label="c1", message="RIXL stand-in: NIXL agent over UCX", source="nixl/rixl"),),
+        branches={"main": "c1"},
+    ),
+    RepoSpec(
+        path="ROCm/rocm-systems.git",
+        commits=(
+            Commit(
+                label="c1", message="rocm-systems stand-in: projects/rocshmem", source="nixl/rocm-systems"
+            ),
+        ),
+        branches={"develop": "c1"},
+        head="develop",
+    ),
+    RepoSpec(
+        path="ROCm/DeepEP.git",
+        commits=(
+            Commit(
+                label="c1",
+                message="DeepEP stand-in",
+                source="nixl/deepep",
+                edits=(("deep_ep.h", "#endif", "#endif /* initial */"),),
+            ),
+            Commit(
+                label="c2",
+                message="DeepEP stand-in: build against rocSHMEM",
+                source="nixl/deepep",
+                parent="c1",
+            ),
+        ),
+        branches={"main": "c2"},
+    ),
+)
 
 # Ordered: a repository is built after those its submodules point at.
 REPOS: tuple[RepoSpec, ...] = (
@@ -134,6 +177,7 @@ REPOS: tuple[RepoSpec, ...] = (
             "ravgupta/moriio-timeout": "c3",
         },
     ),
+    *_NIXL_REPOS,
 )
 
 

@@ -77,6 +77,8 @@ SITE_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
 # The AITER wheel as a plain release-asset URL, the way the real pin names it (path mirrors GitHub's).
 AITER_ASSET_PATH = "ROCm/aiter/releases/download/v0.1.19/amd_aiter-0.1.19-py3-none-any.whl"
 AITER_URL = f"{INDEX_URL}/files/{AITER_ASSET_PATH}"
+# googletest's source tarball for the NIXL layer, at the path GitHub serves the v1.14.0 archive.
+GOOGLETEST_ASSET_PATH = "google/googletest/archive/refs/tags/v1.14.0.tar.gz"
 
 # A well-formed commit id that exists in no repository: for tests that must fail on a missing commit.
 BAD_SHA = "deadbeefdeadbeefdeadbeefdeadbeefdeadbeef"

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sampleworld import apt_archive, gitserver, log, registry, services, wheels
+from sampleworld import apt_archive, gitserver, log, registry, services, tarballs, wheels
 from sampleworld.errors import SampleWorldError
 from sampleworld.layout import (
     AITER_URL,
@@ -41,6 +41,10 @@ GIT_PINS = {
     "mori": ("ROCm/mori.git", "refs/tags/v1.2.2"),
     "vllm": ("raviguptaamd/vllm.git", "refs/heads/kimi-k3-wideep-disagg-fullsource-v3"),
     "router": ("raviguptaamd/router.git", "refs/heads/ravgupta/discovery-dp-rank-roundrobin"),
+    "ucx": ("ROCm/ucx.git", "refs/heads/master"),
+    "rixl": ("ROCm/RIXL.git", "refs/heads/main"),
+    "rocshmem": ("ROCm/rocm-systems.git", "refs/heads/develop"),
+    "deepep": ("ROCm/DeepEP.git", "refs/heads/main"),
 }
 
 
@@ -146,7 +150,8 @@ def _check_pins(refs: dict[str, dict[str, str]], wheel_sha256: dict[str, str]) -
     commits: dict[str, str] = {}
     for name, (repo, ref) in GIT_PINS.items():
         commits[name] = refs[repo][ref]
-        if pins[name]["commit"] != commits[name]:
+        # An empty commit is lock's to fill (deepep follows its branch, as the reference builds it).
+        if pins[name]["commit"] and pins[name]["commit"] != commits[name]:
             log.info(
                 f"WARNING: {PINS_PATH} [{name}] commit {pins[name]['commit']} != {repo} {ref} {commits[name]}"
             )
@@ -241,6 +246,7 @@ def up(state_dir: Path | None = None, *, images: bool = True) -> World:
         state.create()
         with log.step("index: wheels"):
             wheel_sha256 = wheels.populate_index(state)
+            tarballs.populate_tarballs(state)
         refs = gitserver.ensure_repos(state)
         registry.write_config(state)
         with log.step("apt: snapshot archive"):

@@ -9,12 +9,13 @@ meanwhile must not be named in the provenance with a digest of what was not buil
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imagebuild.build.record import FileDigest
 from imagebuild.errors import ConfigError
+from imagebuild.inputs.layers import with_tunables
 from imagebuild.inputs.schema import suggest
 from imagebuild.inputs.values import ENV_NAME, TUNABLE
 from imagebuild.project import Inputs, Project
@@ -82,6 +83,8 @@ def check_build_args(build_args: dict[str, str], inputs: Inputs) -> None:
 def prepare_build(project: Project, inputs: Inputs, options: BuildOptions) -> PreparedBuild:
     """Check the build's arguments, render its Dockerfile and context, hash its input files."""
     check_build_args(options.build_args, inputs)
+    # A tunable that turns an optional layer on or off (WITH_NIXL) is decided at render time.
+    inputs = replace(inputs, definition=with_tunables(inputs.definition, options.build_args, "--build-arg"))
     dockerfile = render_inputs(inputs, RenderOptions(constraint_mode=options.constraint_mode))
     context = build_context(dockerfile, inputs)
     return PreparedBuild(

@@ -131,7 +131,9 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from imagebuild.render.plan import CONSTRAINT_MECHANISM, format_plan, invalidated_steps
 
-    inputs = project_of(args).load(args.arch)
+    inputs = with_build_args(project_of(args).load(args.arch), dict(args.build_arg))
+    if args.changed:
+        check_layer_pin(inputs, args.changed)
     dockerfile = render_checkout(inputs, allow_unpinned=True)
     steps = invalidated_steps(dockerfile, args.changed) if args.changed else list(dockerfile.steps)
     if args.json:
@@ -169,7 +171,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from imagebuild.verify.checks_file import CHECKS_FILE, EMPTY, load_checks
 
     project = project_of(args)
-    inputs = project.load(args.arch)
+    inputs = with_build_args(project.load(args.arch), dict(args.build_arg))
     checks_path = args.checks or (project.root / CHECKS_FILE)
     options = VerifyOptions(
         image=args.image or default_tag(args.arch),
@@ -189,6 +191,39 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(result.format_report() + "\n")
     return 0 if result.passed else int(ExitCode.VERIFY_FAILED)
+
+
+def with_build_args(inputs: Inputs, build_args: dict[str, str]) -> Inputs:
+    """``inputs`` as a build with ``build_args`` made them: a tunable may turn a layer on (WITH_NIXL=1)."""
+    from dataclasses import replace
+
+    from imagebuild.build.prepare import check_build_args
+    from imagebuild.inputs.layers import with_tunables
+
+    check_build_args(build_args, inputs)
+    return replace(inputs, definition=with_tunables(inputs.definition, build_args, "--build-arg"))
+
+
+def check_layer_pin(inputs: Inputs, name: str) -> None:
+    """A pin only a turned-off optional layer consumes (deepep with WITH_NIXL=0) rebuilds nothing: say which arg turns it on."""
+    for step in inputs.definition.steps:
+        layer = step.layer
+        if layer is None or step.commands == layer.enabled:
+            continue
+        if any(getattr(c, "pin", None) == name for c in layer.enabled):
+            msg = f"'{name}' is consumed only by {step.source.name}'s optional layer, off in this build ({layer.arg}=0): nothing rebuilds; pass --build-arg {layer.arg}=1 to plan the build that has it"
+            raise ConfigError(msg)
+
+
+def add_build_arg(p: argparse.ArgumentParser, help_text: str) -> None:
+    p.add_argument(
+        "--build-arg",
+        action="append",
+        default=[],
+        type=arguments.build_arg,
+        metavar="NAME=VALUE",
+        help=help_text,
+    )
 
 
 def list_verify_checks(args: argparse.Namespace, inputs: Inputs, options: VerifyOptions) -> int:
@@ -266,6 +301,9 @@ def register(verbs: Verbs) -> None:
     p.add_argument(
         "--explain", action="store_true", help="also explain how the build-toolchain constraint is applied"
     )
+    add_build_arg(
+        p, "plan the build with this tunable (as build --build-arg): WITH_NIXL=1 has the NIXL layer"
+    )
 
     p = verbs.add(
         Verb(
@@ -301,7 +339,12 @@ def register(verbs: Verbs) -> None:
         metavar="EXPR",
         help="run only the checks whose names match EXPR, with pytest's -k grammar (e.g. 'config and not label')",
     )
-    p.add_argument("--list", action="store_true", help="list the checks (name, kind, source) without running an image")
+    p.add_argument(
+        "--list", action="store_true", help="list the checks (name, kind, source) without running an image"
+    )
+    add_build_arg(
+        p, "a tunable the image was built with (as build --build-arg): WITH_NIXL=1 expects the NIXL layer"
+    )
     p.add_argument(
         "--scan-root",
         dest="scan_roots",

@@ -19,7 +19,7 @@ from pathlib import Path
 from imagebuild.errors import ConfigError
 from imagebuild.inputs.arch_recipe import RecipeOverlay, parse_overlays
 from imagebuild.inputs.schema import Table, read_toml, suggest
-from imagebuild.inputs.values import PIN_NAME, TUNABLE, shown
+from imagebuild.inputs.values import ENV_NAME, PIN_NAME, TUNABLE, shown
 
 PLATFORM_RE = re.compile(r"^linux/(amd64|arm64)$")
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -34,6 +34,7 @@ _KEYS = (
     "gpus_per_node",
     "donor",
     "omit_steps",
+    "args",
     "graft",
     "recipes",
     "step_text",
@@ -76,6 +77,9 @@ class ArchProfile:
         None  # the donor stage's image pin; None: stages/image.toml's; NO_DONOR: no donor stage
     )
     omit_steps: tuple[str, ...] = ()  # slugs of stages/NN-slug.toml steps this profile leaves out
+    # Tunables of stages/image.toml this profile builds with by default (WITH_NIXL = "1");
+    # --build-arg still overrides them.
+    args: tuple[tuple[str, str], ...] = ()
     graft: GraftProfile | None = None  # None: verify's defaults for the graft
     recipes: tuple[RecipeOverlay, ...] = ()  # how the launcher recipes differ on this arch
     step_text: tuple[StepText, ...] = ()  # a step's title or why as this arch's Dockerfile says it
@@ -139,6 +143,7 @@ def load_arch(arch_dir: Path, name: str) -> ArchProfile:
         gpus_per_node=gpus,
         donor=_donor(t),
         omit_steps=_omit_steps(t),
+        args=tuple(t.string_map("args", names=ENV_NAME, values=TUNABLE).items()) if "args" in t.data else (),
         graft=_graft(t),
         recipes=parse_overlays(t.data.get("recipes"), str(path)),
         step_text=_step_text(t),

@@ -29,6 +29,14 @@ PROBE_DIR = f"{IMAGEBUILD_DIR}/probe"  # the constraint probe sdist (image_files
 LAUNCHER_DIR = f"{IMAGEBUILD_DIR}/launcher"  # the serve launcher and its recipes
 LAUNCHER = f"{LAUNCHER_DIR}/serve.py"
 ROUTER = "/usr/local/bin/vllm-router"
+# What step 10 installs with WITH_NIXL=1 (the reference's /usr/local/ucx and /usr/local/RIXL/install;
+# rocSHMEM's and DeepEP's file names are the sample stand-ins', unverified against the real builds).
+NIXL_LIBRARIES = (
+    "/usr/local/ucx/lib/libucp.so",
+    "/usr/local/RIXL/install/lib/libnixl.so",
+    "/usr/local/lib/librocshmem.so",
+    "/usr/local/lib/libdeep_ep.so",
+)
 
 # Names stage files may use for the paths above; replaced when the stages are loaded.
 STAGE_NAMES: dict[str, str] = {

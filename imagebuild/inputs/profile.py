@@ -16,6 +16,7 @@ from pathlib import Path
 from imagebuild.errors import ConfigError
 from imagebuild.inputs.arch import ArchProfile
 from imagebuild.inputs.arch_recipe import apply_overlay, check_topology, read_recipe_data
+from imagebuild.inputs.layers import with_tunables
 from imagebuild.inputs.schema import suggest
 from imagebuild.inputs.stage_model import ImageDefinition, Step
 from imagebuild.inputs.values import shown
@@ -48,7 +49,8 @@ def apply_profile(definition: ImageDefinition, arch: ArchProfile) -> ImageDefini
         replace(_from_donor(step, spec.donor_pin, donor) if step.from_pin else step, number=number)
         for number, step in enumerate(kept, 1)
     )
-    return ImageDefinition(spec=replace(spec, donor_pin=donor), steps=steps)
+    profiled = ImageDefinition(spec=replace(spec, donor_pin=donor), steps=steps)
+    return with_tunables(profiled, dict(arch.args), f"{arch.where} [args]")
 
 
 def _with_text(step: Step, arch: ArchProfile) -> Step:

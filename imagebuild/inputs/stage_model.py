@@ -92,6 +92,15 @@ Command = Shell | Pip | GitCheckout | FetchFile | PypiDownload | AptInstall
 
 
 @dataclass(frozen=True, kw_only=True)
+class OptionalLayer:
+    """A RUN step built only when a tunable is not "0": ``enabled`` then, else ``disabled``."""
+
+    arg: str  # a tunable of stages/image.toml [args], e.g. WITH_NIXL
+    enabled: tuple[Command, ...]
+    disabled: tuple[Command, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Step:
     number: int
     slug: str
@@ -109,6 +118,9 @@ class Step:
     commands: tuple[Command, ...] = ()  # RUN
     python_packages: tuple[str, ...] = ()  # requirements this step installs from the python lock
     apt_packages: tuple[str, ...] = ()  # OS packages this step installs from the apt lock
+    # An optional layer (step 10's NIXL): the tunable that turns it on, and both command lists;
+    # ``commands`` is the one the tunable's value selects (imagebuild.inputs.layers).
+    layer: OptionalLayer | None = None
 
     @property
     def label(self) -> str:

@@ -26,6 +26,7 @@ from packaging.utils import canonicalize_name
 
 from imagebuild.errors import ConfigError
 from imagebuild.inputs.debian import DEB_PACKAGE
+from imagebuild.inputs.layers import with_tunables
 from imagebuild.inputs.layout import STAGE_NAMES
 from imagebuild.inputs.schema import Table, read_toml, suggest
 from imagebuild.inputs.stage_model import (
@@ -36,6 +37,7 @@ from imagebuild.inputs.stage_model import (
     ImageDefinition,
     ImageSpec,
     Instruction,
+    OptionalLayer,
     Pip,
     PypiDownload,
     Shell,
@@ -69,7 +71,7 @@ _STEP_KEYS: dict[Instruction, tuple[str, ...]] = {
     Instruction.FROM: ("image",),
     Instruction.WORKDIR: ("path",),
     Instruction.COPY: ("src", "dest", "from"),
-    Instruction.RUN: ("commands", "python_packages", "apt_packages"),
+    Instruction.RUN: ("commands", "python_packages", "apt_packages", "enabled_by", "disabled_commands"),
 }
 _COMMON_STEP_KEYS = ("title", "why", "instruction", "env", "env_after")
 _COMMAND_KEYS = {
@@ -269,7 +271,24 @@ def _parse_step(path: Path, number: int, slug: str) -> Step:
     python_packages = _requirements(t, "python_packages")
     _check_installs(path, commands, python_packages)
     apt_packages = _apt_packages(t, commands)
-    return Step(**common, commands=commands, python_packages=python_packages, apt_packages=apt_packages)
+    layer = _optional_layer(t, path, commands)
+    return Step(
+        **common, commands=commands, python_packages=python_packages, apt_packages=apt_packages, layer=layer
+    )
+
+
+def _optional_layer(t: Table, path: Path, commands: tuple[Command, ...]) -> OptionalLayer | None:
+    """``enabled_by`` and ``disabled_commands``: both or neither (the tunable is checked in load_stages)."""
+    arg = t.optional_string("enabled_by", kind=ENV_NAME)
+    raw = t.data.get("disabled_commands")
+    if arg is None and raw is None:
+        return None
+    if arg is None or not isinstance(raw, list) or not raw:
+        msg = f"{path}: an optional layer needs both 'enabled_by' (a tunable) and a non-empty 'disabled_commands' list"
+        raise ConfigError(msg)
+    disabled = tuple(_parse_command(c, f"{path} disabled_commands[{i}]") for i, c in enumerate(raw))
+    _check_installs(path, disabled, ())
+    return OptionalLayer(arg=arg, enabled=commands, disabled=disabled)
 
 
 def _apt_packages(t: Table, commands: tuple[Command, ...]) -> tuple[str, ...]:
@@ -347,11 +366,15 @@ def load_stages(stages_dir: Path) -> ImageDefinition:
         msg = f"{extra_from[0].source}: only step 01 may be a FROM; the final stage is one stage"
         raise ConfigError(msg)
     _check_copy_stages(spec, steps)
+    for step in steps:
+        if step.layer and step.layer.arg not in dict(spec.args):
+            msg = f"{step.source}: enabled_by = {shown(step.layer.arg)} is not a tunable of {spec.source} [args].{suggest(step.layer.arg, dict(spec.args))}"
+            raise ConfigError(msg)
     apt_steps = [s.source.name for s in steps if s.apt_packages]
     if len(apt_steps) > 1:  # apt.lock.toml holds one package set, resolved against the base
         msg = f"{stages_dir}: only one step may install apt_packages; {', '.join(apt_steps)} both do"
         raise ConfigError(msg)
-    return ImageDefinition(spec=spec, steps=tuple(steps))
+    return with_tunables(ImageDefinition(spec=spec, steps=tuple(steps)), {}, str(spec.source))
 
 
 def _check_copy_stages(spec: ImageSpec, steps: list[Step]) -> None:

@@ -48,6 +48,7 @@ from imagebuild.pins import (
     Pin,
     PinKind,
     PypiPin,
+    TarballPin,
     WheelPin,
 )
 
@@ -150,6 +151,11 @@ def _wheel(pin: WheelPin, ctx: SourceContext) -> Resolved:
     return Resolved(fields={"sha256": digest.sha256, "size": digest.size})
 
 
+def _tarball(pin: TarballPin, ctx: SourceContext) -> Resolved:
+    digest = hash_url(ctx.http, pin.url)
+    return Resolved(fields={"sha256": digest.sha256, "size": digest.size})
+
+
 def _pypi(pin: PypiPin, ctx: SourceContext) -> Resolved:
     if ctx.python is None:
         raise SourceError(
@@ -192,6 +198,7 @@ RESOLVERS: dict[PinKind, Resolver] = {
     PinKind.GIT: _git,
     PinKind.IMAGE: _image,
     PinKind.WHEEL: _wheel,
+    PinKind.TARBALL: _tarball,
     PinKind.PYPI: _pypi,
     PinKind.APT: _apt,
 }

@@ -12,7 +12,7 @@ from imagebuild.inputs.values import COMMIT_RE, COMMITTED_RE, DIGEST_RE, SHA256_
 from imagebuild.pins.apt import AptPin
 from imagebuild.pins.base import PYPI_SIMPLE, Drift, LockState, Pin, PinKind, Refresh
 from imagebuild.pins.description import PackageUrl, PinDescription
-from imagebuild.pins.files import PypiPin, WheelPin
+from imagebuild.pins.files import PypiPin, TarballPin, WheelPin
 from imagebuild.pins.kinds import PIN_TYPES, GitPin, ImagePin, ToolchainPin
 from imagebuild.pins.pinset import IdentityUpdate, PinSet, load_pins, parse_pins, render_updates
 
@@ -36,6 +36,7 @@ __all__ = [
     "PinSet",
     "PypiPin",
     "Refresh",
+    "TarballPin",
     "ToolchainPin",
     "WheelPin",
     "load_pins",

@@ -26,6 +26,7 @@ class PinKind(StrEnum):
     IMAGE = "image"
     GIT = "git"
     WHEEL = "wheel"
+    TARBALL = "tarball"
     PYPI = "pypi"
     TOOLCHAIN = "toolchain"
     APT = "apt"

@@ -1,4 +1,4 @@
-"""The pins of one downloaded file, known by its sha256: a wheel at a URL, a release on PyPI.
+"""The pins of one downloaded file, known by its sha256: a wheel or a source tarball at a URL, a release on PyPI.
 
 What the two share (the version, the sha256 that is their identity, when lock hashes them
 again, how the SBOM names them) is ``FilePin``; each kind adds where its file comes from.
@@ -197,4 +197,85 @@ class PypiPin(FilePin):
         index = (("repository_url", self.index),) if self.index != PYPI_SIMPLE else ()
         return self._describe_file(
             project, qualifiers=(("file_name", self.filename or ""), *index), python_project=project
+        )
+
+
+# The archive endings a source tarball pin accepts: what `tar -xf` unpacks without an option.
+TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".tar.bz2", ".tar")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TarballPin(FilePin):
+    """A source archive at a URL (googletest's release tarball): like a wheel, but no python package.
+
+    The SBOM names it by its URL (pkg:generic with download_url and checksum): it has no registry.
+    """
+
+    kind: ClassVar[PinKind] = PinKind.TARBALL
+    keys: ClassVar[tuple[str, ...]] = ("url", "version", "sha256", "size", "fingerprint")
+    identity_keys: ClassVar[tuple[str, ...]] = ("sha256", "size")
+    declared_keys: ClassVar[tuple[str, ...]] = ("url",)
+
+    url: str
+    size: int
+
+    @classmethod
+    def from_table(cls, t: Table, *, name: str, source: Path) -> Self:
+        pin = cls(
+            name=name,
+            source=source,
+            url=t.string("url", kind=HTTPS_URL),
+            version=t.string("version", kind=VERSION),
+            sha256=t.optional_string("sha256", kind=SHA256),
+            size=t.integer("size", default=0),
+            fingerprint=t.optional_string("fingerprint", kind=FINGERPRINT),
+        )
+        if pin.size < 0:
+            msg = f"{t.where}: 'size' = {pin.size} is negative; clear it and run `imagebuild lock`"
+            raise ConfigError(msg)
+        # The file name becomes an ARG and a path in the image: a plain archive name.
+        if FILE_NAME.problem(pin.filename) or not pin.filename.endswith(TARBALL_SUFFIXES):
+            msg = f"{t.where}: 'url' ends in {shown(pin.filename)}, not a source archive ({', '.join(TARBALL_SUFFIXES)})"
+            raise ConfigError(msg)
+        return pin
+
+    @property
+    def tracked(self) -> str:
+        return f"url of {self.version}"
+
+    @property
+    def filename(self) -> str:
+        from urllib.parse import unquote, urlsplit
+
+        return unquote(urlsplit(self.url).path.rsplit("/", 1)[-1])
+
+    def build_args(self) -> dict[str, str]:
+        p = self.arg_prefix
+        return {
+            f"{p}_TARBALL_URL": self.url,
+            f"{p}_TARBALL_FILE": self.filename,
+            f"{p}_TARBALL_SHA256": self.sha256 or "",
+            f"{p}_VERSION": self.version,
+        }
+
+    @property
+    def source_url(self) -> str:
+        return self.url
+
+    def describe(self) -> PinDescription:
+        sha256 = self.require_identity()
+        return PinDescription(
+            role="library",
+            name=self.name,
+            version=self.version,
+            purl=PackageUrl(
+                type="generic",
+                name=self.name,
+                version=self.version,
+                qualifiers=(("download_url", self.url), ("checksum", f"sha256:{sha256}")),
+            ),
+            hashes=(("sha256", sha256),),
+            links=(("distribution", self.url),),
+            uri=self.url,
+            digest=(("sha256", sha256),),
         )

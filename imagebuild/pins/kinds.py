@@ -47,7 +47,7 @@ from imagebuild.pins.base import (
     Refresh,
 )
 from imagebuild.pins.description import PackageUrl, PinDescription, git_package_url
-from imagebuild.pins.files import PypiPin, WheelPin
+from imagebuild.pins.files import PypiPin, TarballPin, WheelPin
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -299,7 +299,7 @@ class ToolchainPin(Pin):
 
 
 PIN_TYPES: dict[PinKind, type[Pin]] = {
-    cls.kind: cls for cls in (ImagePin, GitPin, WheelPin, PypiPin, ToolchainPin, AptPin)
+    cls.kind: cls for cls in (ImagePin, GitPin, WheelPin, TarballPin, PypiPin, ToolchainPin, AptPin)
 }
 
 

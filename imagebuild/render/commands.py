@@ -23,7 +23,7 @@ from imagebuild.inputs.stage_model import (
     Step,
 )
 from imagebuild.inputs.values import shell_quoted_text, shell_word
-from imagebuild.pins import GitPin, Pin, PinSet, PypiPin, WheelPin
+from imagebuild.pins import GitPin, Pin, PinSet, PypiPin, TarballPin, WheelPin
 from imagebuild.render.apt import AptSelection, apt_lines, apt_pin
 from imagebuild.render.model import ConstraintMode
 from imagebuild.render.pip import hash_locked_download, pip_lines
@@ -50,7 +50,11 @@ def command_lines(
         case GitCheckout():
             return _git(cmd, _source_pin(pins, cmd.pin, GitPin, step)), {cmd.pin}, set()
         case FetchFile():
-            return _fetch(cmd, _source_pin(pins, cmd.pin, WheelPin, step)), {cmd.pin}, set()
+            fetched = pins.get(cmd.pin)
+            file_pin = (
+                fetched if isinstance(fetched, TarballPin) else _source_pin(pins, cmd.pin, WheelPin, step)
+            )
+            return _fetch(cmd, file_pin), {cmd.pin}, set()
         case PypiDownload():
             return _pypi(cmd, _source_pin(pins, cmd.pin, PypiPin, step), mode), {cmd.pin}, set()
         case AptInstall():
@@ -82,13 +86,15 @@ def _git(cmd: GitCheckout, pin: GitPin) -> list[str]:
     return lines
 
 
-def _fetch(cmd: FetchFile, pin: WheelPin) -> list[str]:
-    p, d = pin.arg_prefix, shell_quoted_text(cmd.into)
-    path = f'"{d}/${{{p}_WHEEL_FILE}}"'
+def _fetch(cmd: FetchFile, pin: WheelPin | TarballPin) -> list[str]:
+    # The ARGs are PREFIX_WHEEL_* or PREFIX_TARBALL_* (the pin kinds' build_args).
+    p = f"{pin.arg_prefix}_{'TARBALL' if isinstance(pin, TarballPin) else 'WHEEL'}"
+    d = shell_quoted_text(cmd.into)
+    path = f'"{d}/${{{p}_FILE}}"'
     return [
         f"mkdir -p {shell_word(cmd.into)}",
-        f'curl -fsSL --retry 3 -o {path} "${{{p}_WHEEL_URL}}"',
-        f'echo "${{{p}_WHEEL_SHA256}}  {d}/${{{p}_WHEEL_FILE}}" | sha256sum -c -',
+        f'curl -fsSL --retry 3 -o {path} "${{{p}_URL}}"',
+        f'echo "${{{p}_SHA256}}  {d}/${{{p}_FILE}}" | sha256sum -c -',
     ]
 
 

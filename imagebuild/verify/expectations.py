@@ -24,10 +24,12 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from imagebuild.errors import ConfigError
+from imagebuild.inputs.layers import DISABLED, layer_enabled
 from imagebuild.inputs.layout import (
     APP_DIR,
     ARCH_LABEL,
     LAUNCHER_RECIPE,
+    NIXL_LIBRARIES,
     OCI_LABEL_PREFIX,
     OCI_LABELS,
     PIN_LABEL_PREFIX,
@@ -197,6 +199,8 @@ class Expectations:
     graft: GraftExpectations = GraftExpectations(tuned_configs=TUNED_CONFIGS, repinned=REPINNED_PIN)
     # name=version of every OS package apt.lock.toml locks for this arch (empty: no apt lock)
     apt_packages: tuple[str, ...] = ()
+    # The shared libraries an optional layer installed (step 10 with WITH_NIXL=1); () when it is off.
+    layer_libraries: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -218,7 +222,12 @@ class Expectations:
             ),
             secret_scan_roots=tuple(data["secret_scan_roots"]),
             graft=GraftExpectations.from_json(data["graft"]),
+            layer_libraries=tuple(data.get("layer_libraries", ())),
         )
+
+
+NIXL_ARG = "WITH_NIXL"  # the tunable of step 10's optional layer (stages/10-nixl.toml enabled_by)
+NIXL_DONE = "WITH_NIXL build complete"  # the versions.txt line only a WITH_NIXL=1 build writes
 
 
 def substitute(value: str, args: Mapping[str, str]) -> str | None:
@@ -331,7 +340,7 @@ def _expectations(
             unlocked[pin.name] = f"[{pin.name}] ({pin.tracked}) has no immutable identity in {pins.path}"
         else:
             labels[f"{PIN_LABEL_PREFIX}{pin.name}"] = pin.identity
-    forbidden = ("WITH_NIXL build complete",) if args.get("WITH_NIXL", "0") == "0" else ()
+    forbidden = (NIXL_DONE,) if args.get(NIXL_ARG, DISABLED) == DISABLED else ()
     workdir = next((s.path for s in inputs.definition.steps if s.path), APP_DIR)
     guard = inputs.python_lock.group(GUARD_GROUP) if inputs.python_lock else ()
     guard_setuptools = next((p.version for p in guard if p.name == "setuptools"), None)
@@ -364,6 +373,7 @@ def _expectations(
             tuned_configs=graft.tuned_configs if graft else TUNED_CONFIGS, repinned=repinned_pin
         ),
         apt_packages=_locked_apt_packages(inputs),
+        layer_libraries=NIXL_LIBRARIES if _nixl_enabled(inputs.definition) else (),
     )
 
 
@@ -371,6 +381,11 @@ def _locked_apt_packages(inputs: Inputs) -> tuple[str, ...]:
     """What apt.lock.toml says step 4 installed for this arch, when the image was built from it."""
     entry = inputs.apt_lock.get(inputs.arch.deb_architecture) if inputs.apt_lock else None
     return tuple(p.requirement for p in entry.packages) if entry else ()
+
+
+def _nixl_enabled(definition: ImageDefinition) -> bool:
+    tunables = dict(definition.spec.args)
+    return any(layer_enabled(s, tunables) for s in definition.steps if s.layer and s.layer.arg == NIXL_ARG)
 
 
 def parse_versions(text: str) -> list[tuple[str, str, str]]:

@@ -8,7 +8,6 @@ test's images serve a step either.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import re
@@ -22,6 +21,7 @@ from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.pins import GitPin, load_pins
 from sampleworld.world import World
+from tests.integration.image_support import remove_images
 from tests.integration.test_apt_snapshot import newer_snapshot
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
@@ -31,15 +31,6 @@ CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hex
 TAG = f"imagebuild-test/repro:a-{CHECKOUT}"
 TAG_B = f"imagebuild-test/repro:b-{CHECKOUT}"
 NEXT_ROUTER_BRANCH = "ravgupta/moriio-timeout"  # one commit after the pinned router (sampleworld)
-
-
-def remove_images(*tags: str) -> None:
-    """Only this module's tags; untagged parents (the layer cache) go with them, others' images stay."""
-    api = docker.from_env().api
-    for tag in tags:
-        for name in (tag, f"{tag}-cache"):
-            with contextlib.suppress(docker.errors.ImageNotFound):
-                api.remove_image(name)
 
 
 def build(pins: Path, record: Path, tag: str, *extra: str) -> dict[str, object]:

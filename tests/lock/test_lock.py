@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -164,6 +166,23 @@ def test_commit_only_pin_gets_its_commit_time(world: World, amd64: ArchProfile) 
     }
     assert load_pins(world.path).get("only").lock_state is LockState.MATCHES
     assert set(statuses(world.lock(amd64)).values()) == {"unchanged"}
+
+
+def test_a_tarball_pin_is_hashed_once_and_its_edit_relocked(world: World, amd64: ArchProfile) -> None:
+    """googletest's source tarball (the NIXL layer): lock downloads and hashes it while sha256 is empty."""
+    body = b"googletest-1.14.0 source archive" * 100
+    url = world.files.add("/google/googletest/archive/refs/tags/v1.14.0.tar.gz", body)
+    world.path.write_text(
+        f'[googletest]\nkind = "tarball"\nurl = "{url}"\nversion = "1.14.0"\nsha256 = ""\nsize = 0\n',
+        encoding="utf-8",
+    )
+    assert statuses(world.lock(amd64)) == {"googletest": "filled"}
+    pin = world.data()["googletest"]
+    assert (pin["sha256"], pin["size"]) == (hashlib.sha256(body).hexdigest(), len(body))
+    assert load_pins(world.path).get("googletest").lock_state is LockState.MATCHES
+    hits = world.files.hits[urlsplit(url).path]
+    assert set(statuses(world.lock(amd64)).values()) == {"unchanged"}
+    assert world.files.hits[urlsplit(url).path] == hits  # a sha256 names its bytes: not asked again
 
 
 def statuses(result: LockResult) -> dict[str, str]:

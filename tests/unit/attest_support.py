@@ -52,6 +52,8 @@ def pin_data() -> dict[str, Any]:
     data["base"].update(digest="sha256:" + "1" * 64, platform_digest="sha256:" + "2" * 64)
     data["donor"].update(digest="sha256:" + "3" * 64, platform_digest="sha256:" + "3" * 64)
     data["aiter"].update(sha256="4" * 64, size=1234)
+    data["deepep"].update(commit="7" * 40, committed="2026-01-01T02:00:00Z")
+    data["googletest"].update(sha256="8" * 64, size=519)
     data["apt"] = {  # the sample world has no apt pin yet: its snapshot stand-in serves no archive yet
         "kind": "apt",
         "archive": "http://127.0.0.1:55081/archive/debian",

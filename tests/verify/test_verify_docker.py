@@ -39,6 +39,7 @@ def test_good_image_passes_within_budget(in_repo: Path, engine: Engine, good_ima
         "constraint",
         "scrub",
         "graft",
+        "nixl",
         "router",
         "launcher",
         "secrets",

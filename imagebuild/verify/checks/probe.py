@@ -273,6 +273,11 @@ def gather(exp: dict[str, Any], secrets: Any) -> dict[str, Any]:
             "help": _run([str(router), "--help"]) if os.access(router, os.X_OK) else None,
         },
         "launcher": {"exists": Path(exp["launcher"]).is_file(), "runs": _launcher(exp)},
+        # ldd with the image's environment: a library whose dependency (UCX for RIXL) is missing shows "not found".
+        "layer_libraries": {
+            p: {"exists": Path(p).is_file(), "ldd": _run(["ldd", p]) if Path(p).is_file() else None}
+            for p in exp["layer_libraries"]
+        },
         # Every setuptools on python3's path, in import order: the first is what a no-isolation build uses.
         "setuptools": _installed("setuptools", paths),
         "secret_files": _scan_files(exp["secret_scan_roots"], exp["secret_scan_max_file_bytes"], secrets),

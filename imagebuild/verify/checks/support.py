@@ -112,6 +112,7 @@ def probe_request(exp: Expectations) -> dict[str, Any]:
         "repinned_dist": REPINNED_PIN,
         "check_tool": CHECK_TOOL,
         "router": ROUTER,
+        "layer_libraries": exp.layer_libraries,
         "launcher": LAUNCHER,
         "launcher_cases": [dataclasses.asdict(case) for case in exp.launcher_cases],
         "secret_scan_roots": exp.secret_scan_roots,
