@@ -57,3 +57,8 @@ def _snapshot(value: str) -> str | None:
 
 
 SNAPSHOT_ID = Kind("a snapshot ID", _snapshot)
+
+# Where the apt step (render) and lock's resolver put the snapshot as apt's one source.
+SNAPSHOT_LIST = "/etc/apt/sources.list.d/imagebuild-snapshot.list"
+# apt-get -s: "Inst NAME [OLD] (NEW ARCHIVE [ARCH])" -> NAME=NEW
+INST_TO_REQUIREMENT = r"s/^Inst \([^ ]*\) \(\[[^]]*\] \)\{0,1\}(\([^ ]*\) .*/\1=\3/p"

@@ -33,7 +33,7 @@ from imagebuild.inputs.stage_model import ImageDefinition
 from imagebuild.lock.apt_resolve import AptResolveError, AptResolveRequest, parse_resolution, resolve_script
 from imagebuild.lock.report import Mode
 from imagebuild.pins import AptPin, PinSet
-from imagebuild.render.apt import apt_pin
+from imagebuild.pins.apt import apt_pin
 from imagebuild.util.files import write_atomically
 
 if TYPE_CHECKING:  # the engine is opened lazily, only when a resolution is needed

@@ -17,10 +17,9 @@ import re
 from dataclasses import dataclass
 
 from imagebuild.inputs.apt_lock import AptArchitecture, AptPackage
-from imagebuild.inputs.debian import DEB_ARCH, DEB_PACKAGE, DEB_VERSION
+from imagebuild.inputs.debian import DEB_ARCH, DEB_PACKAGE, DEB_VERSION, INST_TO_REQUIREMENT, SNAPSHOT_LIST
 from imagebuild.inputs.values import SHA256, shell_word
 from imagebuild.pins import AptPin
-from imagebuild.render.apt import INST_TO_REQUIREMENT, SNAPSHOT_LIST
 
 MARK = "@@imagebuild-apt "  # section markers in the container's output
 _INST = re.compile(r"^Inst (\S+) (?:\[[^]]*\] )?\((\S+) ")

@@ -22,14 +22,18 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Self
+from typing import TYPE_CHECKING, ClassVar, Self
 
 from imagebuild.errors import ConfigError
 from imagebuild.inputs.debian import APT_COMPONENT, APT_SUITE, SNAPSHOT_ID
 from imagebuild.inputs.schema import Table
+from imagebuild.inputs.stage_model import AptInstall, Step
 from imagebuild.inputs.values import ABSOLUTE_PATH, FINGERPRINT, HTTPS_URL
 from imagebuild.pins.base import Drift, Pin, PinKind, Refresh
 from imagebuild.pins.description import PackageUrl, PinDescription
+
+if TYPE_CHECKING:  # pinset imports the pin kinds
+    from imagebuild.pins.pinset import PinSet
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,3 +122,12 @@ class AptPin(Pin):
             properties=(("suite", self.suite), ("components", self.components_text)),
             uri=self.snapshot_url(),
         )
+
+
+def apt_pin(pins: PinSet, command: AptInstall, step: Step) -> AptPin:
+    """The apt pin a step's { apt = PIN } command names (render and lock read the same one)."""
+    pin = pins.get(command.pin)
+    if not isinstance(pin, AptPin):
+        msg = f"{step.source}: '{command.pin}' is a {pin.kind} pin; {{ apt = ... }} needs an apt pin"
+        raise ConfigError(msg)
+    return pin

@@ -23,18 +23,16 @@ from dataclasses import dataclass
 from imagebuild.errors import ConfigError
 from imagebuild.inputs.apt_lock import AptLock, AptPackage, apt_lock_path_for, check_apt_lock
 from imagebuild.inputs.arch import ArchProfile
-from imagebuild.inputs.debian import DEB_PACKAGE, DEB_VERSION
-from imagebuild.inputs.stage_model import AptInstall, ImageDefinition, Step
+from imagebuild.inputs.debian import DEB_PACKAGE, DEB_VERSION, INST_TO_REQUIREMENT, SNAPSHOT_LIST
+from imagebuild.inputs.stage_model import ImageDefinition, Step
 from imagebuild.inputs.values import shell_word
 from imagebuild.pins import AptPin, PinSet
+from imagebuild.pins.apt import apt_pin
 
 ASIDE = "/etc/apt/imagebuild-set-aside"
-SNAPSHOT_LIST = "/etc/apt/sources.list.d/imagebuild-snapshot.list"
 LOCKED_LIST = "/tmp/imagebuild-apt-locked.txt"
 PLAN_FILE = "/tmp/imagebuild-apt-plan.txt"
 APT_INSTALL = "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends"
-# apt-get -s: "Inst NAME [OLD] (NEW ARCHIVE [ARCH])" -> NAME=NEW
-INST_TO_REQUIREMENT = r"s/^Inst \([^ ]*\) \(\[[^]]*\] \)\{0,1\}(\([^ ]*\) .*/\1=\3/p"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,14 +86,6 @@ def select_apt(
             raise
         return AptSelection(packages=None, unpinned=f"{pin.name} packages ({e})")
     return AptSelection(packages=entry.packages)
-
-
-def apt_pin(pins: PinSet, command: AptInstall, step: Step) -> AptPin:
-    pin = pins.get(command.pin)
-    if not isinstance(pin, AptPin):
-        msg = f"{step.source}: '{command.pin}' is a {pin.kind} pin; {{ apt = ... }} needs an apt pin"
-        raise ConfigError(msg)
-    return pin
 
 
 def apt_lines(step: Step, pin: AptPin, selection: AptSelection | None) -> list[str]:

@@ -24,7 +24,8 @@ from imagebuild.inputs.stage_model import (
 )
 from imagebuild.inputs.values import shell_quoted_text, shell_word
 from imagebuild.pins import GitPin, Pin, PinSet, PypiPin, TarballPin, WheelPin
-from imagebuild.render.apt import AptSelection, apt_lines, apt_pin
+from imagebuild.pins.apt import apt_pin
+from imagebuild.render.apt import AptSelection, apt_lines
 from imagebuild.render.model import ConstraintMode
 from imagebuild.render.pip import hash_locked_download, pip_lines
 
