@@ -171,6 +171,22 @@ def _build_snapshot(dirs: ArchiveDirs, snapshot: str, options: list[str], names:
 def ensure_archive(state: StateDir) -> dict[str, str]:
     """Build both snapshots once (cached in the state dir), publish the first; the manifest says what moved."""
     dirs = ArchiveDirs(state)
+    try:
+        _ensure_signed_archive(dirs)
+    finally:
+        _stop_gpg_agent(dirs)  # gpg starts one per homedir and leaves it running: it is ours to stop
+    if not published(dirs.served):
+        publish(state, SNAPSHOTS[0])
+    data: dict[str, str] = json.loads(dirs.manifest.read_text())["versions"]
+    return data
+
+
+def _stop_gpg_agent(dirs: ArchiveDirs) -> None:
+    if dirs.gnupg.is_dir():
+        proc.run(["gpgconf", "--homedir", str(dirs.gnupg), "--kill", "gpg-agent"], timeout=60)
+
+
+def _ensure_signed_archive(dirs: ArchiveDirs) -> None:
     ensure_key(dirs)
     if not dirs.manifest.is_file():
         dists = [dirs.root / f"lists-{i}" for i in range(len(SNAPSHOTS))]
@@ -189,10 +205,6 @@ def ensure_archive(state: StateDir) -> dict[str, str]:
             shutil.rmtree(dist)
         manifest = {"moving": moving, "versions": dict(zip(SNAPSHOTS, versions, strict=True))}
         dirs.manifest.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    if not published(dirs.served):
-        publish(state, SNAPSHOTS[0])
-    data: dict[str, str] = json.loads(dirs.manifest.read_text())["versions"]
-    return data
 
 
 def moving_package(state: StateDir) -> tuple[str, dict[str, str]]:
