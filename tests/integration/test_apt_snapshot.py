@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,20 +23,9 @@ from imagebuild.pins import AptPin, load_pins
 from sampleworld import apt_archive
 from sampleworld.layout import StateDir
 from sampleworld.world import World
+from tests.integration.apt_support import newer_snapshot
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
-
-
-@contextmanager
-def newer_snapshot(world: World) -> Iterator[str]:
-    """The service imports the next day's snapshot for the block (and the world is put back after)."""
-    state = StateDir(world.state_dir)
-    newer = apt_archive.SNAPSHOTS[1]
-    apt_archive.publish(state, newer)
-    try:
-        yield newer
-    finally:
-        apt_archive.unpublish(state, newer)
 
 
 def copy_checkout_pins(locked_pins: Path, into: Path) -> Path:

@@ -21,8 +21,8 @@ from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.pins import GitPin, load_pins
 from sampleworld.world import World
+from tests.integration.apt_support import newer_snapshot
 from tests.integration.image_support import remove_images
-from tests.integration.test_apt_snapshot import newer_snapshot
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 

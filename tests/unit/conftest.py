@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -49,9 +50,11 @@ def vllm_bad_pins(tmp_path: Path) -> Path:
     commit = find_project(REPO, BUILD_STREAMS / "pins.toml").load("gfx942").pins.get("vllm").identity
     assert commit
     path = tmp_path / "pins.toml"
-    path.write_text(text.replace(commit, BAD_SHA))
-    if (BUILD_STREAMS / "pylock.toml").is_file():  # the same python lock beside it, as recorded
-        shutil.copy(BUILD_STREAMS / "pylock.toml", tmp_path / "pylock.toml")
+    # Unfingerprinted, as by hand: a fingerprinted identity typed over is refused before the build.
+    path.write_text(re.sub(r"^fingerprint = .*\n", "", text.replace(commit, BAD_SHA), flags=re.M))
+    for lock in ("pylock.toml", "apt.lock.toml"):  # the same python and OS package locks beside it
+        if (BUILD_STREAMS / lock).is_file():
+            shutil.copy(BUILD_STREAMS / lock, tmp_path / lock)
     return path
 
 

@@ -184,7 +184,7 @@ def test_the_documents_describe_the_inputs_as_they_were_when_the_build_started(
     project: Path, tmp_path: Path
 ) -> None:
     """A build can take an hour: a stage edited and the lock removed meanwhile change neither document."""
-    for name in ("pins.toml", "pylock.toml"):  # the recorded, locked sample pins
+    for name in ("pins.toml", "pylock.toml", "apt.lock.toml"):  # the recorded, locked sample pins
         shutil.copy(BUILD_STREAMS / name, project / name)
     stage, lock = project / "stages" / "07-vllm.toml", project / "pylock.toml"
     rendered = {"stages/07-vllm.toml": sha256(stage), "pylock.toml": sha256(lock)}

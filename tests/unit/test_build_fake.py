@@ -188,7 +188,8 @@ from imagebuild.render import RenderOptions, render
 project = find_project(Path(sys.argv[1]), Path(sys.argv[2]))
 inputs = project.load("gfx942")
 lock = inputs.python_lock
-dockerfile = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions(), lock=lock)
+dockerfile = render(inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions(), lock=lock,
+                    apt_lock=inputs.apt_lock)
 print(hashlib.sha256(build_context(dockerfile, inputs).tar()).hexdigest())
 """
 

@@ -16,9 +16,11 @@ from imagebuild.pins.epoch import FLOOR, format_epoch
 from imagebuild.project import find_project
 from imagebuild.render import Dockerfile, RenderOptions, render_inputs
 from imagebuild.render.plan import invalidated_steps
+from tests.unit.apt_support import write_apt_lock
 
 REPO = Path(__file__).resolve().parents[2]
 MORI, VLLM, ROUTER = "2026-01-01T02:00:00Z", "2026-01-01T03:00:00Z", "2026-01-01T02:30:00Z"
+NIXL_TIME = "2025-09-29T13:50:29Z"
 EPOCH_ARG = re.compile(r'^ARG SOURCE_DATE_EPOCH="(\d+)"$')
 
 
@@ -27,9 +29,13 @@ def lock_all(project: Path, *, mori: str = MORI, vllm: str = VLLM, router: str =
     path = project / "pins.toml"
     text = (REPO / "pins.toml").read_text().replace('digest = ""', f'digest = "sha256:{"ab" * 32}"')
     text = text.replace('sha256 = ""', f'sha256 = "{"cd" * 32}"')
+    text = text.replace('snapshot = ""', 'snapshot = "20240301T030400Z"')
     parts = re.split(r'committed = "[^"]*"', text)
-    assert len(parts) == 4, "mori, vllm and router, in file order"
-    text = "".join(part + f'committed = "{t}"' for part, t in zip(parts, (mori, vllm, router), strict=False))
+    # mori, vllm and router in file order, then the NIXL layer's git pins (off for gfx942: their times
+    # never reach its epoch, so any fixed time does)
+    assert len(parts) == 8, "mori, vllm, router, then ucx, rixl, rocshmem, deepep"
+    times = (mori, vllm, router, *[NIXL_TIME] * (len(parts) - 4))
+    text = "".join(part + f'committed = "{t}"' for part, t in zip(parts, times, strict=False))
     path.write_text(text + parts[-1])
     # As `imagebuild lock` writes them: fingerprinted (a time typed over a locked one is refused).
     stamps = {
@@ -38,6 +44,7 @@ def lock_all(project: Path, *, mori: str = MORI, vllm: str = VLLM, router: str =
         if p.declared_keys
     }
     path.write_text(render_updates(path, stamps))
+    write_apt_lock(path)  # step 4's packages, as lock resolves them beside the pins
 
 
 def rendered(project: Path, **options: object) -> Dockerfile:

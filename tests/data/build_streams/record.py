@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import socket
 import sys
@@ -96,7 +97,8 @@ def record(
     inputs = project.load("gfx942")
     lock = inputs.python_lock
     text = render(
-        inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions(), lock=lock
+        inputs.definition, inputs.pins, inputs.arch, inputs.constraints, RenderOptions(), lock=lock,
+        apt_lock=inputs.apt_lock,
     ).text
     work = Path(tempfile.mkdtemp(prefix="record-"))
     options = BuildOptions(
@@ -174,9 +176,11 @@ def main() -> int:
     vllm = find_project(REPO, pins).load("gfx942").pins.get("vllm").identity
     assert vllm
     bad = Path(tempfile.mkdtemp(prefix="record-")) / "pins.toml"
-    bad.write_text(pins.read_text().replace(vllm, BAD_SHA))
-    if (HERE / "pylock.toml").is_file():  # the same python lock beside it: only vLLM's commit differs
-        shutil.copy(HERE / "pylock.toml", bad.parent / "pylock.toml")
+    # Unfingerprinted, as by hand: a fingerprinted identity typed over is refused before the build.
+    bad.write_text(re.sub(r"^fingerprint = .*\n", "", pins.read_text().replace(vllm, BAD_SHA), flags=re.M))
+    for lock in ("pylock.toml", "apt.lock.toml"):  # the same locks beside it: only vLLM's commit differs
+        if (HERE / lock).is_file():
+            shutil.copy(HERE / lock, bad.parent / lock)
     record(engine, bad, "failure", f"vllm pinned to {BAD_SHA}, which its repository lacks")
     shutil.rmtree(bad.parent)
 
