@@ -30,6 +30,13 @@ def build_arg(text: str) -> tuple[str, str]:
     return name, value
 
 
+def add_build_arg(p: argparse.ArgumentParser, help_text: str) -> None:
+    """--build-arg NAME=VALUE, repeatable: build, plan and verify take the same tunables."""
+    p.add_argument(
+        "--build-arg", action="append", default=[], type=build_arg, metavar="NAME=VALUE", help=help_text
+    )
+
+
 def image_tag(text: str) -> str:
     problem = tag_reference_problem(text)
     if problem:

@@ -120,14 +120,7 @@ def register(verbs: Verbs) -> None:
         type=arguments.network_mode,
         help="build network mode, e.g. host (needed for loopback sources)",
     )
-    p.add_argument(
-        "--build-arg",
-        action="append",
-        default=[],
-        type=arguments.build_arg,
-        metavar="NAME=VALUE",
-        help="override a tunable",
-    )
+    arguments.add_build_arg(p, "override a tunable")
     p.add_argument(
         "--record",
         type=arguments.output_file,

@@ -215,17 +215,6 @@ def check_layer_pin(inputs: Inputs, name: str) -> None:
             raise ConfigError(msg)
 
 
-def add_build_arg(p: argparse.ArgumentParser, help_text: str) -> None:
-    p.add_argument(
-        "--build-arg",
-        action="append",
-        default=[],
-        type=arguments.build_arg,
-        metavar="NAME=VALUE",
-        help=help_text,
-    )
-
-
 def list_verify_checks(args: argparse.Namespace, inputs: Inputs, options: VerifyOptions) -> int:
     """verify --list: every check that would run (with -k, the selected ones); no image, no engine."""
     from imagebuild.verify.expectations import build_expectations
@@ -301,7 +290,7 @@ def register(verbs: Verbs) -> None:
     p.add_argument(
         "--explain", action="store_true", help="also explain how the build-toolchain constraint is applied"
     )
-    add_build_arg(
+    arguments.add_build_arg(
         p, "plan the build with this tunable (as build --build-arg): WITH_NIXL=1 has the NIXL layer"
     )
 
@@ -342,7 +331,7 @@ def register(verbs: Verbs) -> None:
     p.add_argument(
         "--list", action="store_true", help="list the checks (name, kind, source) without running an image"
     )
-    add_build_arg(
+    arguments.add_build_arg(
         p, "a tunable the image was built with (as build --build-arg): WITH_NIXL=1 expects the NIXL layer"
     )
     p.add_argument(

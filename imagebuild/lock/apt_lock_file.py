@@ -23,7 +23,6 @@ from imagebuild.inputs.apt_lock import (
     AptArchitecture,
     AptLock,
     apt_lock_path_for,
-    check_apt_lock,
     read_apt_lock,
     render_apt_lock,
 )
@@ -33,7 +32,7 @@ from imagebuild.inputs.stage_model import ImageDefinition
 from imagebuild.lock.apt_resolve import AptResolveError, AptResolveRequest, parse_resolution, resolve_script
 from imagebuild.lock.report import Mode
 from imagebuild.pins import AptPin, PinSet
-from imagebuild.pins.apt import apt_pin
+from imagebuild.pins.apt import apt_pin, check_lock_agrees
 from imagebuild.util.files import write_atomically
 
 if TYPE_CHECKING:  # the engine is opened lazily, only when a resolution is needed
@@ -131,15 +130,10 @@ def lock_apt(
         return AptLockResult(path=path, status="unlocked", detail=why, wrote=False, stale=False)
     current = read_apt_lock(path)
     try:
-        check_apt_lock(
+        check_lock_agrees(
             current,
-            path=path,
+            pin,
             pins_path=pins.path,
-            pin_name=pin.name,
-            archive=pin.archive,
-            suite=pin.suite,
-            components=pin.components,
-            snapshot=pin.snapshot,
             architecture=arch.deb_architecture,
             base=base.platform_digest,
             requested=step.apt_packages,

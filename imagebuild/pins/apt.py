@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Self
 
 from imagebuild.errors import ConfigError
+from imagebuild.inputs.apt_lock import AptArchitecture, AptLock, apt_lock_path_for, check_apt_lock
 from imagebuild.inputs.debian import APT_COMPONENT, APT_SUITE, SNAPSHOT_ID
 from imagebuild.inputs.schema import Table
 from imagebuild.inputs.stage_model import AptInstall, Step
@@ -131,3 +132,30 @@ def apt_pin(pins: PinSet, command: AptInstall, step: Step) -> AptPin:
         msg = f"{step.source}: '{command.pin}' is a {pin.kind} pin; {{ apt = ... }} needs an apt pin"
         raise ConfigError(msg)
     return pin
+
+
+def check_lock_agrees(
+    lock: AptLock | None,
+    pin: AptPin,
+    *,
+    pins_path: Path,
+    architecture: str,
+    base: str | None,
+    requested: tuple[str, ...],
+) -> AptArchitecture:
+    """apt.lock.toml's entry for ``architecture`` if it was resolved from this pin as it is now
+    (render and lock ask the same question; check_apt_lock says what disagrees, one line)."""
+    snapshot = pin.require_identity()
+    return check_apt_lock(
+        lock,
+        path=apt_lock_path_for(pins_path),
+        pins_path=pins_path,
+        pin_name=pin.name,
+        archive=pin.archive,
+        suite=pin.suite,
+        components=pin.components,
+        snapshot=snapshot,
+        architecture=architecture,
+        base=base,
+        requested=requested,
+    )

@@ -81,14 +81,25 @@ class FilePin(Pin):
 
 
 @dataclass(frozen=True, kw_only=True)
-class WheelPin(FilePin):
-    kind: ClassVar[PinKind] = PinKind.WHEEL
+class UrlFilePin(FilePin):
+    """A file at a URL the pin names (a wheel, a source tarball): lock hashes it and records its size.
+
+    Its file name (the URL's last segment, %-decoded) becomes an ARG and a path in the image, so each
+    kind says which names it takes (``_accepts``) and reaches the build as ``<PIN>_<ARG_WORD>_*``.
+    """
+
     keys: ClassVar[tuple[str, ...]] = ("url", "version", "sha256", "size", "fingerprint")
     identity_keys: ClassVar[tuple[str, ...]] = ("sha256", "size")
     declared_keys: ClassVar[tuple[str, ...]] = ("url",)
+    arg_word: ClassVar[str]  # WHEEL, TARBALL: the build args' middle word
+    expected_name: ClassVar[str]  # what the file name should be, for the error line
 
     url: str
     size: int
+
+    @classmethod
+    def _accepts(cls, filename: str) -> bool:
+        raise NotImplementedError
 
     @classmethod
     def from_table(cls, t: Table, *, name: str, source: Path) -> Self:
@@ -104,10 +115,8 @@ class WheelPin(FilePin):
         if pin.size < 0:
             msg = f"{t.where}: 'size' = {pin.size} is negative; clear it and run `imagebuild lock`"
             raise ConfigError(msg)
-        # The file name is the URL's last segment, %-decoded: it becomes an ARG and a path in the
-        # image, and pip reads its tags, so it must be a plain wheel file name.
-        if FILE_NAME.problem(pin.filename) or not pin.filename.endswith(".whl"):
-            msg = f"{t.where}: 'url' ends in {shown(pin.filename)}, not a wheel file name (NAME-VERSION-TAGS.whl)"
+        if FILE_NAME.problem(pin.filename) or not cls._accepts(pin.filename):
+            msg = f"{t.where}: 'url' ends in {shown(pin.filename)}, not {cls.expected_name}"
             raise ConfigError(msg)
         return pin
 
@@ -124,17 +133,29 @@ class WheelPin(FilePin):
         return unquote(urlsplit(self.url).path.rsplit("/", 1)[-1])
 
     def build_args(self) -> dict[str, str]:
-        p = self.arg_prefix
+        p, word = self.arg_prefix, self.arg_word
         return {
-            f"{p}_WHEEL_URL": self.url,
-            f"{p}_WHEEL_FILE": self.filename,
-            f"{p}_WHEEL_SHA256": self.sha256 or "",
+            f"{p}_{word}_URL": self.url,
+            f"{p}_{word}_FILE": self.filename,
+            f"{p}_{word}_SHA256": self.sha256 or "",
             f"{p}_VERSION": self.version,
         }
 
     @property
     def source_url(self) -> str:
         return self.url
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelPin(UrlFilePin):
+    kind: ClassVar[PinKind] = PinKind.WHEEL
+    arg_word: ClassVar[str] = "WHEEL"
+    # pip reads the wheel's tags from its name: a plain wheel file name
+    expected_name: ClassVar[str] = "a wheel file name (NAME-VERSION-TAGS.whl)"
+
+    @classmethod
+    def _accepts(cls, filename: str) -> bool:
+        return filename.endswith(".whl")
 
     def describe(self) -> PinDescription:
         return self._describe_file(
@@ -205,62 +226,19 @@ TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".tar.bz2", ".tar")
 
 
 @dataclass(frozen=True, kw_only=True)
-class TarballPin(FilePin):
+class TarballPin(UrlFilePin):
     """A source archive at a URL (googletest's release tarball): like a wheel, but no python package.
 
     The SBOM names it by its URL (pkg:generic with download_url and checksum): it has no registry.
     """
 
     kind: ClassVar[PinKind] = PinKind.TARBALL
-    keys: ClassVar[tuple[str, ...]] = ("url", "version", "sha256", "size", "fingerprint")
-    identity_keys: ClassVar[tuple[str, ...]] = ("sha256", "size")
-    declared_keys: ClassVar[tuple[str, ...]] = ("url",)
-
-    url: str
-    size: int
+    arg_word: ClassVar[str] = "TARBALL"
+    expected_name: ClassVar[str] = f"a source archive ({', '.join(TARBALL_SUFFIXES)})"
 
     @classmethod
-    def from_table(cls, t: Table, *, name: str, source: Path) -> Self:
-        pin = cls(
-            name=name,
-            source=source,
-            url=t.string("url", kind=HTTPS_URL),
-            version=t.string("version", kind=VERSION),
-            sha256=t.optional_string("sha256", kind=SHA256),
-            size=t.integer("size", default=0),
-            fingerprint=t.optional_string("fingerprint", kind=FINGERPRINT),
-        )
-        if pin.size < 0:
-            msg = f"{t.where}: 'size' = {pin.size} is negative; clear it and run `imagebuild lock`"
-            raise ConfigError(msg)
-        # The file name becomes an ARG and a path in the image: a plain archive name.
-        if FILE_NAME.problem(pin.filename) or not pin.filename.endswith(TARBALL_SUFFIXES):
-            msg = f"{t.where}: 'url' ends in {shown(pin.filename)}, not a source archive ({', '.join(TARBALL_SUFFIXES)})"
-            raise ConfigError(msg)
-        return pin
-
-    @property
-    def tracked(self) -> str:
-        return f"url of {self.version}"
-
-    @property
-    def filename(self) -> str:
-        from urllib.parse import unquote, urlsplit
-
-        return unquote(urlsplit(self.url).path.rsplit("/", 1)[-1])
-
-    def build_args(self) -> dict[str, str]:
-        p = self.arg_prefix
-        return {
-            f"{p}_TARBALL_URL": self.url,
-            f"{p}_TARBALL_FILE": self.filename,
-            f"{p}_TARBALL_SHA256": self.sha256 or "",
-            f"{p}_VERSION": self.version,
-        }
-
-    @property
-    def source_url(self) -> str:
-        return self.url
+    def _accepts(cls, filename: str) -> bool:
+        return filename.endswith(TARBALL_SUFFIXES)
 
     def describe(self) -> PinDescription:
         sha256 = self.require_identity()

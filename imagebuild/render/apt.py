@@ -21,13 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from imagebuild.errors import ConfigError
-from imagebuild.inputs.apt_lock import AptLock, AptPackage, apt_lock_path_for, check_apt_lock
+from imagebuild.inputs.apt_lock import AptLock, AptPackage
 from imagebuild.inputs.arch import ArchProfile
 from imagebuild.inputs.debian import DEB_PACKAGE, DEB_VERSION, INST_TO_REQUIREMENT, SNAPSHOT_LIST
 from imagebuild.inputs.stage_model import ImageDefinition, Step
 from imagebuild.inputs.values import shell_word
 from imagebuild.pins import AptPin, PinSet
-from imagebuild.pins.apt import apt_pin
+from imagebuild.pins.apt import apt_pin, check_lock_agrees
 
 ASIDE = "/etc/apt/imagebuild-set-aside"
 LOCKED_LIST = "/tmp/imagebuild-apt-locked.txt"
@@ -68,15 +68,10 @@ def select_apt(
         return AptSelection(packages=None, unpinned=None)  # check_pinned lists the pin itself
     base = pins.image(definition.base_pin)
     try:
-        entry = check_apt_lock(
+        entry = check_lock_agrees(
             lock,
-            path=apt_lock_path_for(pins.path),
+            pin,
             pins_path=pins.path,
-            pin_name=pin.name,
-            archive=pin.archive,
-            suite=pin.suite,
-            components=pin.components,
-            snapshot=pin.snapshot,
             architecture=arch.deb_architecture,
             base=base.platform_digest,
             requested=step.apt_packages,
