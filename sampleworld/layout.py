@@ -146,6 +146,10 @@ class StateDir:
     def lock_file(self) -> Path:
         return self.root / "lock"
 
+    @property
+    def ports_file(self) -> Path:  # the ports this state dir's servers were started on
+        return self.root / "run" / "ports.json"
+
     def create(self) -> None:
         for path in (self.run, self.logs, self.registry, self.git, self.index, self.build):
             path.mkdir(parents=True, exist_ok=True)

@@ -235,6 +235,28 @@ def _push_images(state: StateDir) -> None:
         engine.close()
 
 
+def _follow_port_base(state: StateDir) -> None:
+    """Stop the servers of ours still running on another port base than this command's.
+
+    A state dir's pid files do not say which ports their servers listen on. Without this, an `up`
+    whose IMAGEBUILD_SAMPLEWORLD_PORT_BASE differs from the one that started them (a shell without
+    the variable) found its own pid alive and another world's server answering on the default
+    port, took it for its own, and pushed and tagged its base over that world's (seen: another
+    checkout's test run then built on a base holding the wrong apt archive key). As the cluster
+    does with a new slurm.conf, the old servers go; `ensure_running` then starts ours on the new
+    ports, or names the process that holds them.
+    """
+    ports = json.dumps(asdict(PORTS), sort_keys=True) + "\n"
+    try:
+        recorded = state.ports_file.read_text()
+    except FileNotFoundError:
+        recorded = None
+    if recorded is not None and recorded != ports:
+        for svc in reversed(_services(state)):
+            services.stop(state, svc)
+    state.ports_file.write_text(ports)
+
+
 def up(state_dir: Path | None = None, *, images: bool = True) -> World:
     """Start every server (idempotent) and make sure the registry holds both images.
 
@@ -244,6 +266,7 @@ def up(state_dir: Path | None = None, *, images: bool = True) -> World:
     state = _state(state_dir)
     with state_lock(state):
         state.create()
+        _follow_port_base(state)
         with log.step("index: wheels"):
             wheel_sha256 = wheels.populate_index(state)
             tarballs.populate_tarballs(state)
