@@ -91,10 +91,17 @@ def host_ulimits() -> list[str]:
     return args
 
 
-def render_job(cluster: Cluster, dirs: JobDirs, *source: str, extra: tuple[str, ...] = ()) -> Path:
+def render_job(
+    cluster: Cluster,
+    dirs: JobDirs,
+    *source: str,
+    extra: tuple[str, ...] = (),
+    nodes: int = 2,
+    variant: str = "pp2xtp8",
+) -> Path:
     """`imagebuild slurm` for the sample cluster: no GPUs, its partition, its ports."""
     argv = [
-        "slurm", "--nodes", "2", "--variant", "pp2xtp8", "--model-path", str(dirs.model), *source,
+        "slurm", "--nodes", str(nodes), "--variant", variant, "--model-path", str(dirs.model), *source,
         "--partition", cluster.partition, "--time", "10", "--log-dir", str(dirs.logs),
         "--no-devices", *host_ulimits(), "--serve-port", str(cluster.serve_port),
         "--master-port", str(cluster.master_port), "--barrier-port", str(cluster.barrier_port),
