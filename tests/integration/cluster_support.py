@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import os
 import re
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from imagebuild.cli import main
 from sampleworld.cluster import Cluster
+from sampleworld.world import World
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 JOB_TIMEOUT_S = 600
@@ -89,6 +92,15 @@ def host_ulimits() -> list[str]:
         value = "-1" if hard == resource.RLIM_INFINITY else str(hard)
         args += ["--ulimit", f"{name}={value}:{value}"]
     return args
+
+
+def publish_sample(world: World, image_id: str, *extra: str) -> str:
+    """`imagebuild publish` of an image to the sample registry (imagebuild-test/kimi-k3): the reference it prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["publish", image_id, "-t", f"{world.registry}/imagebuild-test/kimi-k3", *extra])
+    assert code == 0
+    return out.getvalue().strip()
 
 
 def render_job(

@@ -9,8 +9,6 @@ The build runs once per session (conftest's sample_image_gfx950); its steps 1-3 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import subprocess
 import xml.etree.ElementTree as ET
@@ -31,6 +29,7 @@ from tests.integration.cluster_support import (
     benchmark_results,
     job_containers,
     lines_of,
+    publish_sample,
     render_job,
     submit_and_wait,
 )
@@ -197,19 +196,7 @@ def published_record(
     """A copy of the gfx950 build record with `imagebuild publish` to the sample registry noted in it."""
     record = tmp_path_factory.mktemp("gfx950-record") / "gfx950.build.json"
     record.write_text(json.dumps(sample_image_gfx950))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main(
-            [
-                "publish",
-                str(sample_image_gfx950["image_id"]),
-                "-t",
-                f"{world.registry}/imagebuild-test/kimi-k3",
-                "--record",
-                str(record),
-            ]
-        )
-    assert code == 0
+    publish_sample(world, str(sample_image_gfx950["image_id"]), "--record", str(record))
     return record
 
 
