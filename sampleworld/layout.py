@@ -70,6 +70,9 @@ BASE_REPOSITORY = f"{REGISTRY}/rocm/vllm-dev"
 BASE_TAG = "ci_base-0fcd9b99cc9d63202da4c858d8ebc6582c9e2491"
 DONOR_REPOSITORY = f"{REGISTRY}/amdsiloai/vllm"
 DONOR_TAG = "kimi-k3-mi325x-release-v2"
+# The MI355X (gfx950) donor, under the repository and tag the real one has (pins.toml [donor_mi355x]).
+DONOR_MI355X_REPOSITORY = f"{REGISTRY}/vllm/vllm-openai-rocm"
+DONOR_MI355X_TAG = "kimi-k3"
 
 PYTHON = "3.11"
 SITE_PACKAGES = "/usr/local/lib/python3.11/dist-packages"

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sampleworld import apt_archive, gitserver, log, registry, services, tarballs, wheels
+from sampleworld import apt_archive, donor_image, gitserver, log, registry, services, tarballs, wheels
 from sampleworld.errors import SampleWorldError
 from sampleworld.layout import (
     AITER_URL,
@@ -21,6 +21,8 @@ from sampleworld.layout import (
     BASE_TAG,
     DEFAULT_PORTS,
     DEFAULT_STATE_DIR,
+    DONOR_MI355X_REPOSITORY,
+    DONOR_MI355X_TAG,
     DONOR_REPOSITORY,
     DONOR_TAG,
     GIT_BASE_URL,
@@ -66,6 +68,7 @@ class World:
     refs: dict[str, dict[str, str]]  # repository path -> ref name -> commit SHA (tags peeled)
     commits: dict[str, str]  # git pin name (mori, vllm, router) -> commit SHA
     wheel_sha256: dict[str, str]  # stand-in wheel filename -> sha256
+    donor_mi355x_image: str = ""  # the gfx950 donor, pinned by digest in sampleworld/pins.toml
     bad_sha: str = BAD_SHA
     started: tuple[str, ...] = field(default=())
 
@@ -158,6 +161,11 @@ def _check_pins(refs: dict[str, dict[str, str]], wheel_sha256: dict[str, str]) -
     flydsl = pins["flydsl"]
     if wheel_sha256.get(flydsl["filename"]) != flydsl["sha256"]:
         log.info(f"WARNING: {PINS_PATH} [flydsl] sha256 differs from the built {flydsl['filename']}")
+    wanted = donor_image.mi355x_image().digest
+    if pins["donor_mi355x"]["digest"] != wanted:
+        log.info(
+            f"WARNING: {PINS_PATH} [donor_mi355x] digest {pins['donor_mi355x']['digest']} != the stand-in's {wanted}"
+        )
     return commits
 
 
@@ -197,9 +205,12 @@ def _push_images(state: StateDir) -> None:
     Once pushed, a stand-in is never rebuilt or pushed again for another engine (DOCKER_HOST pointing
     at a fresh Docker 26 engine, a node engine): a rebuild would get new timestamps, so a new digest,
     and every pin locked against the old one would name an image the others no longer have. A fresh
-    engine pulls them from the registry by digest (the pins name digests).
+    engine pulls them from the registry by digest (the pins name digests). The MI355X donor needs no
+    engine: it is written byte for byte (its digest is in sampleworld/pins.toml) and pushed by API.
     """
-    from sampleworld import base_image, donor_image
+    from sampleworld import base_image
+
+    donor_image.ensure_donor_mi355x()
 
     wanted = (
         (donor_image.ensure_donor, donor_image.LABEL, donor_image.recipe(), DONOR_REPOSITORY, DONOR_TAG),
@@ -289,6 +300,7 @@ def up(state_dir: Path | None = None, *, images: bool = True) -> World:
             pins_path=_write_pins(state),
             base_image=f"{BASE_REPOSITORY}:{BASE_TAG}",
             donor_image=f"{DONOR_REPOSITORY}:{DONOR_TAG}",
+            donor_mi355x_image=f"{DONOR_MI355X_REPOSITORY}:{DONOR_MI355X_TAG}",
             refs=refs,
             commits=_check_pins(refs, wheel_sha256),
             wheel_sha256=wheel_sha256,

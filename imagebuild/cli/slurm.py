@@ -261,8 +261,13 @@ def run(args: argparse.Namespace) -> int:
     recorded = read_record(args.from_record, args.recipe_arch) if args.from_record is not None else None
     job = jobs.make_job(_request(args, recorded))
     arch = args.recipe_arch or (recorded.arch if recorded is not None else None)
-    start = recorded.record.parent if recorded is not None and args.recipe_arch is None else Path.cwd()
-    with arch_recipes_dir(arch, start=start.absolute(), required=args.recipe_arch is not None) as recipes:
+    here = Path.cwd().absolute()  # the -C project's, or the one the command runs in
+    starts: tuple[Path, ...]
+    if recorded is not None and args.recipe_arch is None:
+        starts, given_by = (recorded.record.parent.absolute(), here), f"--from-record {recorded.record}"
+    else:
+        starts, given_by = (here,), f"--arch {arch}"
+    with arch_recipes_dir(arch, starts=starts, given_by=given_by) as recipes:
         topology = check_topology(job, recipes)
     text = render_script(job, topology, version=__version__)
     if recorded is not None:  # said once every value passed: a refused job shows only its one line

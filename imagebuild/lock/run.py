@@ -28,6 +28,7 @@ from imagebuild.lock.report import FileLockResult, LockResult, Mode, PythonLockR
 from imagebuild.lock.repository import OpenSources
 from imagebuild.lock.sources import RemoteSources
 from imagebuild.lock.uv import Resolver, UvResolver
+from imagebuild.pins import PinSet
 from imagebuild.project import Project
 from imagebuild.util.files import write_atomically
 
@@ -169,8 +170,9 @@ def lock_project(
             source=source,
             resolver=apt_resolver,
         )
-        # The python lock reads the base pin's python and the PyPI pins as pins.toml now holds them.
-        python_options = replace(python_options, pins=pins_result.pins)
+        # The python lock reads the base pin's python and the PyPI pins as pins.toml now holds them:
+        # this arch's as the pins lock wrote them, the other arches' (untouched by it) as parsed.
+        python_options = replace(python_options, pins=with_locked(inputs.all_pins, pins_result.pins))
     python_result = None if only_pins else lock_python(python_options, resolver or UvResolver())
     return ProjectLockResult(pins=pins_result, python=python_result, apt=apt_result)
 
@@ -199,6 +201,16 @@ def _lock_apt(
         if pins_result.wrote and source is not None:
             write_atomically(project.pins_path, source.decode("utf-8"))  # nothing half-written
         raise
+
+
+def with_locked(every: PinSet, locked: PinSet) -> PinSet:
+    """Every pin of the file, those of ``locked`` (one arch's, after its lock) as it holds them.
+
+    The python lock is one file for every arch: a pin only another arch consumes (gfx942's
+    [flydsl]) still says which version and index its group locks when one arch is locked.
+    """
+    by_name = {pin.name: pin for pin in locked}
+    return PinSet(locked.path, tuple(by_name.get(pin.name, pin) for pin in every))
 
 
 def check_request(request: LockRequest) -> None:
@@ -232,4 +244,4 @@ def _read_before_parse(path: Path) -> bytes | None:
         return None
 
 
-__all__ = ["LockRequest", "ProjectLockResult", "check_request", "lock_project"]
+__all__ = ["LockRequest", "ProjectLockResult", "check_request", "lock_project", "with_locked"]

@@ -38,7 +38,7 @@ def check_profile_pins(definition: ImageDefinition, pins: PinSet, arch: ArchProf
         raise ConfigError(msg)
     repinned = arch.graft.repinned if arch.graft else None
     if repinned is not None and _pin(pins, repinned) is None:
-        msg = f"{arch.where}: [graft] repinned = {shown(repinned)} is not a pin of {pins.path}.{suggest(repinned, names)}"
+        msg = f"{arch.where}: [graft] repinned = {shown(repinned)} is not a pin of {pins.path} for {arch.name}.{suggest(repinned, names)}"
         raise ConfigError(msg)
 
 

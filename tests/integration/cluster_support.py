@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import os
 import re
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from imagebuild.cli import main
 from sampleworld.cluster import Cluster
+from sampleworld.world import World
 
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 JOB_TIMEOUT_S = 600
@@ -91,10 +94,26 @@ def host_ulimits() -> list[str]:
     return args
 
 
-def render_job(cluster: Cluster, dirs: JobDirs, *source: str, extra: tuple[str, ...] = ()) -> Path:
+def publish_sample(world: World, image_id: str, *extra: str) -> str:
+    """`imagebuild publish` of an image to the sample registry (imagebuild-test/kimi-k3): the reference it prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["publish", image_id, "-t", f"{world.registry}/imagebuild-test/kimi-k3", *extra])
+    assert code == 0
+    return out.getvalue().strip()
+
+
+def render_job(
+    cluster: Cluster,
+    dirs: JobDirs,
+    *source: str,
+    extra: tuple[str, ...] = (),
+    nodes: int = 2,
+    variant: str = "pp2xtp8",
+) -> Path:
     """`imagebuild slurm` for the sample cluster: no GPUs, its partition, its ports."""
     argv = [
-        "slurm", "--nodes", "2", "--variant", "pp2xtp8", "--model-path", str(dirs.model), *source,
+        "slurm", "--nodes", str(nodes), "--variant", variant, "--model-path", str(dirs.model), *source,
         "--partition", cluster.partition, "--time", "10", "--log-dir", str(dirs.logs),
         "--no-devices", *host_ulimits(), "--serve-port", str(cluster.serve_port),
         "--master-port", str(cluster.master_port), "--barrier-port", str(cluster.barrier_port),

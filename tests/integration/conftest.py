@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 # Per checkout: several checkouts share one Docker engine, and a shared tag would be overwritten.
 CHECKOUT = hashlib.sha256(str(REPO).encode()).hexdigest()[:8]
 SAMPLE_IMAGE_TAG = f"imagebuild-test/kimi-k3:gfx942-{CHECKOUT}"
+SAMPLE_GFX950_TAG = f"imagebuild-test/kimi-k3:gfx950-{CHECKOUT}"
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +65,31 @@ def sample_image(locked_pins: Path, tmp_path_factory: pytest.TempPathFactory) ->
     argv = ["build", "--pins", str(locked_pins), "--network", "host", "--record", str(record)]
     with contextlib.chdir(REPO):
         assert main([*argv, "--tag", SAMPLE_IMAGE_TAG]) == 0
+    result: dict[str, object] = json.loads(record.read_text())
+    return result
+
+
+@pytest.fixture(scope="session")
+def gfx950_pins(locked_pins: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The locked sample pins, locked again for gfx950 (lock asks only the arch's pins): the MI355X
+    donor's platform digest is filled; every other pin, the python and the apt lock stay as they are."""
+    path = tmp_path_factory.mktemp("pins-gfx950") / "pins.toml"
+    for name in ("pins.toml", "pylock.toml", "apt.lock.toml"):
+        shutil.copy(locked_pins.with_name(name), path.with_name(name))
+    assert main(["lock", "--arch", "gfx950", "--pins", str(path)]) == 0
+    return path
+
+
+@pytest.fixture(scope="session")
+def sample_image_gfx950(gfx950_pins: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """The 17-step gfx950 (MI355X) image built against the sample world, once per session; its record.
+
+    Steps 1-3 are gfx942's (the first arch-specific ARG is step 4's), so they come from the layer
+    cache when the gfx942 sample image was built on this engine before."""
+    record = tmp_path_factory.mktemp("build-gfx950") / "record.json"
+    argv = ["build", "--arch", "gfx950", "--pins", str(gfx950_pins), "--network", "host"]
+    with contextlib.chdir(REPO):
+        assert main([*argv, "--record", str(record), "--tag", SAMPLE_GFX950_TAG]) == 0
     result: dict[str, object] = json.loads(record.read_text())
     return result
 

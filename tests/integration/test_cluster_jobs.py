@@ -8,8 +8,6 @@ archive from a shared directory with the importer shipped beside it).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -28,6 +26,7 @@ from tests.integration.cluster_support import (
     job_containers,
     lines_of,
     node_has_image,
+    publish_sample,
     remove_image,
     render_job,
     submit,
@@ -44,18 +43,7 @@ NODES = ("node1", "node2")
 @pytest.fixture(scope="module")
 def published(sample_image: dict[str, object], world: World) -> str:
     """`imagebuild publish` of the sample image to the sample registry: the reference it prints."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main(
-            [
-                "publish",
-                str(sample_image["image_id"]),
-                "-t",
-                f"{world.registry}/imagebuild-test/kimi-k3",
-            ]
-        )
-    assert code == 0
-    return out.getvalue().strip()
+    return publish_sample(world, str(sample_image["image_id"]))
 
 
 def _no_job_containers(cluster: Cluster) -> None:

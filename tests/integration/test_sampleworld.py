@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import io
+import os
+import shutil
 import subprocess
+import sys
+import tarfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -13,8 +18,10 @@ import requests
 
 import docker
 from sampleworld import World
+from sampleworld.donor_image import mi355x_image
 from sampleworld.gitrepos import build_repos
 from sampleworld.index_server import JSON_TYPE, start_index_server
+from sampleworld.oci_image import OCI_INDEX
 from sampleworld.registry import MANIFEST_TYPES
 from sampleworld.wheels import STAND_IN_WHEELS, build_stand_in
 from sampleworld.world import GIT_PINS
@@ -66,6 +73,24 @@ def test_registry_serves_both_images(sample_world: World, which: str) -> None:
     assert isinstance(config, dict)
     assert str(config["digest"]).startswith("sha256:")
     assert data["layers"]
+
+
+@pytest.mark.docker
+def test_registry_serves_the_mi355x_donor_as_an_index_by_its_pinned_digest(sample_world: World) -> None:
+    """As the real one: the pin names the index; lock must pick linux/amd64 out of it (an attestation
+    manifest for platform unknown/unknown sits beside it, as a buildx push leaves one)."""
+    pins = live_pins(sample_world)
+    name, tag = sample_world.donor_mi355x_image.removeprefix(f"{sample_world.registry}/").rsplit(":", 1)
+    assert pins["donor_mi355x"]["image"] == f"{sample_world.registry}/{name}"
+    assert (name, tag) == ("vllm/vllm-openai-rocm", pins["donor_mi355x"]["tag"])
+    url = f"http://{sample_world.registry}/v2/{name}/manifests/{tag}"
+    response = requests.get(url, headers={"Accept": MANIFEST_TYPES}, timeout=10)
+    assert response.status_code == 200, response.text
+    assert "sha256:" + hashlib.sha256(response.content).hexdigest() == pins["donor_mi355x"]["digest"]
+    index = response.json()
+    assert index["mediaType"] == OCI_INDEX
+    platforms = [(m["platform"]["os"], m["platform"]["architecture"]) for m in index["manifests"]]
+    assert platforms == [("linux", "amd64"), ("unknown", "unknown")]
 
 
 @pytest.mark.docker
@@ -189,3 +214,59 @@ def test_stand_ins_are_deterministic_and_match_the_pins_file(tmp_path: Path) -> 
     second = build_stand_in(flydsl, tmp_path / "w2")
     assert first.read_bytes() == second.read_bytes()
     assert hashlib.sha256(first.read_bytes()).hexdigest() == PINS["flydsl"]["sha256"]
+    donor = mi355x_image()
+    assert donor == mi355x_image()
+    assert donor.digest == PINS["donor_mi355x"]["digest"], (
+        "update [donor_mi355x] digest in sampleworld/pins.toml"
+    )
+
+
+def test_mi355x_donor_holds_trees_built_for_gfx942_and_gfx950_and_its_own_flydsl() -> None:
+    """The MI300X donor's trees (the real one is "this same image plus three vLLM .py files") with
+    the gfx950 kernels; flydsl 0.2.2 without a dist-info, which gfx950 keeps (no re-pin)."""
+    with tarfile.open(fileobj=io.BytesIO(mi355x_image().blobs[0])) as layer:
+        site = PINS["donor_mi355x"]["site_packages"].lstrip("/")
+        files = {m.name.removeprefix(f"{site}/"): m for m in layer.getmembers() if m.isfile()}
+        assert {n.split("/")[2] for n in files if n.startswith("aiter_meta/hsaco/")} == {"gfx942", "gfx950"}
+        grafted = {"aiter_meta/configs/kimik3_a8w4_tuned_fmoe.csv", "aiter/ops/triton/conv/__init__.py"}
+        assert grafted <= set(files)
+        flydsl = layer.extractfile(files["flydsl/__init__.py"])
+        assert flydsl is not None
+        assert b'__version__ = "0.2.2"' in flydsl.read()
+        assert not [n for n in files if ".dist-info/" in n]
+        assert {(m.uid, m.gid, m.mtime) for m in layer.getmembers()} == {(0, 0, 1767225600)}
+
+
+@pytest.mark.parametrize(
+    ("arch", "refused"),
+    [("gfx942", False), ("gfx950", False), ("gfx90a;gfx942;gfx950", True), ("gfx90a", True), ("", True)],
+)
+def test_sample_vllm_compiles_for_one_k3_arch_and_refuses_the_bases_three(
+    tmp_path: Path, arch: str, refused: bool
+) -> None:
+    """The base's ENV PYTORCH_ROCM_ARCH shadows an ARG of that name: vLLM sees the three archs."""
+    source = tmp_path / "vllm"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "sampleworld" / "sources" / "vllm", source)
+    env = {
+        "PATH": os.environ["PATH"],
+        "MAX_JOBS": "2",
+        "PYTORCH_ROCM_ARCH": arch,
+        "VLLM_TARGET_DEVICE": "rocm",
+    }
+    done = subprocess.run(
+        [sys.executable, "setup.py", "--name"],
+        check=False,
+        cwd=source,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if refused:
+        assert done.returncode != 0
+        assert (
+            f"RuntimeError: vLLM would compile for {arch} (sample vLLM: this image must target exactly one of gfx942, gfx950)"
+            in done.stderr
+        )
+    else:
+        assert (done.returncode, done.stdout.strip()) == (0, "vllm"), done.stderr

@@ -96,6 +96,20 @@ def test_offline_over_the_checkout_reads_only_its_files(capsys: pytest.CaptureFi
     assert (project.pins_path.read_bytes(), project.python_lock_path.read_bytes()) == before
 
 
+def test_locking_one_arch_keeps_the_python_lock_of_a_pin_only_another_arch_consumes(tmp_path: Path) -> None:
+    """[flydsl] is gfx942's only; the one pylock.toml still locks its group from it (its version and
+    index) when gfx950 is locked: without it the lock moved every package to PyPI's index."""
+    pins = tmp_path / "pins.toml"
+    pins.write_bytes((REPO / "sampleworld" / "pins.toml").read_bytes())
+    (tmp_path / "pylock.toml").write_bytes((REPO / "sampleworld" / "pylock.toml").read_bytes())
+    project = find_project(REPO, pins)
+    request = LockRequest(arch="gfx950", mode="locked", offline=True, jobs=2, timeout=5.0, deadline=30.0)
+    result = lock_project(project, request, resolver=NoIndex(), open_sources=no_network)
+    assert result.python is not None
+    assert (result.python.problems, result.python.stale) == ((), False)
+    assert not any(line.startswith("pylock.toml: ") for line in result.would_change())
+
+
 def test_offline_finds_a_python_lock_that_contradicts_the_stages(tmp_path: Path) -> None:
     pins = tmp_path / "pins.toml"
     pins.write_bytes((REPO / "pins.toml").read_bytes())

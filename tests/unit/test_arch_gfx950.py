@@ -196,6 +196,41 @@ def test_slurm_from_a_gfx950_record_plans_with_its_recipes(
     assert json.loads(capsys.readouterr().out)["image"] == IMAGE
 
 
+def test_a_record_written_outside_the_checkout_plans_with_the_checkouts_profile(
+    project: Path, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`build --record` may write anywhere (CI, the tests): its arch's profile is the working
+    directory's project's, not the launcher's own recipes (which have no tp8)."""
+    elsewhere = tmp_path_factory.mktemp("records")
+    record = _gfx950_record(project)
+    moved = record.rename(elsewhere / record.name)
+    job = ["slurm", "--nodes", "1", "--variant", "tp8", "--model-path", "/models/kimi-k3", "--json"]
+    assert main([*job, "--from-record", str(moved)]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["variant"] == "tp8"
+
+
+def test_a_records_arch_without_a_project_is_one_line_not_another_arch_s_job(
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    nowhere = tmp_path_factory.mktemp("nowhere")
+    record = _gfx950_record(nowhere)
+    monkeypatch.chdir(nowhere)
+    out = nowhere / "job.sbatch"
+    job = ["slurm", "--nodes", "1", "--variant", "tp8", "--model-path", "/models/kimi-k3", "-o", str(out)]
+    assert main([*job, "--from-record", str(record)]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert line == (
+        f"imagebuild: error: --from-record {record}: the image is gfx950's, whose recipes come from a "
+        f"project's stages/arch/gfx950.toml, and neither {record.parent} nor {nowhere} is in a project; "
+        "run in the checkout or give it with -C DIR"
+    )
+    assert not out.exists()
+    assert main(["-C", str(REPO), *job, "--from-record", str(record)]) == 0  # -C names the checkout
+
+
 def test_a_profile_without_a_donor_renders_no_donor_stage(project: Path) -> None:
     path = project / "stages/arch/gfx950.toml"
     text = path.read_text(encoding="utf-8")

@@ -61,6 +61,31 @@ CASES = {
         "gpus_per_node = 4",
         "inputs: GPUS_PER_NODE=8, but the profile's gpus_per_node is 4",
     ),
+    "re-pin of a pin the arch does not consume": (
+        'repinned = ""',
+        'repinned = "flydsl"',
+        "[graft] repinned = 'flydsl' is not a pin of",
+    ),
+    "unset env the recipe does not set": (
+        'unset_env = ["AITER_SITUV2_A8W4"]',
+        'unset_env = ["AITER_SITUV2_A8W5"]',
+        "[recipes.kimi-k3]: unset_env names 'AITER_SITUV2_A8W5', which recipe kimi-k3 does not set",
+    ),
+    "dropped serve flag the recipe does not pass": (
+        'drop_serve_flags = ["--quantization-config"]',
+        'drop_serve_flags = ["--quantisation-config"]',
+        "[recipes.kimi-k3]: drop_serve_flags names '--quantisation-config', which recipe kimi-k3 does not pass",
+    ),
+    "variant on more nodes than its inputs": (
+        '[recipes.kimi-k3.variants.tp8]\nENABLE_EP = "0"',
+        '[recipes.kimi-k3.variants.tp8]\nNNODES = "2"\nENABLE_EP = "0"',
+        "variants.tp8: TP 8 x PP 1 = 8 GPUs does not fit NNODES 2 x 8 GPUs per node = 16",
+    ),
+    "a tuned config given as a path": (
+        "tuned_configs = [",
+        'tuned_configs = ["../x.csv", ',
+        "[graft]: tuned_configs entry '../x.csv' must be a file name (no path)",
+    ),
     "step text of an omitted step": (
         "[step_text.graft-aiter]",
         "[step_text.flydsl-repin]",

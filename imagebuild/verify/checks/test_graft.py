@@ -1,5 +1,6 @@
 """The proven_k3 graft: donor AITER trees with the K3-tuned configs, and flydsl re-pinned over them
-where the arch profile re-pins it (gfx942; gfx950 keeps the donor's: no re-pin to check)."""
+where the arch profile re-pins it (gfx942: its RECORD checked); where the profile keeps the donor's
+(gfx950), no metadata may claim the grafted tree."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ EXP = expectations()
 # The re-pin checks apply where the profile re-pins the grafted flydsl ([graft] repinned).
 repinned_only = pytest.mark.skipif(
     EXP.graft.repinned is None, reason=f"arch {EXP.arch} keeps the donor's {REPINNED_PIN} (no re-pin)"
+)
+kept_only = pytest.mark.skipif(
+    EXP.graft.repinned is not None,
+    reason=f"arch {EXP.arch} re-pins {REPINNED_PIN} over the graft (its RECORD is checked instead)",
 )
 
 
@@ -100,4 +105,18 @@ def test_record(facts: dict[str, Any]) -> None:
         f"every file of {REPINNED_PIN} matches its RECORD, no foreign files in the package (the re-pin replaced the donor's tree)",
         expected=f"{record['files']} files as RECORDed, nothing else; imagebuild-check check-record exit 0",
         found="; ".join([*problems, tool_line]),
+    )
+
+
+@kept_only
+def test_kept_tree_has_no_foreign_metadata(facts: dict[str, Any]) -> None:
+    """The graft copies the donor's tree without a dist-info: one on the path (the base's, or an
+    install's) would describe other code than the grafted one, the WorkerProc ImportError again."""
+    infos = facts["graft"]["dist_infos"]
+    expect(
+        not infos,
+        f"the donor's {REPINNED_PIN} kept as grafted (no re-pin on {EXP.arch}): no {REPINNED_PIN} dist-info "
+        "describes other code than the grafted tree",
+        expected=f"no {REPINNED_PIN}-*.dist-info on python3's sys.path",
+        found=", ".join(f"{i['path']} ({i['version']})" for i in infos),
     )

@@ -15,9 +15,14 @@ NVCC_THREADS = os.environ.get("NVCC_THREADS", "")
 ARCH = os.environ.get("PYTORCH_ROCM_ARCH", "")
 TARGET = os.environ.get("VLLM_TARGET_DEVICE", "")
 
-if ARCH != "gfx942":
-    # The base image sets PYTORCH_ROCM_ARCH="gfx90a;gfx942;gfx950"; an ARG of the same name is shadowed.
-    raise RuntimeError(f"vLLM would compile for {ARCH} (sample vLLM: this image must target gfx942 only)")
+# The Kimi-K3 images: MI300X/MI325X (gfx942) and MI355X (gfx950), one compile target per image.
+K3_ARCHES = ("gfx942", "gfx950")
+if ARCH not in K3_ARCHES:
+    # The base image sets PYTORCH_ROCM_ARCH="gfx90a;gfx942;gfx950"; an ARG of the same name is shadowed
+    # by it, and the real vLLM then compiles for all three instead of the one the build asked for.
+    raise RuntimeError(
+        f"vLLM would compile for {ARCH} (sample vLLM: this image must target exactly one of {', '.join(K3_ARCHES)})"
+    )
 if TARGET != "rocm":
     raise RuntimeError(f"sample vLLM: VLLM_TARGET_DEVICE={TARGET!r}; this image must build for rocm")
 
