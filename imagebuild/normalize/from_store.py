@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import tarfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO, cast
 
@@ -40,7 +40,9 @@ def normalize_stored(image: StoredImage, plan: LayerPlan, workdir: Path, *, what
     for index, (layer, step) in enumerate(zip(image.layers[plan.base_layers :], steps, strict=True)):
         number = plan.base_layers + index
         out = workdir / f"layer-{index}.tar"
-        source = HashingReader(open_stream(layer_chunks(layer.tar_split, layer.files)))
+        # The diffID check hashes in a thread of its own; a file's content digest, which only a later
+        # layer's file of the same metadata needs, is read from the layer's directory when asked.
+        source = HashingReader(open_stream(layer_chunks(layer.tar_split, layer.files)), background=True)
         try:
             with out.open("wb") as sink:
                 # Only read() is called on it: the rewriter parses a stream.
@@ -51,10 +53,13 @@ def normalize_stored(image: StoredImage, plan: LayerPlan, workdir: Path, *, what
                     what=f"{what} layer {number}",
                     reducer=LayerReducer(lower, step.epoch),
                     pin_times=step.copies_context,
+                    content=directory_digests(layer.files),
                 )
             source.drain()
         except (TarSplitError, LayerError) as e:
             raise StoreReadFailure(str(e)) from e
+        finally:
+            source.close()
         lower.apply(result.held, result.written_mtimes)
         if source.digest != layer.diff_id:
             msg = f"{what} layer {number}: {layer.files} gives sha256 {source.digest}, the image says {layer.diff_id}"
@@ -70,6 +75,15 @@ def normalize_stored(image: StoredImage, plan: LayerPlan, workdir: Path, *, what
     )
 
 
+def directory_digests(files: Path) -> Callable[[str, int], Digest]:
+    """A regular file's content digest from the layer's directory, computed when first asked for."""
+
+    def content(name: str, size: int) -> Digest:
+        return file_digest(lambda: file_content(files, name, size))
+
+    return content
+
+
 def stored_lower_state(layers: Sequence[StoredLayer], what: str) -> LowerState:
     """The base's filesystem from the layer store: headers from the tar-split records, no file read.
 
@@ -78,15 +92,15 @@ def stored_lower_state(layers: Sequence[StoredLayer], what: str) -> LowerState:
     """
     lower = LowerState()
     for number, layer in enumerate(layers):
-
-        def content(name: str, size: int, files: Path = layer.files) -> Digest:
-            return file_digest(lambda: file_content(files, name, size))
-
         try:
-            lower.apply(scan_layer(open_stream(header_chunks(layer.tar_split)), digests=False, content=content))
+            lower.apply(
+                scan_layer(
+                    open_stream(header_chunks(layer.tar_split)),
+                    digests=False,
+                    content=directory_digests(layer.files),
+                )
+            )
         except (TarSplitError, tarfile.TarError) as e:
             msg = f"{what} base layer {number}: {e}"
             raise StoreReadFailure(msg) from e
     return lower
-
-
