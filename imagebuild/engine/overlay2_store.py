@@ -5,7 +5,7 @@ its data root first; normalisation needs only the layers the build made. The
 engine keeps each layer as a directory of files (overlay2's ``diff``) plus a
 tar-split record of the tar it was committed as (headers, order, padding), and
 rebuilds exactly that tar from the two on ``save``. When this process can read
-the data root, imagebuild.normalize.tar_split does the same for just the layers it
+the data root, imagebuild.engine.tar_split does the same for just the layers it
 needs.
 
 Everything is checked against the engine's own answers before it is used: the

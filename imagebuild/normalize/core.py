@@ -16,7 +16,7 @@ against, and dropped at once.
 
 Faster, when the engine allows it (a local overlay2 engine whose data root
 this process can read): the build's layers are rebuilt from the engine's layer
-store (imagebuild.normalize.tar_split) and rewritten as they stream by, with no
+store (imagebuild.engine.tar_split) and rewritten as they stream by, with no
 ``save`` at all; each is checked against its diffID on the way, so the result
 is the one ``save`` gives. Otherwise, or if that check fails, ``save`` it is;
 the result says which ran and why.

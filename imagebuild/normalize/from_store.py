@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from imagebuild.engine.interface import StoredImage, StoredLayer
+from imagebuild.engine.tar_split import TarSplitError, file_content, header_chunks, layer_chunks
 from imagebuild.normalize.canonical import LayerReducer
 from imagebuild.normalize.lower import Digest, LowerState, file_digest, scan_layer
 from imagebuild.normalize.model import LayerPlan, Normalized, NormalizedLayer, StoreReadFailure, assemble
 from imagebuild.normalize.rewrite import LayerError, rewrite_layer
-from imagebuild.normalize.tar_split import TarSplitError, file_content, header_chunks, layer_chunks
 from imagebuild.util.streams import HashingReader, open_stream
 
 

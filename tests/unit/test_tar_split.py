@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from imagebuild.engine.interface import StoredImage
+from imagebuild.engine.tar_split import TarSplitError, layer_chunks
 from imagebuild.normalize.core import normalize_image
 from imagebuild.normalize.from_save import normalize_saved
 from imagebuild.normalize.from_store import normalize_stored
 from imagebuild.normalize.model import FROM_SAVE, FROM_STORE, LayerPlan, StoreReadFailure
-from imagebuild.normalize.tar_split import TarSplitError, layer_chunks
 from imagebuild.testing import FakeEngine, image_info
 from tests.unit.imagetars import (
     BEFORE,
