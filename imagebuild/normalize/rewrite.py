@@ -41,7 +41,7 @@ from typing import IO, Any, BinaryIO, cast
 
 from imagebuild.normalize.canonical import LayerReducer
 from imagebuild.normalize.lower import Digest, Meta, entry_path
-from imagebuild.util.streams import CHUNK, HashingWriter, Sink, forget_members
+from imagebuild.util.streams import CHUNK, TAR_READ_BUFFER, HashingWriter, Sink, forget_members
 
 SPOOL_IN_MEMORY = 16 * CHUNK  # a compared file up to this size stays in memory
 
@@ -151,16 +151,16 @@ def _rewrite(
     try:
         with (
             tarfile.open(
-                fileobj=source, mode="r|", encoding=ENCODING, errors=ERRORS, bufsize=CHUNK
+                fileobj=source, mode="r|", encoding=ENCODING, errors=ERRORS, bufsize=TAR_READ_BUFFER
             ) as reader,
             tarfile.open(
-                # Stream mode only ever calls write() on it.
+                # Not the stream mode ("w|"): its buffer copies itself on every write, a header
+                # included. This mode calls tell() once and then only write(), and writes the same bytes.
                 fileobj=cast("IO[bytes]", out),
-                mode="w|",
+                mode="w",
                 format=tarfile.PAX_FORMAT,
                 encoding=ENCODING,
                 errors=ERRORS,
-                bufsize=CHUNK,
             ) as writer,
         ):
             cast("Any", writer).copybufsize = CHUNK  # default 16 KiB; typeshed omits the attribute
