@@ -112,13 +112,15 @@ def normalize_image(
         engine_id=engine_id,
         engine=engine.describe(),
         unnormalized_id=image_id,
-        layers_rewritten=len(normalized.layers),
-        bytes_rewritten=sum(layer.size for layer in normalized.layers),
+        layers_rewritten=sum(layer.path is not None for layer in normalized.layers),
+        bytes_rewritten=sum(layer.size for layer in normalized.layers if layer.path is not None),
         spool_peak=normalized.spool_peak,
         seconds=round(time.monotonic() - started, 3),
         phases=phases,
         read_from=read_from,
         fallback_reason="" if read_from == FROM_STORE else fallback,
+        layers_reused=sum(layer.path is None for layer in normalized.layers),
+        layers=normalized.notes,
     )
 
 
