@@ -11,8 +11,17 @@ from imagebuild.engine.chain_ids import chain_ids
 from imagebuild.engine.interface import StoredImage
 from imagebuild.normalize.from_store import normalize_stored
 from imagebuild.normalize.model import LayerPlan, Normalized
-from tests.unit.imagetars import EPOCH, Item, config, digest, layer, stored_image, tar_split_record
-from tests.unit.test_tar_split import BASE, EVERY_KIND
+from tests.unit.imagetars import (
+    BASE,
+    EPOCH,
+    EVERY_KIND,
+    Item,
+    config,
+    digest,
+    layer,
+    stored_image,
+    tar_split_record,
+)
 
 UNCHANGED = layer([Item("app/", tarfile.DIRTYPE, mode=0o755)])  # reduces to nothing: an empty layer
 SECOND = layer([Item("app/", tarfile.DIRTYPE, mode=0o755), Item("app/v.txt", data=b"1\n")])
