@@ -64,7 +64,7 @@ sys.path.insert(1, str(HERE))
 from sampleworld import engine_matrix  # noqa: E402
 
 GB = 1e9
-TAG = "bench-stage/n"
+TAG = f"bench-stage/n{os.getpid()}"  # two runs may share an engine (before and after a change)
 EPOCH = 1_700_000_000  # the step's SOURCE_DATE_EPOCH: any fixed value
 
 
@@ -80,6 +80,9 @@ class Row:
     disk_mb: float  # kept by the engine beyond the base: the built layer (the cache) and the normalised one
     spool_mb: float  # the normalisation's temporary disk at its peak
     cpu: float  # CPU seconds of the normalising process (all its threads)
+    engine_cpu: float  # the engine's (dockerd's) CPU seconds meanwhile: the load, mostly
+    moved_cpu: float  # CPU seconds of export + import, the commands' and the engine's
+    saved_cpu: float  # the same of docker save + docker load
     rebuild_normalize: float  # the normalisation after a rebuild that changed only the last step
     reused: int  # layers that normalisation took from the engine
     load_start: float
@@ -90,9 +93,24 @@ class Row:
     docker_load: float
 
 
+ENGINE_PIDS: dict[str, int] = {}  # docker host -> the dockerd answering there
+CPU: dict[str, float] = {}  # command -> CPU seconds of its last run: the command's and the engine's
+
+
+def engine_cpu(host: str) -> float:
+    """CPU seconds the engine's dockerd (and the children it waited for: its untar) has used so far."""
+    pid = ENGINE_PIDS.get(host)
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+
+
 def run(argv: list[str], host: str, stdin: BinaryIO | None = None) -> float:
-    """Run one command against the engine at ``host``; its wall time. A failure shows its stderr's tail."""
+    """Run one command against the engine at ``host``; its wall time (its CPU seconds and the engine's
+    in CPU[argv[...]]). A failure shows its stderr's tail."""
     started = time.monotonic()
+    children, engine = resource.getrusage(resource.RUSAGE_CHILDREN), engine_cpu(host)
     env = {**os.environ, "DOCKER_HOST": host, "DOCKER_BUILDKIT": "0"}
     done = subprocess.run(
         argv, check=False, cwd=REPO, env=env, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -101,6 +119,9 @@ def run(argv: list[str], host: str, stdin: BinaryIO | None = None) -> float:
         tail = done.stderr.decode(errors="replace")[-2000:]
         msg = f"{' '.join(argv)}: exit {done.returncode}\n{tail}"
         raise RuntimeError(msg)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    ours = after.ru_utime - children.ru_utime + after.ru_stime - children.ru_stime
+    CPU[" ".join(argv[:4])] = ours + engine_cpu(host) - engine
     return time.monotonic() - started
 
 
@@ -156,12 +177,13 @@ def normalise(host: str, built: str, base: str, spool: Path, previous: object = 
             context_copies=(False, False),
             **fields,  # type: ignore[arg-type]
         )
-        before = resource.getrusage(resource.RUSAGE_SELF)
+        before, engine_before = resource.getrusage(resource.RUSAGE_SELF), engine_cpu(host)
         result = normalize_image(engine, built, plan, spool)
-        after = resource.getrusage(resource.RUSAGE_SELF)
+        after, engine_after = resource.getrusage(resource.RUSAGE_SELF), engine_cpu(host)
         engine.tag(result.engine_id, f"{TAG}:normalized")
         out = result.to_json()
         out["cpu"] = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        out["engine_cpu"] = engine_after - engine_before
         return out
     finally:
         engine.close()
@@ -212,9 +234,9 @@ def measure(name: str, host: str, base: str, size: float, work: Path, *, distrib
         started = time.monotonic()
         again = normalise(host, image_id(host, rebuilt_tag), base, work, previous=result.get("layers") or ())
         rebuild_normalize = time.monotonic() - started
-        export = import_ = save = docker_load = 0.0
+        export = import_ = save = docker_load = moved_cpu = saved_cpu = 0.0
         if distribute:
-            export, import_, save, docker_load = distribution(host, normalized, work)
+            export, import_, save, docker_load, moved_cpu, saved_cpu = distribution(host, normalized, work)
     finally:
         subprocess.run(
             ["docker", "rmi", normalized, built_tag, rebuilt_tag, *([first_id] if first_id else [])],
@@ -233,6 +255,9 @@ def measure(name: str, host: str, base: str, size: float, work: Path, *, distrib
         disk_mb=disk / 1e6,
         spool_mb=int(str(result["spool_peak"])) / 1e6,
         cpu=float(str(result["cpu"])),
+        engine_cpu=float(str(result["engine_cpu"])),
+        moved_cpu=moved_cpu,
+        saved_cpu=saved_cpu,
         rebuild_normalize=rebuild_normalize,
         reused=int(str(again.get("layers_reused", 0))),
         load_start=load_start,
@@ -248,9 +273,10 @@ def image_id(host: str, ref: str) -> str:
     return docker(host, "image", "inspect", "--format", "{{.Id}}", ref).strip()
 
 
-def distribution(host: str, normalized: str, work: Path) -> tuple[float, float, float, float]:
+def distribution(host: str, normalized: str, work: Path) -> tuple[float, float, float, float, float, float]:
     """(export, import, docker save -o, docker load -i) of the normalised image, each load into an
-    engine that lacks it."""
+    engine that lacks it; then the CPU seconds of export + import and of save + load (the commands'
+    and the engine's)."""
     archive = work / "saved.tar"
     save = run(["docker", "save", "-o", str(archive), normalized], host)
     docker(host, "rmi", normalized)
@@ -264,7 +290,9 @@ def distribution(host: str, normalized: str, work: Path) -> tuple[float, float, 
     manifest = next(out.glob("*.tar.json"))
     import_ = run([sys.executable, "-m", "imagebuild", "import", str(manifest)], host)
     shutil.rmtree(out)
-    return export, import_, save, docker_load
+    ours = CPU[f"{sys.executable} -m imagebuild export"] + CPU[f"{sys.executable} -m imagebuild import"]
+    theirs = CPU[f"docker save -o {archive}"] + CPU["docker load -q -i"]
+    return export, import_, save, docker_load, ours, theirs
 
 
 def fit(xs: list[float], ys: list[float]) -> str:
@@ -282,6 +310,7 @@ def fit(xs: list[float], ys: list[float]) -> str:
     )
 
 
+MAIN_PID = Path("/var/run/docker.pid")
 BUILD_SECONDS = 19 * 60  # the real image's cold build: the issue's 5% goal is of this
 
 
@@ -294,12 +323,31 @@ def main() -> int:
     parser.add_argument("--engines", default=",".join(["main", *(s.name for s in engine_matrix.DOCKER26)]))
     parser.add_argument("--no-distribute", action="store_true", help="skip export/import and save/load")
     parser.add_argument("--checkout", help="measure the imagebuild of this checkout (main, before a change)")
+    parser.add_argument(
+        "--rows", nargs="+", type=Path, help="print the table and fits of the JSON rows earlier runs printed"
+    )
     args = parser.parse_args()
+    if args.rows:
+        rows = [
+            Row(**{"engine_cpu": 0.0, "moved_cpu": 0.0, "saved_cpu": 0.0, **json.loads(line)})
+            for path in args.rows
+            for line in path.read_text().splitlines()
+            if line.startswith("{")
+        ]
+        names = list(dict.fromkeys(r.engine for r in rows))
+        print_table(rows, names, distribute=any(r.export for r in rows))
+        return 0
     sizes = [float(s) for s in args.sizes.split(",")] * args.rounds
     wanted = args.engines.split(",")
     state_env = os.environ.get("IMAGEBUILD_SAMPLEWORLD_STATE")
     state = Path(state_env) if state_env else HERE / ".sampleworld"
     engines = {e.name: e for e in engine_matrix.status(state) if e.version}
+    for engine in engines.values():  # the main engine's pid from its pid file (no other dockerd writes it)
+        pid = engine.pid or (
+            int(MAIN_PID.read_text()) if engine.name == "main" and MAIN_PID.exists() else None
+        )
+        if pid:
+            ENGINE_PIDS[engine.docker_host] = pid
     missing = [n for n in wanted if n not in engines]
     if missing:
         print(
@@ -346,20 +394,22 @@ def main() -> int:
 def print_table(rows: list[Row], engines: list[str], *, distribute: bool) -> None:
     print()
     print(
-        "| engine | N | load | build of the step | normalisation | of it: rewrite | of it: load | CPU | read from "
-        "| disk + | spool peak | after a rebuild of the last step | export + import | save + load | ratio |"
+        "| engine | N | load | build of the step | normalisation | of it: rewrite | of it: load | CPU ours + engine "
+        "| read from | disk + | spool peak | after a rebuild of the last step | export + import | save + load | ratio "
+        "| CPU export + import / save + load |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ours, theirs = r.export + r.import_, r.save + r.docker_load
         moved = (
-            f"{r.export:.1f} + {r.import_:.1f} s | {r.save:.1f} + {r.docker_load:.1f} s | {ours / theirs:.2f}x"
+            f"{r.export:.1f} + {r.import_:.1f} s | {r.save:.1f} + {r.docker_load:.1f} s | {ours / theirs:.2f}x | "
+            f"{r.moved_cpu:.1f} / {r.saved_cpu:.1f} s"
             if distribute
-            else "- | - | -"
+            else "- | - | - | -"
         )
         print(
             f"| {r.engine} | {r.size_gb:g} GB | {r.load_start:.1f}-{r.load_end:.1f} | {r.build:.1f} s | "
-            f"{r.normalize:.1f} s | {r.rewrite:.1f} s | {r.load:.1f} s | {r.cpu:.1f} s | {r.read_from} | "
+            f"{r.normalize:.1f} s | {r.rewrite:.1f} s | {r.load:.1f} s | {r.cpu:.1f} + {r.engine_cpu:.1f} s | {r.read_from} | "
             f"{r.disk_mb:.0f} MB | {r.spool_mb:.0f} MB | {r.rebuild_normalize:.1f} s ({r.reused} reused) | {moved} |"
         )
     print()
@@ -374,11 +424,16 @@ def print_table(rows: list[Row], engines: list[str], *, distribute: bool) -> Non
             )
         print(f"{name}: of it rewrite = {fit(xs, [r.rewrite for r in mine])}")
         print(f"{name}: of it load = {fit(xs, [r.load for r in mine])}")
-        print(f"{name}: normalisation CPU = {fit(xs, [r.cpu for r in mine])}")
+        print(f"{name}: normalisation CPU, ours = {fit(xs, [r.cpu for r in mine])}")
+        print(
+            f"{name}: normalisation CPU, ours + the engine's = {fit(xs, [r.cpu + r.engine_cpu for r in mine])}"
+        )
         print(f"{name}: after a rebuild of the last step = {fit(xs, [r.rebuild_normalize for r in mine])}")
         if distribute:
             print(f"{name}: export + import = {fit(xs, [r.export + r.import_ for r in mine])}")
             print(f"{name}: save + load = {fit(xs, [r.save + r.docker_load for r in mine])}")
+            print(f"{name}: CPU of export + import = {fit(xs, [r.moved_cpu for r in mine])}")
+            print(f"{name}: CPU of save + load = {fit(xs, [r.saved_cpu for r in mine])}")
 
 
 if __name__ == "__main__":
