@@ -11,17 +11,8 @@ from imagebuild.engine.chain_ids import chain_ids
 from imagebuild.engine.interface import StoredImage
 from imagebuild.normalize.from_store import normalize_stored
 from imagebuild.normalize.model import LayerPlan, Normalized
-from tests.unit.imagetars import (
-    BASE,
-    EPOCH,
-    EVERY_KIND,
-    Item,
-    config,
-    digest,
-    layer,
-    stored_image,
-    tar_split_record,
-)
+from tests.unit import imagetars as tars
+from tests.unit.imagetars import BASE, EVERY_KIND, Item, layer
 
 UNCHANGED = layer([Item("app/", tarfile.DIRTYPE, mode=0o755)])  # reduces to nothing: an empty layer
 SECOND = layer([Item("app/", tarfile.DIRTYPE, mode=0o755), Item("app/v.txt", data=b"1\n")])
@@ -36,12 +27,12 @@ THIRD = layer(
         Item("srv/new", data=b"new\n"),
     ]
 )
-EPOCHS = (EPOCH - 300, EPOCH - 200, EPOCH - 100, EPOCH)
+EPOCHS = (tars.EPOCH - 300, tars.EPOCH - 200, tars.EPOCH - 100, tars.EPOCH)
 
 
 def plan(layers: list[bytes]) -> LayerPlan:
     return LayerPlan(
-        layers=tuple(digest(d) for d in layers), base_layers=2, base_history=3, epochs=EPOCHS, created=EPOCH
+        layers=tuple(tars.digest(d) for d in layers), base_layers=2, base_history=3, epochs=EPOCHS, created=tars.EPOCH
     )
 
 
@@ -53,12 +44,12 @@ def engine_holds(normalized: Normalized, where: Path) -> Path:
         record = where / chains[normalized.diff_ids.index(layer_file.diff_id)].removeprefix("sha256:")
         record.mkdir(parents=True)
         (record / "diff").write_text(layer_file.diff_id)
-        (record / "tar-split.json.gz").write_bytes(tar_split_record(layer_file.path.read_bytes()))
+        (record / "tar-split.json.gz").write_bytes(tars.tar_split_record(layer_file.path.read_bytes()))
     return where
 
 
 def normalise(layers: list[bytes], where: Path, *, previous: Normalized | None = None, db: Path | None = None) -> Normalized:
-    image: StoredImage = replace(stored_image(layers, config(layers), where / "store"), layer_db=db)
+    image: StoredImage = replace(tars.stored_image(layers, tars.config(layers), where / "store"), layer_db=db)
     (where / "work").mkdir()
     the_plan = replace(plan(layers), previous=previous.notes if previous else ())
     return normalize_stored(image, the_plan, where / "work", what="test image")
