@@ -5,24 +5,34 @@ on each engine of the engine matrix; the table per N and a linear fit in N.
 Per engine and size N (GB, 1 GB = 1e9 bytes):
 
 * build: a classic `docker build --no-cache` of ``FROM <the sample base pin>`` plus one
-  ``RUN head -c N /dev/urandom > /blob``: the step's time, as an extra stage of the image would take;
+  ``RUN head -c N /dev/urandom > /blob`` and a small last step (``RUN echo $NONCE > /nonce``): the
+  step's time, as an extra stage of the image would take;
 * normalisation: ``imagebuild.normalize.core.normalize_image`` of that image, as `imagebuild build`
   does it (from the engine's layer store where it can, else from `docker save`), with the engine's
   phases (rewrite: read and rewrite the layers; load: the engine loading the rewritten ones), the
+  CPU seconds of this process (every thread of it; the engine's own work is not in them), the
   disk the engine keeps beyond the base (the built layer, kept as the cache, and the normalised one)
   and the spool's peak (temporary disk while it runs);
+* rebuild: the same build with another NONCE (the N GB step cached, the last step made again), then
+  its normalisation with the first one's notes, as a rebuild after a late pin change runs it: on
+  the layer-store path the unchanged N GB layer is taken from the engine, not rewritten or loaded;
 * distribution: `imagebuild export --compress none` then, the image removed, `imagebuild import`,
   against `docker save -o` then, the image removed, `docker load -i` (base included on both sides).
 
-Then, per engine, least-squares fits ``seconds = a + b * N`` (with R^2) for the normalisation and for
-export + import and save + load, and the 10 GB extrapolation. Prints the load average before and after.
+Then, per engine, least-squares fits ``seconds = a + b * N`` (with R^2) for the normalisation, its
+rewrite and load, export + import and save + load, and the 10 GB extrapolation, with the
+normalisation's share of a 19-minute build there (the issue's goal: <= 5%). Each row carries the
+load average (1 minute) at its start and end; ``--rounds`` repeats every size.
 
-    python benchmarks/bench_stage_size.py [--sizes 0.5,1] [--engines main,docker26-overlay2,docker26-containerd]
+    python benchmarks/bench_stage_size.py [--sizes 0.5,1,2,4] [--rounds 1] [--engines main,docker26-overlay2,docker26-containerd]
+    python benchmarks/bench_stage_size.py --no-distribute ...   # normalisation only
 
 Needs the engines (scripts/ensure-docker.sh; `python -m sampleworld engines up`) and the sample world
 (IMAGEBUILD_SAMPLEWORLD_STATE names a shared one): the base is the sample base image, pulled by digest
 into an engine that lacks it (and removed again). Removes every image, archive and spool it made.
 Disk: about 4 N GB free on / at the peak (two layers in the engine, the spool, then an archive).
+Needs the imagebuild of this checkout; the numbers of another (main, before a change) come from
+running this file from that checkout.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ import argparse
 import io
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -43,13 +54,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-REPO = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parents[1]  # this checkout: its sample world and engines
+REPO = HERE  # the checkout whose imagebuild is measured (--checkout)
+if "--checkout" in sys.argv:
+    REPO = Path(sys.argv[sys.argv.index("--checkout") + 1]).resolve()
 sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(HERE))
 
 from sampleworld import engine_matrix  # noqa: E402
 
 GB = 1e9
-TAG = "bench-stage/n"
+TAG = f"bench-stage/n{os.getpid()}"  # two runs may share an engine (before and after a change)
 EPOCH = 1_700_000_000  # the step's SOURCE_DATE_EPOCH: any fixed value
 
 
@@ -64,15 +79,38 @@ class Row:
     read_from: str
     disk_mb: float  # kept by the engine beyond the base: the built layer (the cache) and the normalised one
     spool_mb: float  # the normalisation's temporary disk at its peak
+    cpu: float  # CPU seconds of the normalising process (all its threads)
+    engine_cpu: float  # the engine's (dockerd's) CPU seconds meanwhile: the load, mostly
+    moved_cpu: float  # CPU seconds of export + import, the commands' and the engine's
+    saved_cpu: float  # the same of docker save + docker load
+    rebuild_normalize: float  # the normalisation after a rebuild that changed only the last step
+    reused: int  # layers that normalisation took from the engine
+    load_start: float
+    load_end: float
     export: float
     import_: float
     save: float
     docker_load: float
 
 
+ENGINE_PIDS: dict[str, int] = {}  # docker host -> the dockerd answering there
+CPU: dict[str, float] = {}  # command -> CPU seconds of its last run: the command's and the engine's
+
+
+def engine_cpu(host: str) -> float:
+    """CPU seconds the engine's dockerd (and the children it waited for: its untar) has used so far."""
+    pid = ENGINE_PIDS.get(host)
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+
+
 def run(argv: list[str], host: str, stdin: BinaryIO | None = None) -> float:
-    """Run one command against the engine at ``host``; its wall time. A failure shows its stderr's tail."""
+    """Run one command against the engine at ``host``; its wall time (its CPU seconds and the engine's
+    in CPU[argv[...]]). A failure shows its stderr's tail."""
     started = time.monotonic()
+    children, engine = resource.getrusage(resource.RUSAGE_CHILDREN), engine_cpu(host)
     env = {**os.environ, "DOCKER_HOST": host, "DOCKER_BUILDKIT": "0"}
     done = subprocess.run(
         argv, check=False, cwd=REPO, env=env, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -81,6 +119,9 @@ def run(argv: list[str], host: str, stdin: BinaryIO | None = None) -> float:
         tail = done.stderr.decode(errors="replace")[-2000:]
         msg = f"{' '.join(argv)}: exit {done.returncode}\n{tail}"
         raise RuntimeError(msg)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    ours = after.ru_utime - children.ru_utime + after.ru_stime - children.ru_stime
+    CPU[" ".join(argv[:4])] = ours + engine_cpu(host) - engine
     return time.monotonic() - started
 
 
@@ -96,7 +137,9 @@ def base_reference(state: Path) -> str:
 
 
 def context(base: str, size: float) -> bytes:
-    dockerfile = f"FROM {base}\nRUN head -c {int(size * GB)} /dev/urandom > /blob\n".encode()
+    dockerfile = (
+        f"FROM {base}\nRUN head -c {int(size * GB)} /dev/urandom > /blob\nARG NONCE=1\nRUN echo $NONCE > /nonce\n"
+    ).encode()
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as tar:
         info = tarfile.TarInfo("Dockerfile")
@@ -105,27 +148,43 @@ def context(base: str, size: float) -> bytes:
     return out.getvalue()
 
 
-def normalise(host: str, built: str, base: str, spool: Path) -> dict[str, object]:
-    """The normalisation `imagebuild build` runs, in this process, against the engine at ``host``."""
+def normalise(host: str, built: str, base: str, spool: Path, previous: object = ()) -> dict[str, object]:
+    """The normalisation `imagebuild build` runs, in this process, against the engine at ``host``;
+    ``previous``: the notes of an earlier one (a rebuild's record). Adds ``cpu``: this process's CPU
+    seconds, every thread."""
     os.environ["DOCKER_HOST"] = host
     from imagebuild.engine.docker import DockerEngine
     from imagebuild.normalize.core import normalize_image
     from imagebuild.normalize.model import LayerPlan
 
+    notes = ()
+    try:
+        from imagebuild.normalize.model import LayerNote  # this checkout's; main before the change has none
+
+        notes = tuple(LayerNote(**note) for note in previous)  # type: ignore[attr-defined]
+    except ImportError:
+        pass
     engine = DockerEngine.from_env()
     try:
         image, base_info = engine.inspect_image(built), engine.inspect_image(base)
+        fields: dict[str, object] = {"previous": notes} if notes else {}
         plan = LayerPlan(
             layers=image.layers,
             base_layers=len(base_info.layers),
             base_history=len(base_info.history),
-            epochs=(EPOCH,),
+            epochs=(EPOCH, EPOCH),
             created=EPOCH,
-            context_copies=(False,),
+            context_copies=(False, False),
+            **fields,  # type: ignore[arg-type]
         )
+        before, engine_before = resource.getrusage(resource.RUSAGE_SELF), engine_cpu(host)
         result = normalize_image(engine, built, plan, spool)
+        after, engine_after = resource.getrusage(resource.RUSAGE_SELF), engine_cpu(host)
         engine.tag(result.engine_id, f"{TAG}:normalized")
-        return result.to_json()
+        out = result.to_json()
+        out["cpu"] = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        out["engine_cpu"] = engine_after - engine_before
+        return out
     finally:
         engine.close()
         del os.environ["DOCKER_HOST"]
@@ -135,10 +194,12 @@ def image_bytes(host: str, ref: str) -> int:
     return int(docker(host, "image", "inspect", "--format", "{{.Size}}", ref).strip())
 
 
-def measure(name: str, host: str, base: str, size: float, work: Path) -> Row:
-    built_tag, normalized = f"{TAG}:built", f"{TAG}:normalized"
+def measure(name: str, host: str, base: str, size: float, work: Path, *, distribute: bool) -> Row:
+    built_tag, rebuilt_tag, normalized = f"{TAG}:built", f"{TAG}:rebuilt", f"{TAG}:normalized"
+    load_start = os.getloadavg()[0]
     ctx = work / "context.tar"
     ctx.write_bytes(context(base, size))
+    first_id = ""
     try:
         with ctx.open("rb") as stdin:
             build = run(
@@ -147,30 +208,38 @@ def measure(name: str, host: str, base: str, size: float, work: Path) -> Row:
                 stdin=stdin,
             )
         started = time.monotonic()
-        result = normalise(
-            host, docker(host, "image", "inspect", "--format", "{{.Id}}", built_tag).strip(), base, work
-        )
+        result = normalise(host, image_id(host, built_tag), base, work)
         normalize = time.monotonic() - started
+        first_id = str(result["engine_id"])
         phases = result["phases"]
         assert isinstance(phases, dict)
         disk = image_bytes(host, built_tag) - image_bytes(host, base) + int(str(result["bytes_rewritten"]))
-        archive = work / "saved.tar"
-        save = run(["docker", "save", "-o", str(archive), normalized], host)
-        docker(host, "rmi", normalized)
-        docker_load = run(["docker", "load", "-q", "-i", str(archive)], host)
-        archive.unlink()
-        out = work / "export"
-        export = run(
-            [sys.executable, "-m", "imagebuild", "export", normalized, "-o", str(out), "--compress", "none"],
-            host,
-        )
-        docker(host, "rmi", normalized)
-        manifest = next(out.glob("*.tar.json"))
-        import_ = run([sys.executable, "-m", "imagebuild", "import", str(manifest)], host)
-        shutil.rmtree(out)
+        with ctx.open("rb") as stdin:  # the N GB step cached, the last one made again
+            run(
+                [
+                    "docker",
+                    "build",
+                    "-q",
+                    "--network",
+                    "none",
+                    "--build-arg",
+                    "NONCE=2",
+                    "-t",
+                    rebuilt_tag,
+                    "-",
+                ],
+                host,
+                stdin=stdin,
+            )
+        started = time.monotonic()
+        again = normalise(host, image_id(host, rebuilt_tag), base, work, previous=result.get("layers") or ())
+        rebuild_normalize = time.monotonic() - started
+        export = import_ = save = docker_load = moved_cpu = saved_cpu = 0.0
+        if distribute:
+            export, import_, save, docker_load, moved_cpu, saved_cpu = distribution(host, normalized, work)
     finally:
         subprocess.run(
-            ["docker", "rmi", normalized, built_tag],
+            ["docker", "rmi", normalized, built_tag, rebuilt_tag, *([first_id] if first_id else [])],
             env={**os.environ, "DOCKER_HOST": host},
             capture_output=True,
             check=False,
@@ -185,11 +254,45 @@ def measure(name: str, host: str, base: str, size: float, work: Path) -> Row:
         read_from=str(result["read_from"]),
         disk_mb=disk / 1e6,
         spool_mb=int(str(result["spool_peak"])) / 1e6,
+        cpu=float(str(result["cpu"])),
+        engine_cpu=float(str(result["engine_cpu"])),
+        moved_cpu=moved_cpu,
+        saved_cpu=saved_cpu,
+        rebuild_normalize=rebuild_normalize,
+        reused=int(str(again.get("layers_reused", 0))),
+        load_start=load_start,
+        load_end=os.getloadavg()[0],
         export=export,
         import_=import_,
         save=save,
         docker_load=docker_load,
     )
+
+
+def image_id(host: str, ref: str) -> str:
+    return docker(host, "image", "inspect", "--format", "{{.Id}}", ref).strip()
+
+
+def distribution(host: str, normalized: str, work: Path) -> tuple[float, float, float, float, float, float]:
+    """(export, import, docker save -o, docker load -i) of the normalised image, each load into an
+    engine that lacks it; then the CPU seconds of export + import and of save + load (the commands'
+    and the engine's)."""
+    archive = work / "saved.tar"
+    save = run(["docker", "save", "-o", str(archive), normalized], host)
+    docker(host, "rmi", normalized)
+    docker_load = run(["docker", "load", "-q", "-i", str(archive)], host)
+    archive.unlink()
+    out = work / "export"
+    export = run(
+        [sys.executable, "-m", "imagebuild", "export", normalized, "-o", str(out), "--compress", "none"], host
+    )
+    docker(host, "rmi", normalized)
+    manifest = next(out.glob("*.tar.json"))
+    import_ = run([sys.executable, "-m", "imagebuild", "import", str(manifest)], host)
+    shutil.rmtree(out)
+    ours = CPU[f"{sys.executable} -m imagebuild export"] + CPU[f"{sys.executable} -m imagebuild import"]
+    theirs = CPU[f"docker save -o {archive}"] + CPU["docker load -q -i"]
+    return export, import_, save, docker_load, ours, theirs
 
 
 def fit(xs: list[float], ys: list[float]) -> str:
@@ -207,16 +310,44 @@ def fit(xs: list[float], ys: list[float]) -> str:
     )
 
 
+MAIN_PID = Path("/var/run/docker.pid")
+BUILD_SECONDS = 19 * 60  # the real image's cold build: the issue's 5% goal is of this
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="0.5,1", help="GB of the step, comma-separated (default 0.5,1)")
+    parser.add_argument(
+        "--sizes", default="0.5,1,2,4", help="GB of the step, comma-separated (default 0.5,1,2,4)"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="measurements of every size (default 1)")
     parser.add_argument("--engines", default=",".join(["main", *(s.name for s in engine_matrix.DOCKER26)]))
+    parser.add_argument("--no-distribute", action="store_true", help="skip export/import and save/load")
+    parser.add_argument("--checkout", help="measure the imagebuild of this checkout (main, before a change)")
+    parser.add_argument(
+        "--rows", nargs="+", type=Path, help="print the table and fits of the JSON rows earlier runs printed"
+    )
     args = parser.parse_args()
-    sizes = [float(s) for s in args.sizes.split(",")]
+    if args.rows:
+        rows = [
+            Row(**{"engine_cpu": 0.0, "moved_cpu": 0.0, "saved_cpu": 0.0, **json.loads(line)})
+            for path in args.rows
+            for line in path.read_text().splitlines()
+            if line.startswith("{")
+        ]
+        names = list(dict.fromkeys(r.engine for r in rows))
+        print_table(rows, names, distribute=any(r.export for r in rows))
+        return 0
+    sizes = [float(s) for s in args.sizes.split(",")] * args.rounds
     wanted = args.engines.split(",")
     state_env = os.environ.get("IMAGEBUILD_SAMPLEWORLD_STATE")
-    state = Path(state_env) if state_env else REPO / ".sampleworld"
+    state = Path(state_env) if state_env else HERE / ".sampleworld"
     engines = {e.name: e for e in engine_matrix.status(state) if e.version}
+    for engine in engines.values():  # the main engine's pid from its pid file (no other dockerd writes it)
+        pid = engine.pid or (
+            int(MAIN_PID.read_text()) if engine.name == "main" and MAIN_PID.exists() else None
+        )
+        if pid:
+            ENGINE_PIDS[engine.docker_host] = pid
     missing = [n for n in wanted if n not in engines]
     if missing:
         print(
@@ -224,7 +355,7 @@ def main() -> int:
         )
         return 2
     base = base_reference(state)
-    print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; base {base}")
+    print(f"imagebuild of {REPO}; load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; base {base}")
     rows: list[Row] = []
     for name in wanted:
         host = engines[name].docker_host
@@ -242,9 +373,9 @@ def main() -> int:
         try:
             for size in sizes:
                 with tempfile.TemporaryDirectory(
-                    prefix="bench-stage-", dir=REPO / "build" if (REPO / "build").is_dir() else None
+                    prefix="bench-stage-", dir=HERE / "build" if (HERE / "build").is_dir() else None
                 ) as work:
-                    row = measure(name, host, base, size, Path(work))
+                    row = measure(name, host, base, size, Path(work), distribute=not args.no_distribute)
                 rows.append(row)
                 print(json.dumps(row.__dict__), flush=True)
         finally:
@@ -256,26 +387,53 @@ def main() -> int:
                     check=False,
                 )
     print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print_table(rows, wanted, distribute=not args.no_distribute)
+    return 0
+
+
+def print_table(rows: list[Row], engines: list[str], *, distribute: bool) -> None:
     print()
     print(
-        "| engine | N | build of the step | normalisation | of it: rewrite | of it: load | read from | disk + | spool peak | export + import | save + load | ratio |"
+        "| engine | N | load | build of the step | normalisation | of it: rewrite | of it: load | CPU ours + engine "
+        "| read from | disk + | spool peak | after a rebuild of the last step | export + import | save + load | ratio "
+        "| CPU export + import / save + load |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ours, theirs = r.export + r.import_, r.save + r.docker_load
+        moved = (
+            f"{r.export:.1f} + {r.import_:.1f} s | {r.save:.1f} + {r.docker_load:.1f} s | {ours / theirs:.2f}x | "
+            f"{r.moved_cpu:.1f} / {r.saved_cpu:.1f} s"
+            if distribute
+            else "- | - | - | -"
+        )
         print(
-            f"| {r.engine} | {r.size_gb:g} GB | {r.build:.1f} s | {r.normalize:.1f} s | {r.rewrite:.1f} s | {r.load:.1f} s | "
-            f"{r.read_from} | {r.disk_mb:.0f} MB | {r.spool_mb:.0f} MB | {r.export:.1f} + {r.import_:.1f} s | "
-            f"{r.save:.1f} + {r.docker_load:.1f} s | {ours / theirs:.2f}x |"
+            f"| {r.engine} | {r.size_gb:g} GB | {r.load_start:.1f}-{r.load_end:.1f} | {r.build:.1f} s | "
+            f"{r.normalize:.1f} s | {r.rewrite:.1f} s | {r.load:.1f} s | {r.cpu:.1f} + {r.engine_cpu:.1f} s | {r.read_from} | "
+            f"{r.disk_mb:.0f} MB | {r.spool_mb:.0f} MB | {r.rebuild_normalize:.1f} s ({r.reused} reused) | {moved} |"
         )
     print()
-    for name in wanted:
+    for name in engines:
         mine = [r for r in rows if r.engine == name]
         xs = [r.size_gb for r in mine]
-        print(f"{name}: normalisation = {fit(xs, [r.normalize for r in mine])}")
-        print(f"{name}: export + import = {fit(xs, [r.export + r.import_ for r in mine])}")
-        print(f"{name}: save + load = {fit(xs, [r.save + r.docker_load for r in mine])}")
-    return 0
+        if len(set(xs)) >= 2:
+            slope, intercept = statistics.linear_regression(xs, [r.normalize for r in mine])
+            share = (intercept + 10 * slope) / BUILD_SECONDS
+            print(
+                f"{name}: normalisation = {fit(xs, [r.normalize for r in mine])} ({share:.1%} of a 19-minute build)"
+            )
+        print(f"{name}: of it rewrite = {fit(xs, [r.rewrite for r in mine])}")
+        print(f"{name}: of it load = {fit(xs, [r.load for r in mine])}")
+        print(f"{name}: normalisation CPU, ours = {fit(xs, [r.cpu for r in mine])}")
+        print(
+            f"{name}: normalisation CPU, ours + the engine's = {fit(xs, [r.cpu + r.engine_cpu for r in mine])}"
+        )
+        print(f"{name}: after a rebuild of the last step = {fit(xs, [r.rebuild_normalize for r in mine])}")
+        if distribute:
+            print(f"{name}: export + import = {fit(xs, [r.export + r.import_ for r in mine])}")
+            print(f"{name}: save + load = {fit(xs, [r.save + r.docker_load for r in mine])}")
+            print(f"{name}: CPU of export + import = {fit(xs, [r.moved_cpu for r in mine])}")
+            print(f"{name}: CPU of save + load = {fit(xs, [r.saved_cpu for r in mine])}")
 
 
 if __name__ == "__main__":

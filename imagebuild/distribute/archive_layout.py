@@ -27,7 +27,7 @@ import hashlib
 import json
 import posixpath
 import tarfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -123,7 +123,9 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-class _Writer:
+class TarWriter:
+    """The archive's members, written as PAX headers (and content) to ``out``."""
+
     def __init__(self, out: Sink) -> None:
         self.out = out
 
@@ -143,7 +145,7 @@ class _Writer:
         self.header(info)
 
 
-def _pass_through(chunks: Iterable[bytes], writer: _Writer) -> _Seen:
+def _pass_through(chunks: Iterable[bytes], writer: TarWriter) -> _Seen:
     """Copy every entry but the save's index files, hashing each file on its way."""
     seen = _Seen()
     with open_stream(chunks) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
@@ -248,9 +250,45 @@ def _config_and_layers(seen: _Seen) -> tuple[str, list[str], tuple[str, dict[str
     return config_path, layers, engine_manifest
 
 
+Descriptor = tuple[str, str, int]  # media type, digest, size
+
+
+def write_oci_manifest(
+    writer: TarWriter, *, config_digest: str, config_size: int, layers: Sequence[Descriptor]
+) -> Descriptor:
+    """An OCI manifest of the config and ``layers``, written as a blob; its descriptor."""
+    manifest_bytes = _canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": OCI_CONFIG, "digest": config_digest, "size": config_size},
+            "layers": [{"mediaType": kind, "digest": digest, "size": size} for kind, digest, size in layers],
+        }
+    )
+    manifest_digest = _digest(manifest_bytes)
+    writer.file(f"blobs/sha256/{manifest_digest.removeprefix('sha256:')}", manifest_bytes)
+    return OCI_MANIFEST, manifest_digest, len(manifest_bytes)
+
+
+def write_indexes(writer: TarWriter, *, manifest: Descriptor, config_path: str, layer_paths: Sequence[str]) -> None:
+    """The archive's end: ``oci-layout``, ``index.json`` naming ``manifest`` (no name annotation), the
+    legacy ``manifest.json`` (``RepoTags`` null), the end blocks."""
+    media_type, digest, size = manifest
+    index = {
+        "schemaVersion": 2,
+        "mediaType": OCI_INDEX,
+        "manifests": [{"mediaType": media_type, "digest": digest, "size": size}],
+    }
+    writer.file("oci-layout", OCI_LAYOUT)
+    writer.file("index.json", _canonical(index))
+    legacy = [{"Config": config_path, "RepoTags": None, "Layers": list(layer_paths)}]
+    writer.file("manifest.json", json.dumps(legacy, separators=(",", ":")).encode())
+    writer.out.write(TAR_END)
+
+
 def portable_archive(chunks: Iterable[bytes], out: Sink) -> PortableArchive:
     """Write the engine's save stream ``chunks`` to ``out`` as the archive every engine loads."""
-    writer = _Writer(out)
+    writer = TarWriter(out)
     try:
         seen = _pass_through(chunks, writer)
     except tarfile.TarError as e:
@@ -278,35 +316,20 @@ def portable_archive(chunks: Iterable[bytes], out: Sink) -> PortableArchive:
             writer.symlink(path, source)
             seen.links[path] = source
     if engine_manifest is None:
-        manifest_bytes = _canonical(
-            {
-                "schemaVersion": 2,
-                "mediaType": OCI_MANIFEST,
-                "config": {"mediaType": OCI_CONFIG, "digest": config.digest, "size": config.size},
-                "layers": [
-                    {"mediaType": LAYER_TYPES.get(b.magic[:4], LAYER_TYPES.get(b.magic[:2], UNCOMPRESSED_LAYER)), "digest": b.digest, "size": b.size}
-                    for b in layers
-                ],
-            }
+        descriptor = write_oci_manifest(
+            writer,
+            config_digest=config.digest,
+            config_size=config.size,
+            layers=[
+                (LAYER_TYPES.get(b.magic[:4], LAYER_TYPES.get(b.magic[:2], UNCOMPRESSED_LAYER)), b.digest, b.size)
+                for b in layers
+            ],
         )
-        manifest_digest, media_type = _digest(manifest_bytes), OCI_MANIFEST
-        writer.file(f"blobs/sha256/{manifest_digest.removeprefix('sha256:')}", manifest_bytes)
-        manifest_size = len(manifest_bytes)
     else:
-        manifest_digest = engine_manifest[0]
-        named = seen.blob(seen.by_digest(manifest_digest) or manifest_digest, "manifest")
-        media_type = str(engine_manifest[1].get("mediaType") or OCI_MANIFEST)
-        manifest_size = named.size
-    index = {
-        "schemaVersion": 2,
-        "mediaType": OCI_INDEX,
-        "manifests": [{"mediaType": media_type, "digest": manifest_digest, "size": manifest_size}],
-    }
-    writer.file("oci-layout", OCI_LAYOUT)
-    writer.file("index.json", _canonical(index))
-    legacy = [{"Config": config_path, "RepoTags": None, "Layers": layer_paths}]
-    writer.file("manifest.json", json.dumps(legacy, separators=(",", ":")).encode())
-    out.write(TAR_END)
+        named = seen.blob(seen.by_digest(engine_manifest[0]) or engine_manifest[0], "manifest")
+        descriptor = (str(engine_manifest[1].get("mediaType") or OCI_MANIFEST), engine_manifest[0], named.size)
+    write_indexes(writer, manifest=descriptor, config_path=config_path, layer_paths=layer_paths)
+    manifest_digest = descriptor[1]
     return PortableArchive(
         config_digest=config.digest,
         manifest_digest=manifest_digest,

@@ -42,7 +42,7 @@ from imagebuild.attest.statement import (
     statement_text,
     write_attestation,
 )
-from imagebuild.distribute.archive_layout import ArchiveLayoutError, portable_archive
+from imagebuild.distribute.archive_layout import ArchiveLayoutError, PortableArchive, portable_archive
 from imagebuild.distribute.compression import Compression, Sink, compressing
 from imagebuild.distribute.formats import (
     ExportFormat,
@@ -53,10 +53,12 @@ from imagebuild.distribute.formats import (
 )
 from imagebuild.distribute.record_notes import EXPORTED, build_documents, note_in_record
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
+from imagebuild.distribute.stored_archive import StoredArchiveError, stored_archive
 from imagebuild.engine.interface import Engine, ImageInfo
 from imagebuild.errors import ConfigError, EngineError, ImageBuildError
 from imagebuild.importer.manifest import Manifest, parse_manifest
 from imagebuild.importer.text import shown
+from imagebuild.log import logger
 from imagebuild.secrets import secret_value_reason
 from imagebuild.util.background_hash import BackgroundSha256
 from imagebuild.util.files import atomic_file
@@ -180,7 +182,7 @@ def _export(
     pins, labels = image_manifest_fields(info)
     progress = _SaveProgress(engine.save(info.id), _Count(), name, report)
     if options.export_format is ExportFormat.DOCKER:
-        written = _docker_archive(options, info, output / name, progress)
+        written = _docker_archive(options, engine, info, output / name, progress)
     else:
         try:
             written = write_spooled_format(
@@ -229,7 +231,8 @@ def _export(
     _write(manifest_path, (json.dumps(manifest.to_json(), indent=2) + "\n").encode())
     seconds = time.monotonic() - started
     report(
-        f"wrote {name} ({options.export_format}, {written.size / 1e9:.2f} GB from {progress.saved / 1e9:.2f} GB, {options.compression}) "
+        f"wrote {name} ({options.export_format}, {written.size / 1e9:.2f} GB from {progress.saved / 1e9:.2f} GB read from "
+        f"{progress.source}, {options.compression}) "
         f"in {seconds:.1f}s; manifest {manifest_path.name}"
     )
     recorded = note_in_record(
@@ -238,8 +241,34 @@ def _export(
     return ExportResult(manifest_path=manifest_path, manifest=manifest, seconds=seconds, recorded_in=recorded)
 
 
-def _docker_archive(options: ExportOptions, info: ImageInfo, path: Path, progress: _SaveProgress) -> WrittenArchive:
-    """The portable docker archive, streamed through (``archive_layout``), compressed and hashed."""
+def _docker_archive(
+    options: ExportOptions, engine: Engine, info: ImageInfo, path: Path, progress: _SaveProgress
+) -> WrittenArchive:
+    """The portable docker archive, compressed and hashed as it is written: from the engine's layer
+    store where it can be read (``stored_archive``: no save), else the save streamed through
+    (``archive_layout``)."""
+    stored = engine.stored_image(info.id)
+    if not stored.unavailable:
+        progress.source = "the engine's layer store"
+        try:
+            return _written_archive(
+                options, info, path, progress, lambda out: stored_archive(stored, info.id, out, progress=progress.count)
+            )
+        except StoredArchiveError as e:
+            logger.warning("reading %s from the engine's layer store failed (%s); using docker save", info.described, e)
+            progress.source, progress.saved = "docker save", 0
+    else:
+        logger.debug("exporting %s from docker save: %s", info.described, stored.unavailable)
+    return _written_archive(options, info, path, progress, lambda out: portable_archive(progress, out))
+
+
+def _written_archive(
+    options: ExportOptions,
+    info: ImageInfo,
+    path: Path,
+    progress: _SaveProgress,
+    layout_of: Callable[[_Counted], PortableArchive],
+) -> WrittenArchive:
     # 0644 and 0755: the nodes' jobs may run as other users than the one exporting.
     with atomic_file(path, mode=0o644) as file, BackgroundSha256() as digest:
         sink = _HashingSink(file, digest)
@@ -247,7 +276,7 @@ def _docker_archive(options: ExportOptions, info: ImageInfo, path: Path, progres
         with compressing(options.compression, sink) as writer:
             counted = _Counted(writer)
             try:
-                layout = portable_archive(progress, counted)
+                layout = layout_of(counted)
             except ArchiveLayoutError as e:
                 msg = f"cannot export {options.image} ({info.described}): {e}"
                 raise EngineError(msg) from e
@@ -302,20 +331,26 @@ class _Counted:
 
 
 class _SaveProgress:
-    """The engine's save stream, counted, with a line every PROGRESS_EVERY_S seconds."""
+    """The image's bytes as they are read (the engine's save stream, or the layer store's layers), counted,
+    with a line every PROGRESS_EVERY_S seconds."""
 
     def __init__(self, chunks: Iterable[bytes], written: _HashingSink | _Count, name: str, report: Callable[[str], None]) -> None:
         self._chunks, self.written, self._name, self._report = chunks, written, name, report
         self.saved = 0
+        self.source = "docker save"  # or the layer store: what the final line names
+        self._next_report = time.monotonic() + PROGRESS_EVERY_S
 
     def __iter__(self) -> Iterator[bytes]:
-        next_report = time.monotonic() + PROGRESS_EVERY_S
         for chunk in self._chunks:
-            self.saved += len(chunk)
-            if time.monotonic() >= next_report:
-                next_report = time.monotonic() + PROGRESS_EVERY_S
-                self._report(f"{self._name}: {self.saved / 1e9:.1f} GB saved, {self.written.size / 1e9:.1f} GB written")
+            self.count(len(chunk))
             yield chunk
+
+    def count(self, size: int) -> None:
+        self.saved += size
+        if time.monotonic() >= self._next_report:
+            self._next_report = time.monotonic() + PROGRESS_EVERY_S
+            verb = "saved" if self.source == "docker save" else "read"
+            self._report(f"{self._name}: {self.saved / 1e9:.1f} GB {verb}, {self.written.size / 1e9:.1f} GB written")
 
 
 def _write(path: Path, data: bytes, mode: int = 0o644) -> None:

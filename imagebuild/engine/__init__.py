@@ -3,7 +3,8 @@
 interface        Engine and its typed requests and events: what the rest of imagebuild talks to
 docker           DockerEngine, the one adapter: the only module (with credentials) that imports docker
 credentials      registry credentials as docker resolves them (auths, credsStore, credHelpers)
-overlay2_store   where a local overlay2 engine keeps an image's layers (the normaliser's fast path)
+overlay2_store   where a local overlay2 engine keeps an image's layers (the normaliser's and export's fast path)
+tar_split        a layer's tar rebuilt byte for byte from that store, as ``docker save`` rebuilds it
 store_kind       which engine and image store answer (graph driver, containerd store, Podman)
 containerd_store the config digest a containerd-store image ID's manifest names, from its content store
 chain_ids        the OCI chain IDs that name a stack of layers

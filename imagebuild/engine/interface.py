@@ -78,6 +78,9 @@ class StoredImage:
     config: Path | None = None  # the config's bytes, as stored (their sha256 is the image ID)
     layers: tuple[StoredLayer, ...] = ()  # lowest first, one per diffID
     unavailable: str = ""  # why not (a remote engine, another storage driver, an unreadable data root)
+    # The layer database (``layerdb/sha256``): every layer the engine holds, by chain ID, with its diffID
+    # (``diff``) and tar-split record; where normalisation finds the layers an earlier run made.
+    layer_db: Path | None = None
 
 
 GRAPH_DRIVER, CONTAINERD = "graph driver", "containerd"  # the two image stores a Docker engine may use

@@ -1,11 +1,12 @@
-"""Where a local Docker engine with the overlay2 driver keeps an image: used by engine.docker only.
+"""Where a local Docker engine with the overlay2 driver keeps an image: used by engine.docker (and
+``held_layer`` by normalisation, to find a layer an earlier run loaded).
 
 ``docker save`` exports the whole image, and Docker 20.10 writes all of it to
 its data root first; normalisation needs only the layers the build made. The
 engine keeps each layer as a directory of files (overlay2's ``diff``) plus a
 tar-split record of the tar it was committed as (headers, order, padding), and
 rebuilds exactly that tar from the two on ``save``. When this process can read
-the data root, imagebuild.normalize.tar_split does the same for just the layers it
+the data root, imagebuild.engine.tar_split does the same for just the layers it
 needs.
 
 Everything is checked against the engine's own answers before it is used: the
@@ -65,7 +66,18 @@ def stored_image(image_id: str, *, inspected: Mapping[str, Any], data_root: str)
         return StoredImage(unavailable=str(e))
     if not os.access(layers[-1].files, os.R_OK | os.X_OK):
         return StoredImage(unavailable=f"cannot read the engine's layer directory {layers[-1].files}")
-    return StoredImage(config=config, layers=layers)
+    return StoredImage(config=config, layers=layers, layer_db=store / "layerdb" / "sha256")
+
+
+def held_layer(layer_db: Path, chain: str, diff_id: str) -> Path | None:
+    """The tar-split record of the layer the engine holds under ``chain``, when it is ``diff_id``."""
+    record = layer_db / chain.removeprefix("sha256:")
+    try:
+        if (record / "diff").read_text(encoding="ascii").strip() != diff_id:
+            return None
+    except (OSError, UnicodeDecodeError):
+        return None
+    return record / "tar-split.json.gz"
 
 
 class _Mismatch(Exception):

@@ -7,11 +7,11 @@ from_store   reading a local engine's layer store (tar-split, no save); from_sav
 config       the canonical config: times, build-only fields, history (empty layers, COPY digests)
 lower        the filesystem below a layer, layer by layer; canonical: a layer reduced against it
 load_archive what the normalised image is loaded from: legacy (graph drivers) or OCI (containerd)
-tar_split    a layer's tar rebuilt byte for byte from the engine's layer store
 rewrite      one layer tar with its timestamps clamped
 
-The ``docker save`` reader is the engine's (engine.saved_image; its bounded byte streams are
-util.streams): verify reads an image's layers too, and may not import this package.
+The ``docker save`` reader and the layer store's tar rebuild are the engine's (engine.saved_image,
+engine.tar_split; their bounded byte streams are util.streams): verify reads an image's layers and
+export writes them, and neither may import this package.
 
 May import: engine, pins, render, inputs and the packages below them.
 """

@@ -12,7 +12,7 @@ being made again.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from imagebuild.engine.interface import Engine
@@ -23,6 +23,7 @@ from imagebuild.normalize.model import (
     FROM_SAVE,
     FROM_STORE,
     RULES,
+    LayerNote,
     LayerPlan,
     NormalizeFailure,
     NormalizeResult,
@@ -50,7 +51,12 @@ class Normalization:
             f"timestamps normalised: {result.image_id[:19]} in {format_duration(result.seconds)}, "
             f"{result.layers_rewritten} layers ({result.bytes_rewritten / 1e6:.0f} MB) read from "
             f"{SOURCES.get(result.read_from, result.read_from)} of {result.engine} and rewritten; "
-            f"the built image is kept as {self.cache_tag} for the layer cache"
+            + (
+                f"{result.layers_reused} unchanged since the last build taken as they were normalised then; "
+                if result.layers_reused
+                else ""
+            )
+            + f"the built image is kept as {self.cache_tag} for the layer cache"
         )
 
 
@@ -96,6 +102,24 @@ def previous_normalization(record_path: Path, built_id: str, engine: Engine) -> 
     return image_id, engine_id
 
 
+def previous_layers(record_path: Path) -> tuple[LayerNote, ...]:
+    """The last build's notes on its build layers (made under today's rules), for reusing those that did
+    not change; none when the record has none."""
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        normalized = record["normalization"]
+        if normalized.get("rules") != RULES:
+            return ()
+        return tuple(
+            LayerNote(
+                built=str(note["built"]), epoch=int(note["epoch"]), pinned=bool(note["pinned"]), diff_id=str(note["diff_id"])
+            )
+            for note in normalized.get("layers") or ()
+        )
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return ()  # no record, or not one this version wrote: every layer is rewritten
+
+
 def normalize_build(
     engine: Engine,
     built_id: str,
@@ -127,7 +151,7 @@ def normalize_build(
         return Normalization(image_id=identity, engine_id=engine_id, cache_tag=keep, result=result)
     from imagebuild.normalize.core import normalize_image  # the rewrite: not on a reused build's path
 
-    plan = layer_plan(engine, built_id, base_ref, dockerfile)
+    plan = replace(layer_plan(engine, built_id, base_ref, dockerfile), previous=previous_layers(record_path))
     try:
         result = normalize_image(engine, built_id, plan, spool_dir)
     except (NormalizeFailure, EngineError) as e:

@@ -16,7 +16,7 @@ against, and dropped at once.
 
 Faster, when the engine allows it (a local overlay2 engine whose data root
 this process can read): the build's layers are rebuilt from the engine's layer
-store (imagebuild.normalize.tar_split) and rewritten as they stream by, with no
+store (imagebuild.engine.tar_split) and rewritten as they stream by, with no
 ``save`` at all; each is checked against its diffID on the way, so the result
 is the one ``save`` gives. Otherwise, or if that check fails, ``save`` it is;
 the result says which ran and why.
@@ -112,13 +112,15 @@ def normalize_image(
         engine_id=engine_id,
         engine=engine.describe(),
         unnormalized_id=image_id,
-        layers_rewritten=len(normalized.layers),
-        bytes_rewritten=sum(layer.size for layer in normalized.layers),
+        layers_rewritten=sum(layer.path is not None for layer in normalized.layers),
+        bytes_rewritten=sum(layer.size for layer in normalized.layers if layer.path is not None),
         spool_peak=normalized.spool_peak,
         seconds=round(time.monotonic() - started, 3),
         phases=phases,
         read_from=read_from,
         fallback_reason="" if read_from == FROM_STORE else fallback,
+        layers_reused=sum(layer.path is None for layer in normalized.layers),
+        layers=normalized.notes,
     )
 
 

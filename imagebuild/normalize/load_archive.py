@@ -31,7 +31,7 @@ class LoadLayer(Protocol):
     @property
     def diff_id(self) -> str: ...
     @property
-    def path(self) -> Path: ...
+    def path(self) -> Path | None: ...  # None: the engine holds it already (not sent)
     @property
     def size(self) -> int: ...
 
@@ -49,7 +49,8 @@ def legacy_chunks(config_bytes: bytes, diff_ids: Sequence[str], layers: Sequence
     hex_id = _digest(config_bytes).removeprefix("sha256:")
     yield from tar_bytes_chunks(f"{hex_id}.json", config_bytes)
     for layer in layers:
-        yield from tar_file_chunks(f"{layer.diff_id.removeprefix('sha256:')}/layer.tar", layer.path)
+        if layer.path is not None:  # the engine finds a layer it holds by its chain, never opening the file
+            yield from tar_file_chunks(f"{layer.diff_id.removeprefix('sha256:')}/layer.tar", layer.path)
     manifest = [
         {
             "Config": f"{hex_id}.json",
@@ -91,6 +92,9 @@ def oci_chunks(config_bytes: bytes, manifest_bytes: bytes, layers: Sequence[Load
     yield from tar_bytes_chunks(f"blobs/sha256/{_digest(config_bytes).removeprefix('sha256:')}", config_bytes)
     yield from tar_bytes_chunks(f"blobs/sha256/{_digest(manifest_bytes).removeprefix('sha256:')}", manifest_bytes)
     for layer in layers:
+        if layer.path is None:  # reused layers come from the layer-store path only, never loaded so
+            msg = f"layer {layer.diff_id[:19]} has no file to load into the containerd store"
+            raise ValueError(msg)
         yield from tar_file_chunks(f"blobs/sha256/{layer.diff_id.removeprefix('sha256:')}", layer.path)
     yield from tar_bytes_chunks("index.json", _canonical(index))
     yield TAR_END

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
-from imagebuild.util.streams import CHUNK, forget_members
+from imagebuild.util.streams import CHUNK, TAR_READ_BUFFER, forget_members
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
@@ -191,7 +191,9 @@ def scan_layer(
     (from the layer's directory: the header scan then reads no file at all).
     """
     out: list[tuple[str, Meta, Digest | None]] = []
-    with tarfile.open(fileobj=source, mode="r|", encoding=ENCODING, errors=ERRORS, bufsize=CHUNK) as tar:
+    with tarfile.open(
+        fileobj=source, mode="r|", encoding=ENCODING, errors=ERRORS, bufsize=TAR_READ_BUFFER
+    ) as tar:
         while (info := tar.next()) is not None:
             digest: Digest | None = None
             if digests and info.isreg():

@@ -28,6 +28,24 @@ class StoreReadFailure(Exception):
 
 
 @dataclass(frozen=True, kw_only=True)
+class LayerNote:
+    """What a build record keeps of each build layer's normalisation, so that the next run can skip it.
+
+    The normalised layer is a function of the built layer and everything below it (its chain ID),
+    the epochs and pinning of the steps up to it, and the rules: with all of those the same, the
+    next run takes ``diff_id`` from here and the layer from the engine instead of rewriting it.
+    """
+
+    built: str  # the built layer's chain ID: its content and that of every layer below it
+    epoch: int
+    pinned: bool  # every time pinned to the epoch (a COPY of the build context)
+    diff_id: str  # the normalised layer's diffID; "" when it held nothing and was dropped
+
+    def same_input(self, other: LayerNote) -> bool:
+        return (self.built, self.epoch, self.pinned) == (other.built, other.epoch, other.pinned)
+
+
+@dataclass(frozen=True, kw_only=True)
 class LayerPlan:
     """What to do with the layers of one built image."""
 
@@ -37,6 +55,7 @@ class LayerPlan:
     epochs: tuple[int, ...]  # one per step after FROM, in order: the mtime clamp of the layer it made
     created: int  # the config's created time and the build's history entries
     context_copies: tuple[bool, ...] = ()  # per step after FROM: a COPY from the build context (see RenderedStep)
+    previous: tuple[LayerNote, ...] = ()  # the last run's build layers (its record), to reuse what did not change
 
     @property
     def kept(self) -> tuple[str, ...]:
@@ -61,7 +80,7 @@ class LayerPlan:
 @dataclass(frozen=True, kw_only=True)
 class NormalizedLayer:
     diff_id: str
-    path: Path
+    path: Path | None  # the rewritten tar in the spool; None for a layer the engine holds (reused)
     size: int
     entries: int
     clamped: int
@@ -95,6 +114,7 @@ class Normalized:
     # save, each as an uncompressed layer by its diffID): what a manifest of the image names them by,
     # on the containerd store and on Podman.
     base_descriptors: tuple[dict[str, Any], ...] = ()
+    notes: tuple[LayerNote, ...] = ()  # per build layer, for the next run (the layer-store path)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +133,8 @@ class NormalizeResult:
     engine_id: str = ""  # what the engine calls it: image_id, or on the containerd store its manifest digest
     engine: str = ""  # EngineStore.describe(): which engine and image store
     rules: int = RULES  # the normalisation rules it was made under
+    layers_reused: int = 0  # build layers the last run normalised from the same inputs: taken from the engine
+    layers: tuple[LayerNote, ...] = ()  # per build layer: what the next run may reuse
 
     def to_json(self) -> dict[str, object]:
         from dataclasses import asdict
@@ -138,11 +160,12 @@ def assemble(
     read_seconds: float,
     rewrite_seconds: float,
     base_descriptors: tuple[dict[str, Any], ...] = (),
+    notes: tuple[LayerNote, ...] = (),
 ) -> Normalized:
     """The normalised image: empty build layers dropped (their step marked empty_layer), config canonical."""
     kept = tuple(layer for layer in rewritten if layer.entries)
     for layer in rewritten:
-        if not layer.entries:
+        if not layer.entries and layer.path is not None:
             layer.path.unlink(missing_ok=True)
     diff_ids = (*plan.kept, *(layer.diff_id for layer in kept))
     made = {layer.history: layer.diff_id if layer.entries else "" for layer in rewritten}
@@ -156,6 +179,7 @@ def assemble(
         read_seconds=read_seconds,
         rewrite_seconds=rewrite_seconds,
         base_descriptors=base_descriptors,
+        notes=notes,
     )
 
 

@@ -14,7 +14,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, cast
 
+from imagebuild.util.background_hash import BackgroundSha256
+
 CHUNK = 1 << 20  # 1 MiB: large enough for throughput, small enough to never matter in RSS
+# The buffer of tarfile's stream reader ("r|"): it copies what remains of it on every read, a
+# 512-byte header included, so a 1 MiB one cost a megabyte of copying per entry (the sample base's
+# 18,000 headers: 2.3 s of CPU to scan, against 1.1 s with this).
+TAR_READ_BUFFER = 64 << 10
 
 
 class ChunkReader(io.RawIOBase):
@@ -54,12 +60,26 @@ def forget_members(tar: tarfile.TarFile) -> None:
     cast("Any", tar).members.clear()
 
 
-class HashingReader:
-    """Reads from ``source`` and hashes every byte read: a layer's diffID while it is parsed."""
+class Hasher(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+    def hexdigest(self) -> str: ...
 
-    def __init__(self, source: BinaryIO) -> None:
+
+def hasher(*, background: bool) -> Hasher:
+    """A sha256; ``background``: hashed in a thread of its own (close it: ``hexdigest`` or ``close``)."""
+    return BackgroundSha256() if background else hashlib.sha256()
+
+
+class HashingReader:
+    """Reads from ``source`` and hashes every byte read: a layer's diffID while it is parsed.
+
+    ``background``: the hash runs in a thread of its own, overlapping the parse (see
+    util.background_hash); ``digest`` (or ``close``) ends that thread.
+    """
+
+    def __init__(self, source: BinaryIO, *, background: bool = False) -> None:
         self._source = source
-        self.sha256 = hashlib.sha256()
+        self.sha256 = hasher(background=background)
         self.size = 0
 
     def read(self, n: int = -1) -> bytes:
@@ -77,17 +97,22 @@ class HashingReader:
     def digest(self) -> str:
         return "sha256:" + self.sha256.hexdigest()
 
+    def close(self) -> None:
+        """Stop a background hash early (the stream was abandoned); a no-op otherwise."""
+        if isinstance(self.sha256, BackgroundSha256):
+            self.sha256.close()
+
 
 class Sink(Protocol):
     def write(self, data: bytes, /) -> int: ...
 
 
 class HashingWriter:
-    """Writes to ``sink`` and hashes every byte written."""
+    """Writes to ``sink`` and hashes every byte written (``background``: in a thread, as HashingReader)."""
 
-    def __init__(self, sink: Sink) -> None:
+    def __init__(self, sink: Sink, *, background: bool = False) -> None:
         self._sink = sink
-        self.sha256 = hashlib.sha256()
+        self.sha256 = hasher(background=background)
         self.size = 0
 
     def write(self, data: bytes) -> int:
@@ -95,17 +120,29 @@ class HashingWriter:
         self.size += len(data)
         return self._sink.write(data)
 
+    def tell(self) -> int:
+        """Bytes written so far: what tarfile's (non-stream) writer asks once, when it opens."""
+        return self.size
+
     @property
     def digest(self) -> str:
         return "sha256:" + self.sha256.hexdigest()
 
+    def close(self) -> None:
+        """Stop a background hash early (the stream was abandoned); a no-op otherwise."""
+        if isinstance(self.sha256, BackgroundSha256):
+            self.sha256.close()
+
 
 def spool(source: BinaryIO, path: Path) -> tuple[str, int]:
-    """Copy ``source`` to ``path`` in chunks; return its sha256 digest and size."""
+    """Copy ``source`` to ``path`` in chunks; return its sha256 digest and size (hashed in a thread)."""
     with path.open("wb") as f:
-        out = HashingWriter(f)
-        while chunk := source.read(CHUNK):
-            out.write(chunk)
+        out = HashingWriter(f, background=True)
+        try:
+            while chunk := source.read(CHUNK):
+                out.write(chunk)
+        finally:
+            out.close()
     return out.digest, out.size
 
 

@@ -1,6 +1,6 @@
 """Normalisation reads the build's layers from the engine's layer store, and gets what `docker save` gives.
 
-The fast path (imagebuild.normalize.tar_split) rebuilds each layer tar from the
+The fast path (imagebuild.engine.tar_split) rebuilds each layer tar from the
 overlay2 diff directory and the engine's tar-split record; these tests run
 both paths on the same built images and compare the normalised image IDs,
 which name every layer's bytes.
@@ -17,10 +17,10 @@ import pytest
 
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.engine.interface import BuildRequest, StoredLayer
+from imagebuild.engine.tar_split import layer_chunks
 from imagebuild.normalize.after_build import layer_plan
 from imagebuild.normalize.core import normalize_image
 from imagebuild.normalize.model import FROM_SAVE, FROM_STORE, LayerPlan
-from imagebuild.normalize.tar_split import layer_chunks
 from imagebuild.pins import load_pins
 from imagebuild.project import find_project
 from imagebuild.render import RenderOptions, render_inputs

@@ -210,3 +210,28 @@ def stored_image(layers: list[bytes], cfg: dict[str, Any], where: Path) -> Store
     config_path.write_bytes(config_bytes)
     stored = tuple(stored_layer(data, where / str(index)) for index, data in enumerate(layers))
     return StoredImage(config=config_path, layers=stored)
+
+
+CAPABILITY = (
+    "\x01\x00\x00\x02\x00\x04\x00\x00" + "\x00" * 12
+)  # cap_net_bind_service, binary as Docker keeps it
+# What a layer holds once Docker has turned overlay's own forms into the tar's (its archive code does
+# that when it commits the layer; the tar-split record keeps the result).
+EVERY_KIND = go_style(
+    layer(
+        [
+            Item("app/", tarfile.DIRTYPE, mode=0o755),
+            Item("app/.wh..wh..opq", mode=0o755, mtime=0),  # an opaque dir: marker right after the dir
+            Item("app/big.bin", data=bytes(range(256)) * 9000, mode=0o755),  # > 2 MiB: more than one chunk
+            Item("app/empty"),
+            Item("app/hard", tarfile.LNKTYPE, link="app/big.bin", mode=0o755),
+            Item("app/link", tarfile.SYMTYPE, link="big.bin", mode=0o777),
+            Item("app/ping", data=b"\x7fELF", pax={"SCHILY.xattr.security.capability": CAPABILITY}),
+            Item("etc/.wh.os-release", mode=0o600),  # a whiteout: overlay's char device 0:0, as a file
+            Item("srv/" + "n" * 150, data=b"long name\n", mtime=BEFORE),
+            Item("srv/caf\udce9", data=b"latin-1 name\n", uid=1000, gid=1000),
+            Item("dev/null", tarfile.CHRTYPE, devmajor=1, devminor=3),
+        ]
+    )
+)
+BASE = [layer([Item("etc/os-release", data=b"base\n")]), layer([Item("usr/bin/python3", data=b"py")])]

@@ -110,6 +110,23 @@ def header_chunks(tar_split: Path) -> Iterator[bytes]:
         raise TarSplitError(msg) from e
 
 
+def tar_size(tar_split: Path) -> int:
+    """The size of the tar ``layer_chunks`` rebuilds, from the record alone (no file is opened)."""
+    size = 0
+    try:
+        with gzip.open(tar_split, "rt", encoding="utf-8") as record:
+            for line in record:
+                entry = json.loads(line)
+                if entry.get("type") == SEGMENT:
+                    size += len(base64.b64decode(entry.get("payload") or "", validate=True))
+                elif entry.get("type") == FILE:
+                    size += int(entry.get("size") or 0)
+    except (OSError, EOFError, ValueError, binascii.Error) as e:
+        msg = f"cannot read the layer's record {tar_split}: {e}"
+        raise TarSplitError(msg) from e
+    return size
+
+
 def file_content(files: Path, name: str, size: int) -> Iterator[bytes]:
     """A regular file's content in a layer's directory, as its tar entry names it."""
     return _content(files, name.encode("utf-8", "surrogateescape"), size)
