@@ -31,11 +31,19 @@ def hold_name(image_id: str) -> str:
 def undo_load_tags(engine: TagTable, before: Mapping[str, str], loaded: list[str]) -> list[str]:
     """Restore the tag table to ``before`` for every name the load touched; the names it had touched.
 
-    Each loaded image is held under the importer's own name while foreign names are removed, and that
-    name is removed again by ``release``.
+    A name counts as the load's only when it now names an image the load reported: the engine is
+    shared, and a tag another client created or moved meanwhile (a build, another import) is not
+    the load's to undo (seen: a concurrent test run's base tag removed by an import). Each loaded
+    image is held under the importer's own name while foreign names are removed, and that name is
+    removed again by ``release``.
     """
+    ours = set(loaded)
     after = engine.tag_table()
-    touched = sorted(name for name, image in after.items() if before.get(name) != image and not name.startswith(HOLD_REPOSITORY))
+    touched = sorted(
+        name
+        for name, image in after.items()
+        if image in ours and before.get(name) != image and not name.startswith(HOLD_REPOSITORY)
+    )
     if not touched:
         return []
     for image_id in loaded:

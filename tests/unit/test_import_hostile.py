@@ -198,6 +198,34 @@ def test_a_tag_the_engine_applied_anyway_is_undone_by_the_second_line(tmp_path: 
     assert any("named planted:new, victim:latest: those tags are put back" in line for line in lines), lines
 
 
+class _SharedEngine(_NamingEngine):
+    """While the load runs, another client of the engine tags and moves names of its own."""
+
+    bystander = ""
+
+    def load(self, chunks: Iterable[bytes]) -> list[str]:
+        loaded = super().load(chunks)
+        self.tags["theirs:new"] = self.tags["theirs:moved"] = self.bystander
+        return loaded
+
+
+def test_the_second_line_undoes_only_names_of_what_the_load_loaded(tmp_path: Path) -> None:
+    manifest_path = _export(tmp_path)
+    node = _SharedEngine()
+    victim = node.add_saved_image(VICTIM)
+    before = node.add_saved_image("theirs:moved")
+    node.bystander = node.add_saved_image("theirs:other")
+    result = import_manifest(manifest_path, node, report=lambda _: None)
+    assert before != node.bystander
+    assert node.tag_table() == {
+        VICTIM: victim,
+        TAG: result.engine_id,
+        "theirs:other": node.bystander,
+        "theirs:new": node.bystander,  # another client's names: left as that client made them
+        "theirs:moved": node.bystander,
+    }
+
+
 @pytest.mark.parametrize("compression", list(Compression))
 def test_a_real_export_reaches_the_engine_as_the_tar_export_wrote(tmp_path: Path, compression: Compression) -> None:
     manifest_path = _export(tmp_path, compression)
