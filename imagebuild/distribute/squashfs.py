@@ -6,6 +6,10 @@ bytes depend only on the tar: ``--no-keep-time`` (every inode and the superblock
 0), one compressor job count for every machine (``JOBS``), ``--no-skip`` (an entry it cannot read fails
 the export instead of vanishing from the image), ``--quiet``. The image is checked after writing: its
 superblock magic and the size it says it uses.
+
+The squashfs also has the directories a cluster job binds onto (``MOUNT_POINTS``: the log dir, the
+model, the JIT caches), empty where the image has nothing there: a squashfs is read-only, and ch-run
+cannot make a bind's destination in it ("can't mkdir: ... Read-only file system").
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import IO, Any
 from imagebuild.distribute.rootfs import flatten_layers
 from imagebuild.distribute.runtime_files import runtime_files, working_directory
 from imagebuild.errors import CommandError
+from imagebuild.inputs.layout import MOUNT_POINTS
 from imagebuild.util.run import run_feeding
 
 TAR2SQFS = "tar2sqfs"
@@ -60,7 +65,8 @@ def write_squashfs(
     def feed(stdin: IO[bytes]) -> None:
         sink = _Counted(stdin)
         counted.append(sink)
-        entries.append(flatten_layers(layers, sink, extra=extra, directories=(workdir,) if workdir else ()))
+        directories = (workdir,) if workdir else ()
+        entries.append(flatten_layers(layers, sink, extra=extra, directories=(*directories, *MOUNT_POINTS)))
 
     argv = [
         TAR2SQFS, "--quiet", "--no-keep-time", "--no-skip", "--compressor", compressor,
