@@ -75,7 +75,11 @@ def test_charliecloud_runs_the_squashfs_in_place(capsys: pytest.CaptureFixture[s
     assert f"SQUASHFS={tmp_path / 'kimi-k3-cdcdcdcdcdcd.sqfs'}\n" in out
     assert 'python3 "$ARCHIVE_IMPORTER" "$ARCHIVE_MANIFEST" --check-only >/dev/null' in out
     assert 'run+=("$SQUASHFS" -- python3 /opt/imagebuild/launcher/serve.py)' in out
-    assert '-b "$LOG_DIR:/run_logs" -b "$MODEL_PATH:$MODEL_PATH"' in out
+    # The read-only squashfs has the mount points export adds; the model is served under its own name.
+    assert '-b "$LOG_DIR:/run_logs" -b "$MODEL_PATH:/opt/imagebuild/model"' in out
+    assert "--set-env=MODEL_PATH=/opt/imagebuild/model --set-env=MODEL_NAME=kimi-k3" in out
+    assert "local run=(ch-run --private-tmp)" in out
+    assert 'USER=${USER:-$(id -un)}' in out
     assert '--set-env="NODE_RANK=$SLURM_NODEID"' in out
     assert 'ulimit -H "-$flag" "$hard"' in out  # ch-run has no --ulimit: the task sets them
     assert (
