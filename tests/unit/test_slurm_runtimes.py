@@ -53,8 +53,10 @@ def test_podman_spells_the_job_its_own_way(capsys: pytest.CaptureFixture[str], t
     assert code == 0, err
     for text in (
         'local run=(podman run --name "$CONTAINER" --network host --ipc host)',
-        "--group-add keep-groups",
-        "if ((INIT)); then run+=(--init); fi",
+        "--group-add keep-groups",  # with crun; runc gets the task's groups by number
+        'for gid in $(id -G); do run+=(--group-add "$gid"); done',
+        'if ((INIT)); then run+=(--init --init-path "$(podman_init)"); fi',
+        "if ((INIT)) && ! podman_init >/dev/null; then",
         'python3 "$ARCHIVE_IMPORTER" "$ARCHIVE_MANIFEST" --runtime podman >/dev/null',
         'podman container exists "$1"',
         'podman rm --force "$1"',
