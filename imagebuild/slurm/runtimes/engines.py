@@ -217,7 +217,7 @@ def _fetch(s: _Spelling, job: Job) -> str:
         if engine == "docker"
         else f"""
     if ! command -v {engine} >/dev/null; then
-        say "{engine} is not installed on $(hostname): this job needs it on every node (or use another --runtime)"
+        say "{engine} is not installed on ${{SLURMD_NODENAME:-$(hostname)}}: this job needs it on every node (or use another --runtime)"
         return 127
     fi{s.init_check}"""
     )
