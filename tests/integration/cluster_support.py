@@ -91,12 +91,25 @@ def host_ulimits() -> list[str]:
     return args
 
 
-def render_job(cluster: Cluster, dirs: JobDirs, *source: str, extra: tuple[str, ...] = ()) -> Path:
+def podman_ulimits() -> list[str]:
+    """host_ulimits, and processes: rootful podman gives a container 1048576 unless told (a --ulimit
+    replaces containers.conf's default_ulimits), which this host refuses ("error setting rlimit type 6").
+    Measured here: conmon, which starts the container, runs with a hard limit of kernel.pid_max."""
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    value = pid_max if hard == resource.RLIM_INFINITY else min(hard, pid_max)
+    return [*host_ulimits(), "--ulimit", f"nproc={value}:{value}"]
+
+
+def render_job(
+    cluster: Cluster, dirs: JobDirs, *source: str, extra: tuple[str, ...] = (), runtime: str = "docker"
+) -> Path:
     """`imagebuild slurm` for the sample cluster: no GPUs, its partition, its ports."""
+    ulimits = podman_ulimits() if runtime == "podman" else host_ulimits()
     argv = [
         "slurm", "--nodes", "2", "--variant", "pp2xtp8", "--model-path", str(dirs.model), *source,
-        "--partition", cluster.partition, "--time", "10", "--log-dir", str(dirs.logs),
-        "--no-devices", *host_ulimits(), "--serve-port", str(cluster.serve_port),
+        "--partition", cluster.partition, "--time", "10", "--log-dir", str(dirs.logs), "--runtime", runtime,
+        "--no-devices", *ulimits, "--serve-port", str(cluster.serve_port),
         "--master-port", str(cluster.master_port), "--barrier-port", str(cluster.barrier_port),
         "--barrier-timeout", "120", "--benchmark-cmd", BENCHMARK, "-o", str(dirs.script), *extra,
     ]  # fmt: skip
@@ -162,28 +175,28 @@ def job_fields(cluster: Cluster, job_id: str) -> dict[str, str]:
 
 
 def docker_on(
-    cluster: Cluster, node: str, *args: str, check: bool = False
+    cluster: Cluster, node: str, *args: str, check: bool = False, engine: str = "docker"
 ) -> subprocess.CompletedProcess[str]:
-    """The docker CLI against one node's engine, as that node's tasks see it."""
-    env = {**os.environ, "DOCKER_HOST": cluster.engines[node]}
+    """The docker (or podman) CLI against one node's engine (or podman storage), as its tasks see it."""
+    node_env = {"DOCKER_HOST": cluster.engines[node]} if engine == "docker" else cluster.podman[node]
     return subprocess.run(
-        ["docker", *args], env=env, capture_output=True, text=True, timeout=300, check=check
+        [engine, *args], env={**os.environ, **node_env}, capture_output=True, text=True, timeout=300, check=check
     )
 
 
-def node_has_image(cluster: Cluster, node: str, image_id: str) -> bool:
-    return docker_on(cluster, node, "image", "inspect", image_id).returncode == 0
+def node_has_image(cluster: Cluster, node: str, image_id: str, engine: str = "docker") -> bool:
+    return docker_on(cluster, node, "image", "inspect", image_id, engine=engine).returncode == 0
 
 
-def remove_image(cluster: Cluster, node: str, image_id: str) -> None:
-    if node_has_image(cluster, node, image_id):
-        docker_on(cluster, node, "image", "rm", "--force", image_id, check=True)
-    assert not node_has_image(cluster, node, image_id)
+def remove_image(cluster: Cluster, node: str, image_id: str, engine: str = "docker") -> None:
+    if node_has_image(cluster, node, image_id, engine):
+        docker_on(cluster, node, "image", "rm", "--force", image_id, check=True, engine=engine)
+    assert not node_has_image(cluster, node, image_id, engine)
 
 
-def job_containers(cluster: Cluster, node: str) -> list[str]:
-    """Every container of a job on the node's engine, running or not."""
-    done = docker_on(cluster, node, "ps", "--all", "--format", "{{.Names}}", check=True)
+def job_containers(cluster: Cluster, node: str, engine: str = "docker") -> list[str]:
+    """Every container of a job on the node's engine (or podman storage), running or not."""
+    done = docker_on(cluster, node, "ps", "--all", "--format", "{{.Names}}", check=True, engine=engine)
     return [name for name in done.stdout.split() if name.startswith(CONTAINER_PREFIX)]
 
 
@@ -191,3 +204,27 @@ def lines_of(result: JobResult, task: int) -> list[str]:
     """The job output lines of one node's task (srun --label prefixes them with its number)."""
     prefix = f"{task}: "
     return [line[len(prefix) :] for line in result.output.splitlines() if line.startswith(prefix)]
+
+
+def job_processes(cluster: Cluster, job_id: str) -> list[int]:
+    """Processes of one job of this cluster still running on the host (a runtime without a daemon,
+    ch-run, leaves its processes in the job's tree): those whose environment names the job and the
+    cluster's SLURM_CONF (other clusters' jobs on this host have the same job ids)."""
+    marks = (f"SLURM_JOB_ID={job_id}".encode(), f"SLURM_CONF={cluster.conf}".encode())
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if all(mark in environ for mark in marks) and int(entry.name) != os.getpid():
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until_gone(cluster: Cluster, job_id: str, timeout: float = 35) -> list[int]:
+    """The job's processes left after ``timeout`` (SLURM's KillWait, 30 s, at most): [] when none."""
+    deadline = time.monotonic() + timeout
+    while (left := job_processes(cluster, job_id)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left

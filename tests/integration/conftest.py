@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,41 @@ def sample_image(locked_pins: Path, tmp_path_factory: pytest.TempPathFactory) ->
         assert main([*argv, "--tag", SAMPLE_IMAGE_TAG]) == 0
     result: dict[str, object] = json.loads(record.read_text())
     return result
+
+
+@pytest.fixture(scope="session")
+def published_sample_image(sample_image: dict[str, object], world: World) -> str:
+    """`imagebuild publish` of the sample image to the sample registry, once per session: the
+    reference it prints (REPOSITORY@sha256:...), what every node of a registry job pulls."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["publish", str(sample_image["image_id"]), "-t", f"{world.registry}/imagebuild-test/kimi-k3"])
+    assert code == 0
+    return out.getvalue().strip()
+
+
+@pytest.fixture(scope="session")
+def sample_export(
+    sample_image: dict[str, object], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], Path]:
+    """The sample image exported (default compression) once per session and format, each to a
+    directory of its own that every cluster node sees: export --format FORMAT -> its manifest.
+    A squashfs export costs minutes here, so every test that needs one shares it."""
+    made: dict[str, Path] = {}
+
+    def get(export_format: str) -> Path:
+        if export_format not in made:
+            shared = tmp_path_factory.mktemp(f"shared-{export_format}")
+            began = time.monotonic()
+            argv = ["export", str(sample_image["image_id"]), "-o", str(shared), "--format", export_format]
+            assert main(argv) == 0
+            (manifest,) = shared.glob("*.json")
+            size = json.loads(manifest.read_text())["size"]
+            print(f"export --format {export_format}: {time.monotonic() - began:.1f}s, {size / 1e6:.1f} MB")
+            made[export_format] = manifest
+        return made[export_format]
+
+    return get
 
 
 @pytest.fixture

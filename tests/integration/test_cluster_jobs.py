@@ -8,12 +8,11 @@ archive from a shared directory with the importer shipped beside it).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,20 +41,8 @@ NODES = ("node1", "node2")
 
 
 @pytest.fixture(scope="module")
-def published(sample_image: dict[str, object], world: World) -> str:
-    """`imagebuild publish` of the sample image to the sample registry: the reference it prints."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main(
-            [
-                "publish",
-                str(sample_image["image_id"]),
-                "-t",
-                f"{world.registry}/imagebuild-test/kimi-k3",
-            ]
-        )
-    assert code == 0
-    return out.getvalue().strip()
+def published(published_sample_image: str) -> str:
+    return published_sample_image
 
 
 def _no_job_containers(cluster: Cluster) -> None:
@@ -180,15 +167,9 @@ def test_a_cancelled_job_stops_and_removes_every_nodes_container(
 
 
 @pytest.fixture(scope="module")
-def exported(sample_image: dict[str, object], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The sample image exported (default compression) to a directory every node sees: its manifest."""
-    shared = tmp_path_factory.mktemp("shared") / "images"
-    shared.mkdir()
-    began = time.monotonic()
-    assert main(["export", str(sample_image["image_id"]), "--output", str(shared)]) == 0
-    print(f"export of the sample image: {time.monotonic() - began:.1f}s")
-    (manifest,) = shared.glob("*.json")
-    return manifest
+def exported(sample_export: Callable[[str], Path]) -> Path:
+    """The sample image's docker archive in a directory every node sees: its manifest."""
+    return sample_export("docker")
 
 
 def _donor_archive(world: World, directory: Path) -> tuple[Path, dict[str, object]]:
