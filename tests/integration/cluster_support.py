@@ -9,12 +9,14 @@ import re
 import resource
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuild.cli import main
 from sampleworld.cluster import Cluster
 
+READY = "INFO:     Application startup complete."  # the head's vLLM serves
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 JOB_TIMEOUT_S = 600
 CONTAINER_PREFIX = "colocated_"
@@ -158,6 +160,84 @@ def wait(cluster: Cluster, dirs: JobDirs, job_id: str, *, began: float) -> JobRe
         log_dir=dirs.logs / job_id,
         seconds=time.monotonic() - began,
     )
+
+
+def submit_until_ready(cluster: Cluster, dirs: JobDirs) -> tuple[JobResult, float]:
+    """sbatch, wait until the head serves, then until the job ends: (its result, seconds from sbatch
+    to the head's readiness line in the output, polled every 0.5 s)."""
+    began = time.monotonic()
+    job_id = submit(cluster, dirs)
+    wait_for_output(cluster, dirs, job_id, READY)
+    ready = time.monotonic() - began
+    return wait(cluster, dirs, job_id, began=began), ready
+
+
+def crash_seconds(result: JobResult, ready: float) -> float:
+    """For a job whose worker crashes 3 s after joining (SAMPLE_VLLM_CRASH_AFTER_S=3), which is when
+    the head becomes ready: the seconds from the crash to the job's end. (The crash line itself shows
+    in the output only once the step's output is flushed, often when the job has already ended.)"""
+    return result.seconds - ready - 3
+
+
+# The stand-in vLLM's fault knob: the worker dies 3 s after joining, while the benchmark runs.
+CRASHING_WORKER = ("--env", "SAMPLE_VLLM_CRASH_AFTER_S=3", "--benchmark-cmd", "sleep 300")
+
+
+def crashed_worker_ended_the_job(label: str, result: JobResult, ready: float) -> None:
+    """A job rendered with CRASHING_WORKER: the worker's task failed the step at once (not after the
+    wall time), saying why, and the job's status is the head's, non-zero. Prints how long it took."""
+    print(
+        f"{label} worker-crash job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s, "
+        f"{crash_seconds(result, ready):.1f}s after the worker's crash"
+    )
+    assert result.state == "FAILED", result.output
+    assert result.exit_code != "0:0"
+    worker = lines_of(result, 1)
+    assert any("RuntimeError: sample vLLM worker rank 1 crashed" in line for line in worker), result.output
+    assert any(line.startswith("serve: error: vLLM exited with code 1") for line in worker), result.output
+    assert result.seconds < 120, result.output
+    assert (result.log_dir / "node0.exit").read_text().strip() != "0"
+
+
+def cancel_once_serving(
+    label: str, cluster: Cluster, dirs: JobDirs, running: Callable[[], None] = lambda: None
+) -> JobResult:
+    """sbatch, wait until the head serves, call ``running`` (checks on the running job), scancel and
+    wait: the job ended CANCELLED. Prints how long it took to end after scancel."""
+    began = time.monotonic()
+    job_id = submit(cluster, dirs)
+    wait_for_output(cluster, dirs, job_id, READY)
+    running()
+    cancelled = time.monotonic()
+    subprocess.run(["scancel", job_id], env={**os.environ, **cluster.env}, check=True, timeout=60)
+    result = wait(cluster, dirs, job_id, began=began)
+    print(f"{label} cancelled job {job_id}: {result.state} {began + result.seconds - cancelled:.1f}s after scancel")
+    assert result.state == "CANCELLED", result.output
+    return result
+
+
+def removed_every_container(result: JobResult) -> None:
+    """Each node's task said it removed its container."""
+    for task in (0, 1):
+        name = f"colocated_kimi-k3_{result.job_id}_node{task}"
+        assert any(line.endswith(f"removed container {name}") for line in lines_of(result, task)), result.output
+
+
+def corrupt_one_byte(path: Path) -> None:
+    """Flip one bit of the byte in the middle of the file."""
+    with path.open("r+b") as f:
+        f.seek(path.stat().st_size // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0x01]))
+
+
+def fails_before_any_container(result: JobResult, exit_code: str) -> None:
+    """Step 1 failed on some node: the job's status is that node's, and step 2 started nowhere."""
+    assert (result.state, result.exit_code) == ("FAILED", exit_code), result.output
+    assert "no container was started" in result.output
+    assert "starting colocated_" not in result.output
+    assert "starting ch-run" not in result.output
 
 
 def submit_and_wait(cluster: Cluster, dirs: JobDirs) -> JobResult:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,14 +28,18 @@ from sampleworld.engines import pids_naming
 from sampleworld.pytest_plugin import sample_world_state_dir
 from sampleworld.world import World
 from tests.integration.cluster_support import (
+    CRASHING_WORKER,
+    READY,
     JobDirs,
     benchmark_results,
+    cancel_once_serving,
+    corrupt_one_byte,
+    crashed_worker_ended_the_job,
+    fails_before_any_container,
     lines_of,
     render_job,
-    submit,
     submit_and_wait,
-    wait,
-    wait_for_output,
+    submit_until_ready,
     wait_until_gone,
 )
 from tests.prerequisites import skip_or_fail
@@ -44,7 +47,6 @@ from tests.prerequisites import skip_or_fail
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 RUNTIME = "charliecloud"
-READY = "INFO:     Application startup complete."
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +80,7 @@ def test_the_job_checks_the_squashfs_on_every_node_serves_and_stops(
     extra = ("--rdma-lib", str(lib), "--env", f"EXPECT_FILES={lib}:{MODEL_MOUNT}/config.json", "--jit-cache", str(jit))
     _render(sample_cluster, dirs, squashfs, extra)
 
-    began = time.monotonic()
-    job_id = submit(sample_cluster, dirs)
-    wait_for_output(sample_cluster, dirs, job_id, READY)
-    ready = time.monotonic() - began
-    result = wait(sample_cluster, dirs, job_id, began=began)
+    result, ready = submit_until_ready(sample_cluster, dirs)
     print(
         f"charliecloud job {result.job_id}: head ready {ready:.1f}s after sbatch; "
         f"{result.state} {result.exit_code} in {result.seconds:.1f}s"
@@ -106,50 +104,30 @@ def test_the_job_checks_the_squashfs_on_every_node_serves_and_stops(
     assert sorted(p.name for p in result.log_dir.glob("colocated_bench_NODE*.log")) == [
         "colocated_bench_NODE0.log", "colocated_bench_NODE1.log",
     ]  # fmt: skip
-    assert wait_until_gone(sample_cluster, job_id) == []
+    assert wait_until_gone(sample_cluster, result.job_id) == []
 
 
 def test_a_crashing_worker_fails_the_job_at_once(sample_cluster: Cluster, squashfs: Path, tmp_path: Path) -> None:
     dirs = JobDirs.create(tmp_path)
-    _render(sample_cluster, dirs, squashfs, ("--env", "SAMPLE_VLLM_CRASH_AFTER_S=3", "--benchmark-cmd", "sleep 300"))
+    _render(sample_cluster, dirs, squashfs, CRASHING_WORKER)
 
-    began = time.monotonic()
-    job_id = submit(sample_cluster, dirs)
-    # The worker crashes 3 s after joining, which is when the head becomes ready (the output shows
-    # the crash only once the step's output is flushed, often when the job has already ended).
-    wait_for_output(sample_cluster, dirs, job_id, READY)
-    ready = time.monotonic()
-    result = wait(sample_cluster, dirs, job_id, began=began)
-    print(
-        f"charliecloud worker-crash job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s, "
-        f"{began + result.seconds - ready - 3:.1f}s after the worker's crash (3 s after the head was ready)"
-    )
-    assert any("RuntimeError: sample vLLM worker rank 1 crashed" in line for line in lines_of(result, 1))
-
-    assert result.state == "FAILED", result.output
-    assert any(line.startswith("serve: error: vLLM exited with code 1") for line in lines_of(result, 1))
-    assert result.seconds < 120, result.output
-    assert (result.log_dir / "node0.exit").read_text().strip() != "0"
-    assert wait_until_gone(sample_cluster, job_id) == []
+    result, ready = submit_until_ready(sample_cluster, dirs)
+    crashed_worker_ended_the_job("charliecloud", result, ready)
+    assert wait_until_gone(sample_cluster, result.job_id) == []
 
 
 def test_a_cancelled_job_leaves_nothing_running(sample_cluster: Cluster, squashfs: Path, tmp_path: Path) -> None:
     archive = squashfs.parent / str(json.loads(squashfs.read_text())["archive"])
     dirs = JobDirs.create(tmp_path)
     _render(sample_cluster, dirs, squashfs, ("--benchmark-cmd", "sleep 300"))
-    began = time.monotonic()
-    job_id = submit(sample_cluster, dirs)
-    wait_for_output(sample_cluster, dirs, job_id, "Application startup complete")
-    assert len(pids_naming((str(archive),), ("ch-run",))) == 2
 
-    cancelled = time.monotonic()
-    subprocess.run(["scancel", job_id], env={**os.environ, **sample_cluster.env}, check=True, timeout=60)
-    result = wait(sample_cluster, dirs, job_id, began=began)
-    print(f"charliecloud cancelled job {result.job_id}: {result.state} {began + result.seconds - cancelled:.1f}s after scancel")
+    def running() -> None:
+        assert len(pids_naming((str(archive),), ("ch-run",))) == 2
 
-    assert result.state == "CANCELLED", result.output
+    result = cancel_once_serving("charliecloud", sample_cluster, dirs, running)
+
     assert (result.log_dir / ".shutdown").is_file()  # the head's teardown ran
-    assert wait_until_gone(sample_cluster, job_id) == []
+    assert wait_until_gone(sample_cluster, result.job_id) == []
 
 
 @pytest.fixture(scope="module")
@@ -168,12 +146,8 @@ def _damaged(how: str, donor: tuple[Path, dict[str, object]], squashfs: Path, di
     for path in manifest.parent.iterdir():
         shutil.copy(path, directory / path.name)
     archive = directory / str(data["archive"])
-    if how == "corrupted":  # one byte, in the middle
-        with archive.open("r+b") as f:
-            f.seek(archive.stat().st_size // 2)
-            byte = f.read(1)
-            f.seek(-1, 1)
-            f.write(bytes([byte[0] ^ 0x01]))
+    if how == "corrupted":
+        corrupt_one_byte(archive)
     elif how == "truncated":
         with archive.open("r+b") as f:
             f.truncate(archive.stat().st_size // 2)
@@ -202,9 +176,7 @@ def test_a_damaged_squashfs_fails_the_job_on_every_node_before_anything_starts(
     result = submit_and_wait(sample_cluster, dirs)
     print(f"charliecloud {how}-squashfs job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
 
-    assert (result.state, result.exit_code) == ("FAILED", "7:0"), result.output
-    assert "no container was started" in result.output
-    assert "starting ch-run" not in result.output
+    fails_before_any_container(result, "7:0")
     for task in (0, 1):
         errors = [line for line in lines_of(result, task) if line.startswith("imagebuild-import: error:")]
         assert len(errors) == 1, result.output
@@ -221,7 +193,5 @@ def test_a_node_without_ch_run_fails_the_job_naming_the_node(
         result = submit_and_wait(sample_cluster, dirs)
     print(f"charliecloud missing-binary job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
 
-    assert (result.state, result.exit_code) == ("FAILED", "127:0"), result.output
-    assert "no container was started" in result.output
+    fails_before_any_container(result, "127:0")
     assert "ch-run is not installed on node2: this job needs it on every node" in "\n".join(lines_of(result, 1))
-    assert "starting ch-run" not in result.output

@@ -4,9 +4,9 @@ by the TaskProlog), so an image pulled or loaded on node1 is absent on node2 unt
 
 The same cases as docker's (test_cluster_jobs.py): the registry path (every node pulls by digest), the
 registry-less path with node2 lacking the image (the OCI archive, loaded by the shipped importer's
-`--runtime podman`), a corrupted archive that only the node lacking the image reads, an archive whose
-image differs from its manifest's, a worker that dies, scancel, and a node without podman. Each job
-prints what it took: docs/measured.md has the numbers of one run.
+`--runtime podman`), a corrupted or truncated archive that only the node lacking the image reads,
+an archive whose image differs from its manifest's, a worker that dies, scancel, and a node without
+podman. Each job prints what it took: docs/measured.md has the numbers of one run.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,26 +24,29 @@ from sampleworld.cluster import Cluster, node_without
 from sampleworld.pytest_plugin import sample_world_state_dir
 from sampleworld.world import World
 from tests.integration.cluster_support import (
+    CRASHING_WORKER,
+    READY,
     JobDirs,
-    JobResult,
     benchmark_results,
+    cancel_once_serving,
+    corrupt_one_byte,
+    crashed_worker_ended_the_job,
     docker_on,
+    fails_before_any_container,
     job_containers,
     lines_of,
     node_has_image,
     remove_image,
+    removed_every_container,
     render_job,
-    submit,
     submit_and_wait,
-    wait,
-    wait_for_output,
+    submit_until_ready,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 NODES = ("node1", "node2")
 PODMAN = "podman"
-READY = "INFO:     Application startup complete."
 
 
 def _no_job_containers(cluster: Cluster) -> None:
@@ -97,11 +99,7 @@ def test_registry_less_path_node2_loads_the_oci_archive_and_the_job_serves(
     dirs = JobDirs.create(tmp_path)
     _render(sample_cluster, dirs, "--archive", str(manifest))
 
-    began = time.monotonic()
-    job_id = submit(sample_cluster, dirs)
-    wait_for_output(sample_cluster, dirs, job_id, READY)
-    ready = time.monotonic() - began
-    result = wait(sample_cluster, dirs, job_id, began=began)
+    result, ready = submit_until_ready(sample_cluster, dirs)
     print(
         f"podman registry-less job {result.job_id}: head ready {ready:.1f}s after sbatch; "
         f"{result.state} {result.exit_code} in {result.seconds:.1f}s"
@@ -120,29 +118,9 @@ def test_a_crashing_worker_fails_the_job_with_its_log_tail_and_leaves_no_contain
     sample_cluster: Cluster, published_sample_image: str, tmp_path: Path
 ) -> None:
     dirs = JobDirs.create(tmp_path)
-    # The stand-in vLLM's fault knob: the worker dies 3 s after joining, while the benchmark runs.
-    extra = ("--env", "SAMPLE_VLLM_CRASH_AFTER_S=3", "--benchmark-cmd", "sleep 300")
-    _render(sample_cluster, dirs, "--image", published_sample_image, extra=extra)
+    _render(sample_cluster, dirs, "--image", published_sample_image, extra=CRASHING_WORKER)
 
-    began = time.monotonic()
-    job_id = submit(sample_cluster, dirs)
-    # The worker crashes 3 s after joining, which is when the head becomes ready (the output shows
-    # the crash only once the step's output is flushed, often when the job has already ended).
-    wait_for_output(sample_cluster, dirs, job_id, READY)
-    ready = time.monotonic()
-    result = wait(sample_cluster, dirs, job_id, began=began)
-    print(
-        f"podman worker-crash job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s, "
-        f"{began + result.seconds - ready - 3:.1f}s after the worker's crash (3 s after the head was ready)"
-    )
-    assert any("RuntimeError: sample vLLM worker rank 1 crashed" in line for line in lines_of(result, 1))
-
-    assert result.state == "FAILED", result.output
-    assert result.exit_code != "0:0"
-    worker = lines_of(result, 1)
-    assert any(line.startswith("serve: error: vLLM exited with code 1") for line in worker)
-    assert result.seconds < 120, result.output
-    assert (result.log_dir / "node0.exit").read_text().strip() != "0"
+    crashed_worker_ended_the_job("podman", *submit_until_ready(sample_cluster, dirs))
     _no_job_containers(sample_cluster)
 
 
@@ -151,22 +129,14 @@ def test_a_cancelled_job_stops_and_removes_every_nodes_container(
 ) -> None:
     dirs = JobDirs.create(tmp_path)
     _render(sample_cluster, dirs, "--image", published_sample_image, extra=("--benchmark-cmd", "sleep 300"))
-    began = time.monotonic()
-    job_id = submit(sample_cluster, dirs)
-    wait_for_output(sample_cluster, dirs, job_id, "Application startup complete")
-    assert len([n for node in NODES for n in job_containers(sample_cluster, node, PODMAN)]) == 2
 
-    cancelled = time.monotonic()
-    subprocess.run(["scancel", job_id], env={**os.environ, **sample_cluster.env}, check=True, timeout=60)
-    result = wait(sample_cluster, dirs, job_id, began=began)
-    print(f"podman cancelled job {result.job_id}: {result.state} {began + result.seconds - cancelled:.1f}s after scancel")
+    def running() -> None:
+        assert len([n for node in NODES for n in job_containers(sample_cluster, node, PODMAN)]) == 2
 
-    assert result.state == "CANCELLED", result.output
+    result = cancel_once_serving("podman", sample_cluster, dirs, running)
+
     _no_job_containers(sample_cluster)
-    for task in (0, 1):
-        assert any(
-            line.endswith(f"removed container colocated_kimi-k3_{job_id}_node{task}") for line in lines_of(result, task)
-        )
+    removed_every_container(result)
 
 
 @pytest.fixture(scope="module")
@@ -178,14 +148,13 @@ def donor_oci(world: World, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
     return manifest, json.loads(manifest.read_text())
 
 
-def _fails_before_any_container(result: JobResult, exit_code: str) -> None:
-    assert (result.state, result.exit_code) == ("FAILED", exit_code), result.output
-    assert "no container was started" in result.output
-    assert "starting colocated_" not in result.output
+# How the OCI archive is damaged -> what node2's importer says.
+DAMAGE = {"corrupted": "sha256 mismatch", "truncated": "bytes, the manifest says"}
 
 
-def test_a_corrupted_archive_fails_the_job_on_the_node_that_reads_it(
-    sample_cluster: Cluster, donor_oci: tuple[Path, dict[str, object]], tmp_path: Path
+@pytest.mark.parametrize("how", sorted(DAMAGE))
+def test_a_damaged_archive_fails_the_job_on_the_node_that_reads_it(
+    sample_cluster: Cluster, donor_oci: tuple[Path, dict[str, object]], tmp_path: Path, how: str
 ) -> None:
     manifest, data = donor_oci
     image_id = str(data["image_id"])
@@ -201,21 +170,21 @@ def test_a_corrupted_archive_fails_the_job_on_the_node_that_reads_it(
     for path in manifest.parent.iterdir():
         (copy / path.name).write_bytes(path.read_bytes())
     archive = copy / str(data["archive"])
-    with archive.open("r+b") as f:  # one byte, in the middle
-        f.seek(archive.stat().st_size // 2)
-        byte = f.read(1)
-        f.seek(-1, 1)
-        f.write(bytes([byte[0] ^ 0x01]))
+    if how == "corrupted":
+        corrupt_one_byte(archive)
+    else:
+        with archive.open("r+b") as f:
+            f.truncate(archive.stat().st_size // 2)
     dirs = JobDirs.create(tmp_path / "job")
     _render(sample_cluster, dirs, "--archive", str(copy / manifest.name))
 
     result = submit_and_wait(sample_cluster, dirs)
-    print(f"podman corrupted-archive job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
+    print(f"podman {how}-archive job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
 
-    _fails_before_any_container(result, "7:0")
+    fails_before_any_container(result, "7:0")
     assert any("already present in podman" in line for line in lines_of(result, 0))
-    reason = f"imagebuild-import: error: archive {archive}: sha256 mismatch"
-    assert any(reason in line for line in lines_of(result, 1)), result.output
+    reason = f"imagebuild-import: error: archive {archive}: "
+    assert any(reason in line and DAMAGE[how] in line for line in lines_of(result, 1)), result.output
     assert not node_has_image(sample_cluster, "node2", image_id, PODMAN)
     _no_job_containers(sample_cluster)
 
@@ -239,7 +208,7 @@ def test_an_archive_of_another_image_than_its_manifest_says_is_refused_and_remov
     result = submit_and_wait(sample_cluster, dirs)
     print(f"podman other-image job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
 
-    _fails_before_any_container(result, "7:0")
+    fails_before_any_container(result, "7:0")
     for task, node in enumerate(NODES):
         assert any(f"but {copy / manifest.name} says {claimed}" in line for line in lines_of(result, task)), node
         assert not node_has_image(sample_cluster, node, loaded, PODMAN), node
@@ -255,7 +224,7 @@ def test_a_node_without_podman_fails_the_job_naming_the_node_before_any_containe
         result = submit_and_wait(sample_cluster, dirs)
     print(f"podman missing-binary job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
 
-    _fails_before_any_container(result, "127:0")
+    fails_before_any_container(result, "127:0")
     assert "podman is not installed on node2: this job needs it on every node" in "\n".join(lines_of(result, 1))
     assert not any("is not installed" in line for line in lines_of(result, 0))
     _no_job_containers(sample_cluster)
