@@ -2,9 +2,11 @@
 
 `up` starts, unless ours already run: one Docker engine per node (sampleworld/engines.py), our own
 munged (private key and socket), slurmctld, and one `slurmd -N nodeX` per node on its own port, all from
-one slurm.conf in the state dir (sampleworld/cluster_conf.py). It waits until both nodes are idle and
+one slurm.conf in the state dir (sampleworld/cluster_conf.py); it writes each node's podman
+configuration (sampleworld/node_podman.py: a storage of its own per node, nothing to start). It waits until both nodes are idle and
 returns a Cluster; clients (sbatch, srun, scontrol) need SLURM_CONF=Cluster.conf (`Cluster.env`).
-`down` cancels the cluster's jobs and stops only the daemons this state dir recorded, by pid. Ports come
+`down` cancels the cluster's jobs and stops only the daemons this state dir recorded, by pid, then
+removes what jobs left in the nodes' podman storage. Ports come
 from the world's port base (layout.Ports), so every checkout runs a cluster of its own.
 
 The packages come from scripts/ensure-slurm.sh; the sample world's registry, index and git daemon are
@@ -13,12 +15,13 @@ reachable from the node engines' containers with host networking, as from the ma
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -27,6 +30,7 @@ from sampleworld.cluster_conf import PARTITION, ClusterLayout, render_slurm_conf
 from sampleworld.engines import ensure_engine, node_engine, running_pid, stop_engine
 from sampleworld.errors import SampleWorldError
 from sampleworld.layout import CLUSTER_NODES, DEFAULT_STATE_DIR, PORTS, REPO_ROOT, StateDir
+from sampleworld.node_podman import node_podman, prepare, release
 from sampleworld.world import state_lock
 
 NODES = CLUSTER_NODES
@@ -46,6 +50,7 @@ class Cluster:
     partition: str
     nodes: tuple[str, ...]
     engines: dict[str, str]  # node -> DOCKER_HOST of its engine (what its tasks get)
+    podman: dict[str, dict[str, str]]  # node -> the CONTAINERS_* variables of its podman storage
     jobcomp: Path  # one line per finished job: JobState=..., ExitCode=...
     # What the sample jobs bind on the shared host network (see layout.Ports).
     serve_port: int
@@ -136,7 +141,7 @@ def _write_if_changed(path: Path, text: str, mode: int = 0o644) -> bool:
     return True
 
 
-def _prepare(layout: ClusterLayout, engine_hosts: dict[str, str]) -> bool:
+def _prepare(layout: ClusterLayout, engine_hosts: dict[str, str], podman_env: dict[str, dict[str, str]]) -> bool:
     """Directories, the munge key and the config files; True when the config changed."""
     for path in (layout.root, layout.ctld_state, layout.logs, layout.pids, layout.run_dir):
         path.mkdir(parents=True, exist_ok=True)
@@ -151,7 +156,8 @@ def _prepare(layout: ClusterLayout, engine_hosts: dict[str, str]) -> bool:
         with os.fdopen(fd, "wb") as key:
             key.write(os.urandom(1024))
     changed = _write_if_changed(layout.conf, render_slurm_conf(layout, cpus=os.cpu_count() or 1))
-    return _write_if_changed(layout.task_prolog, render_task_prolog(engine_hosts), 0o755) or changed
+    prolog = render_task_prolog(layout, engine_hosts, podman_env)
+    return _write_if_changed(layout.task_prolog, prolog, 0o755) or changed
 
 
 def _sinfo_states(conf: Path) -> dict[str, str]:
@@ -193,7 +199,11 @@ def up(state_dir: Path | None = None) -> Cluster:
         for node, engine in engines.items():
             if ensure_engine(engine):
                 started.append(f"engine-{node}")
-        if _prepare(layout, {node: engine.host for node, engine in engines.items()}):
+        stores = {node: node_podman(state, node) for node in layout.nodes}
+        for store in stores.values():
+            prepare(store)
+        podman_env = {node: store.env() for node, store in stores.items()}
+        if _prepare(layout, {node: engine.host for node, engine in engines.items()}, podman_env):
             # A new slurm.conf (first start, or a new port base): daemons of ours still on the old one go.
             for daemon in reversed(_daemons(state, layout)):
                 services.stop(state, daemon)
@@ -206,6 +216,7 @@ def up(state_dir: Path | None = None) -> Cluster:
             partition=PARTITION,
             nodes=layout.nodes,
             engines={node: engine.host for node, engine in engines.items()},
+            podman=podman_env,
             jobcomp=layout.jobcomp,
             serve_port=PORTS.job_serve,
             master_port=PORTS.job_master,
@@ -252,6 +263,9 @@ def down(state_dir: Path | None = None, *, only: Iterable[str] | None = None) ->
             name = f"engine-{node}"
             if (wanted is None or name in wanted) and stop_engine(node_engine(state, node)):
                 stopped.append(name)
+            # What a job left in the node's podman storage goes with its slurmd.
+            if (wanted is None or f"slurmd-{node}" in wanted) and release(node_podman(state, node)):
+                stopped.append(f"podman-{node}")
     return stopped
 
 
@@ -275,4 +289,32 @@ def load(state_dir: Path | None = None) -> Cluster:
     data["jobcomp"] = Path(data["jobcomp"])
     data["nodes"] = tuple(data["nodes"])
     data["started"] = tuple(data["started"])
+    data.setdefault("podman", {})
     return Cluster(**data)
+
+
+# The directories a node's tasks find their tools in when a test takes some away (node_without).
+_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@contextlib.contextmanager
+def node_without(state_dir: Path | None, node: str, tools: Iterable[str]) -> Iterator[None]:
+    """While open, every task that starts on ``node`` has a PATH without ``tools``: one directory of
+    links to every program of this process's PATH but those, as on a node where they are not installed."""
+    layout = cluster_layout(_state(state_dir))
+    hidden = set(tools)
+    bin_dir = layout.node_path(node).parent / "bin"
+    shutil.rmtree(bin_dir, ignore_errors=True)
+    bin_dir.mkdir(parents=True)
+    for directory in os.environ.get("PATH", _SYSTEM_PATH).split(os.pathsep):
+        with contextlib.suppress(OSError):
+            for entry in sorted(Path(directory).iterdir()):
+                link = bin_dir / entry.name
+                if entry.name not in hidden and not link.exists() and os.access(entry, os.X_OK) and entry.is_file():
+                    link.symlink_to(entry)
+    layout.node_path(node).write_text(f"{bin_dir}\n")
+    try:
+        yield
+    finally:
+        layout.node_path(node).unlink(missing_ok=True)
+        shutil.rmtree(bin_dir, ignore_errors=True)

@@ -1,10 +1,12 @@
 """The sample cluster's files, rendered from its layout: slurm.conf and the task prolog. Pure.
 
 Two nodes on this one host (two `slurmd -N nodeX` on their own ports, both `NodeHostname=localhost`),
-each with its own Docker engine. A job script cannot know which engine is its node's, and must not: on
-a real cluster every node simply has `docker`. So the task prolog, which slurmstepd runs before every
-task (the batch script included), prints `export DOCKER_HOST=...` for the node the task runs on; SLURM
-applies such lines to the task's environment (slurm.conf(5), TaskProlog).
+each with its own Docker engine and its own podman storage. A job script cannot know which engine or
+storage is its node's, and must not: on a real cluster every node simply has `docker` and `podman`.
+So the task prolog, which slurmstepd runs before every task (the batch script included), prints
+`export DOCKER_HOST=...` and podman's `export CONTAINERS_*=...` for the node the task runs on; SLURM
+applies such lines to the task's environment (slurm.conf(5), TaskProlog). A node may also be given a
+PATH of its own (``ClusterLayout.node_path``), so that a test can take a tool away from one node.
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ class ClusterLayout:
     def jobcomp(self) -> Path:
         return self.logs / "jobcomp.txt"
 
+    def node_path(self, node: str) -> Path:
+        """A file that, while it exists, holds the PATH every task on ``node`` gets."""
+        return self.root / "nodes" / node / "PATH"
+
     def slurmd_port(self, node: str) -> int:
         return self.first_slurmd_port + self.nodes.index(node)
 
@@ -121,17 +127,24 @@ PartitionName={PARTITION} Nodes={",".join(layout.nodes)} Default=YES MaxTime=INF
 """
 
 
-def render_task_prolog(engine_hosts: Mapping[str, str]) -> str:
-    cases = "\n".join(
-        f"    {node}) echo {shlex.quote(f'export DOCKER_HOST={host}')} ;;"
-        for node, host in engine_hosts.items()
-    )
+def render_task_prolog(
+    layout: ClusterLayout, engine_hosts: Mapping[str, str], podman_env: Mapping[str, Mapping[str, str]]
+) -> str:
+    def exports(node: str) -> str:
+        env = {"DOCKER_HOST": engine_hosts[node], **podman_env[node]}
+        lines = [f"echo {shlex.quote(f'export {name}={value}')}" for name, value in env.items()]
+        path = shlex.quote(str(layout.node_path(node)))
+        lines.append(f'if [ -f {path} ]; then echo "export PATH=$(cat {path})"; fi')
+        return "\n".join(f"        {line}" for line in lines)
+
+    cases = "\n".join(f"    {node})\n{exports(node)}\n        ;;" for node in layout.nodes)
     return f"""\
 #!/bin/sh
 # TaskProlog of the sample cluster (sampleworld/cluster.py writes this file).
-# Both sample nodes run on one host, each with its own Docker engine. SLURM runs this before every task
-# and applies each `export NAME=value` line it prints to the task's environment, so `docker` in a job
-# talks to the engine of the node the task runs on, as it would on a real cluster.
+# Both sample nodes run on one host, each with its own Docker engine and podman storage. SLURM runs
+# this before every task and applies each `export NAME=value` line it prints to the task's
+# environment, so `docker` and `podman` in a job use the node the task runs on, as on a real cluster.
+# A node's PATH file (written by a test, sampleworld.cluster.node_without) takes tools away from it.
 case "$SLURMD_NODENAME" in
 {cases}
 esac

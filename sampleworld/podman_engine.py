@@ -43,6 +43,8 @@ default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]
 runtime = "runc"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
+# Not /run/libpod, every other podman's on this host.
+tmp_dir = "{tmp_dir}"
 """
 
 
@@ -72,12 +74,7 @@ class PodmanEngine:
         return self.root / "storage"
 
     def env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "CONTAINERS_CONF": str(self.root / "containers.conf"),
-            "CONTAINERS_REGISTRIES_CONF": str(self.root / "registries.conf"),
-            "CONTAINERS_STORAGE_CONF": str(self.root / "storage.conf"),
-        }
+        return {**os.environ, **config_env(self.root)}
 
     def argv(self) -> tuple[str, ...]:
         return (
@@ -95,18 +92,30 @@ def podman_engine(state: StateDir) -> PodmanEngine:
     return PodmanEngine(root=state.root / "engines" / NAME, run_dir=RUN_ROOT / key)
 
 
-def _write_config(engine: PodmanEngine) -> None:
-    engine.root.mkdir(parents=True, exist_ok=True)
-    engine.run_dir.mkdir(parents=True, exist_ok=True)
+def config_env(root: Path) -> dict[str, str]:
+    """The variables that point podman at the configuration ``write_config`` wrote under ``root``."""
+    return {
+        "CONTAINERS_CONF": str(root / "containers.conf"),
+        "CONTAINERS_REGISTRIES_CONF": str(root / "registries.conf"),
+        "CONTAINERS_STORAGE_CONF": str(root / "storage.conf"),
+    }
+
+
+def write_config(root: Path, *, graph_root: Path, run_dir: Path) -> None:
+    """A podman configuration of its own under ``root``: storage in ``graph_root``, run root and tmp
+    dir under ``run_dir`` (short: podman refuses a run root over 50 characters)."""
+    root.mkdir(parents=True, exist_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     # Podman asks for 1048576 open files unless told, and no container may exceed the service's hard
     # limits (the service lowers its own RLIMIT_NPROC to 32768 here): ask for less, which is always allowed.
     nofile = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], NOFILE)
-    (engine.root / "containers.conf").write_text(CONTAINERS_CONF.format(nofile=nofile, nproc=NPROC))
-    (engine.root / "registries.conf").write_text(
+    conf = CONTAINERS_CONF.format(nofile=nofile, nproc=NPROC, tmp_dir=run_dir / "tmp")
+    (root / "containers.conf").write_text(conf)
+    (root / "registries.conf").write_text(
         f'unqualified-search-registries = []\n\n[[registry]]\nlocation = "{REGISTRY}"\ninsecure = true\n'
     )
-    (engine.root / "storage.conf").write_text(
-        f'[storage]\ndriver = "overlay"\ngraphroot = "{engine.graph_root}"\nrunroot = "{engine.run_dir / "run"}"\n'
+    (root / "storage.conf").write_text(
+        f'[storage]\ndriver = "overlay"\ngraphroot = "{graph_root}"\nrunroot = "{run_dir / "run"}"\n'
     )
 
 
@@ -130,7 +139,7 @@ def ensure_podman(state: StateDir) -> bool:
         msg = "podman is not installed: scripts/ensure-docker.sh installs it (Debian's podman package)"
         raise SampleWorldError(msg)
     if running_pid(engine) is None:
-        _write_config(engine)
+        write_config(engine.root, graph_root=engine.graph_root, run_dir=engine.run_dir)
         engine.socket.unlink(missing_ok=True)
         pid = proc.spawn(engine.argv(), log_path=engine.log_file, env=engine.env())
         engine.pid_file.write_text(f"{pid}\n")
@@ -155,20 +164,21 @@ def stop_podman(state: StateDir) -> bool:
         log.info(f"engine {NAME}: stopping pid {left} it left running: {proc.cmdline(left)[:200]}")
         proc.stop_pid(left, timeout=15)
     engine.pid_file.unlink(missing_ok=True)
-    _release_storage_mount(engine)
+    release_storage_mount(engine.graph_root)
     log.info(f"engine {NAME}: stopped pid {pid}")
     return True
 
 
-def _release_storage_mount(engine: PodmanEngine) -> None:
+def release_storage_mount(graph_root: Path) -> None:
     """Podman's overlay driver bind-mounts its own ``<graph root>/overlay`` and leaves it mounted when
-    the service stops; left there, the state dir cannot be removed ("Device or resource busy")."""
-    overlay = engine.graph_root / "overlay"
+    it stops (and a container's root under it, when its podman was killed); left there, the state
+    dir cannot be removed ("Device or resource busy")."""
+    overlay = graph_root / "overlay"
     # Not os.path.ismount: a bind mount from the same file system has the same st_dev as its parent.
-    mount_points = {line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()}
-    if str(overlay) in mount_points:
-        proc.run(["umount", str(overlay)], timeout=60)
-        log.info(f"engine {NAME}: unmounted {overlay}")
+    mount_points = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for mount in sorted((m for m in mount_points if m == str(overlay) or m.startswith(f"{overlay}/")), reverse=True):
+        proc.run(["umount", mount], timeout=60)
+        log.info(f"podman: unmounted {mount}")
 
 
 def leftover_pids(engine: PodmanEngine) -> list[int]:

@@ -204,8 +204,8 @@ def archive_of(manifest: Manifest, manifest_path: Path) -> tuple[Path, str]:
     status = _regular_file("archive", archive, manifest_path, again)
     if status.st_size != manifest.size:
         msg = (
-            f"archive {archive}: {status.st_size} bytes, the manifest says {manifest.size} (truncated or still "
-            f"being copied); {again}"
+            f"archive {archive}: {status.st_size} bytes, the manifest says {manifest.size} (truncated, still "
+            f"being copied, or another archive under its name); {again}"
         )
         raise IntegrityFailure(msg)
     return archive, again

@@ -29,6 +29,14 @@ PROBE_DIR = f"{IMAGEBUILD_DIR}/probe"  # the constraint probe sdist (image_files
 LAUNCHER_DIR = f"{IMAGEBUILD_DIR}/launcher"  # the serve launcher and its recipes
 LAUNCHER = f"{LAUNCHER_DIR}/serve.py"
 ROUTER = "/usr/local/bin/vllm-router"
+# Where a cluster job mounts host directories in the container: the shared log dir (the launcher's
+# LOG_ROOT default), the JIT caches, and the model where the runtime cannot mount it at its host path.
+# A squashfs is read-only and ch-run cannot make a bind's destination in it, so `export --format
+# squashfs` adds these as empty directories where the image has nothing.
+LOG_MOUNT = "/run_logs"
+MODEL_MOUNT = f"{IMAGEBUILD_DIR}/model"
+JIT_CACHE_MOUNTS = ("/opt/vllm_cache", "/root/.mori")  # AITER, vLLM, Triton, COMGR; MoRI
+MOUNT_POINTS = (LOG_MOUNT, MODEL_MOUNT, *JIT_CACHE_MOUNTS)
 # What step 10 installs with WITH_NIXL=1 (the reference's /usr/local/ucx and /usr/local/RIXL/install;
 # rocSHMEM's and DeepEP's file names are the sample stand-ins', unverified against the real builds).
 NIXL_LIBRARIES = (

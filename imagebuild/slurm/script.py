@@ -18,7 +18,7 @@ job"):
 
 from __future__ import annotations
 
-from imagebuild.inputs.layout import LAUNCHER
+from imagebuild.inputs.layout import LAUNCHER, LOG_MOUNT, MODEL_MOUNT
 from imagebuild.launcher.sentinel import SENTINEL_NAME
 from imagebuild.slurm.job import Job
 from imagebuild.slurm.recipe import Topology
@@ -26,8 +26,6 @@ from imagebuild.slurm.runtimes import Runtime, runtime
 from imagebuild.slurm.shell import array as _array
 from imagebuild.slurm.shell import quote as _q
 
-# Where the job mounts its log dir in the container: the launcher's LOG_ROOT default.
-LOG_MOUNT = "/run_logs"
 DEFAULT_LOG_DIR = '"${SLURM_SUBMIT_DIR}/imagebuild-logs"'
 MIN_BASH = (4, 4)  # "${array[@]}" of an empty array under `set -u`
 
@@ -225,6 +223,8 @@ def render_script(job: Job, topology: Topology, *, version: str) -> str:
         .replace("@RUN_STEP@", rt.run_step)
         .replace("@CLEANUP_STEP@\n", f"    {rt.cleanup_step}\n" if rt.cleanup_step else "")
         .replace("@LOG_MOUNT@", LOG_MOUNT)
+        .replace("@MODEL_MOUNT@", MODEL_MOUNT)
+        .replace("@SERVED_NAME@", _q(topology.served_name))
         .replace("@LAUNCHER@", LAUNCHER)
         .replace("@SENTINEL@", SENTINEL_NAME)
         .replace("@MIN_BASH@", str(MIN_BASH[0] * 100 + MIN_BASH[1]))

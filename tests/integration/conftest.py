@@ -11,7 +11,8 @@ import contextlib
 import hashlib
 import json
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from imagebuild.engine.docker import DockerEngine
 from imagebuild.errors import EngineError
 from sampleworld.pytest_plugin import sample_world_state_dir
 from sampleworld.world import World, up
+from tests.integration.cluster_support import publish_sample
 
 REPO = Path(__file__).resolve().parents[2]
 # Per checkout: several checkouts share one Docker engine, and a shared tag would be overwritten.
@@ -92,6 +94,37 @@ def sample_image_gfx950(gfx950_pins: Path, tmp_path_factory: pytest.TempPathFact
         assert main([*argv, "--record", str(record), "--tag", SAMPLE_GFX950_TAG]) == 0
     result: dict[str, object] = json.loads(record.read_text())
     return result
+
+
+@pytest.fixture(scope="session")
+def published_sample_image(sample_image: dict[str, object], world: World) -> str:
+    """`imagebuild publish` of the sample image to the sample registry, once per session: the
+    reference it prints (REPOSITORY@sha256:...), what every node of a registry job pulls."""
+    return publish_sample(world, str(sample_image["image_id"]))
+
+
+@pytest.fixture(scope="session")
+def sample_export(
+    sample_image: dict[str, object], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], Path]:
+    """The sample image exported (default compression) once per session and format, each to a
+    directory of its own that every cluster node sees: export --format FORMAT -> its manifest.
+    A squashfs export costs minutes here, so every test that needs one shares it."""
+    made: dict[str, Path] = {}
+
+    def get(export_format: str) -> Path:
+        if export_format not in made:
+            shared = tmp_path_factory.mktemp(f"shared-{export_format}")
+            began = time.monotonic()
+            argv = ["export", str(sample_image["image_id"]), "-o", str(shared), "--format", export_format]
+            assert main(argv) == 0
+            (manifest,) = shared.glob("*.json")
+            size = json.loads(manifest.read_text())["size"]
+            print(f"export --format {export_format}: {time.monotonic() - began:.1f}s, {size / 1e6:.1f} MB")
+            made[export_format] = manifest
+        return made[export_format]
+
+    return get
 
 
 @pytest.fixture

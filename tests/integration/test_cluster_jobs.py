@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,19 +20,21 @@ from imagebuild.cli import main
 from sampleworld.cluster import Cluster
 from sampleworld.world import World
 from tests.integration.cluster_support import (
+    CRASHING_WORKER,
     JobDirs,
-    JobResult,
     benchmark_results,
+    cancel_once_serving,
+    corrupt_one_byte,
+    crashed_worker_ended_the_job,
+    fails_before_any_container,
     job_containers,
     lines_of,
     node_has_image,
-    publish_sample,
     remove_image,
+    removed_every_container,
     render_job,
-    submit,
     submit_and_wait,
-    wait,
-    wait_for_output,
+    submit_until_ready,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -41,9 +43,8 @@ NODES = ("node1", "node2")
 
 
 @pytest.fixture(scope="module")
-def published(sample_image: dict[str, object], world: World) -> str:
-    """`imagebuild publish` of the sample image to the sample registry: the reference it prints."""
-    return publish_sample(world, str(sample_image["image_id"]))
+def published(published_sample_image: str) -> str:
+    return published_sample_image
 
 
 def _no_job_containers(cluster: Cluster) -> None:
@@ -118,29 +119,16 @@ def test_a_crashing_worker_fails_the_job_with_its_log_tail_and_leaves_no_contain
     sample_cluster: Cluster, published: str, tmp_path: Path
 ) -> None:
     dirs = JobDirs.create(tmp_path)
-    # The stand-in vLLM's fault knob: the worker dies 3 s after joining, while the benchmark runs.
-    render_job(
-        sample_cluster,
-        dirs,
-        "--image",
-        published,
-        extra=("--env", "SAMPLE_VLLM_CRASH_AFTER_S=3", "--benchmark-cmd", "sleep 300"),
-    )
+    render_job(sample_cluster, dirs, "--image", published, extra=CRASHING_WORKER)
 
-    result = submit_and_wait(sample_cluster, dirs)
-    print(f"worker-crash job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
-
-    assert result.state == "FAILED", result.output
-    assert result.exit_code != "0:0"
+    result, ready = submit_until_ready(sample_cluster, dirs)
+    # The head did not wait for the wall time: it was stopped when the worker's task failed.
+    crashed_worker_ended_the_job("docker", result, ready)
     worker = lines_of(result, 1)
     tail_start = next(
         i for i, line in enumerate(worker) if line.startswith("--- last ") and "vLLM output" in line
     )
     assert any("RuntimeError: sample vLLM worker rank 1 crashed" in line for line in worker[tail_start:])
-    assert any(line.startswith("serve: error: vLLM exited with code 1") for line in worker)
-    # The head did not wait for the wall time: it was stopped when the worker's task failed.
-    assert result.seconds < 120, result.output
-    assert (result.log_dir / "node0.exit").read_text().strip() != "0"
     _no_job_containers(sample_cluster)
 
 
@@ -149,34 +137,20 @@ def test_a_cancelled_job_stops_and_removes_every_nodes_container(
 ) -> None:
     dirs = JobDirs.create(tmp_path)
     render_job(sample_cluster, dirs, "--image", published, extra=("--benchmark-cmd", "sleep 300"))
-    began = time.monotonic()
-    job_id = submit(sample_cluster, dirs)
-    wait_for_output(sample_cluster, dirs, job_id, "Application startup complete")
-    assert len([n for node in NODES for n in job_containers(sample_cluster, node)]) == 2
 
-    subprocess.run(["scancel", job_id], env={**os.environ, **sample_cluster.env}, check=True, timeout=60)
-    result = wait(sample_cluster, dirs, job_id, began=began)
-    print(f"cancelled job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
+    def running() -> None:
+        assert len([n for node in NODES for n in job_containers(sample_cluster, node)]) == 2
 
-    assert result.state == "CANCELLED", result.output
+    result = cancel_once_serving("docker", sample_cluster, dirs, running)
+
     _no_job_containers(sample_cluster)
-    for task in (0, 1):
-        assert any(
-            line.endswith(f"removed container colocated_kimi-k3_{job_id}_node{task}")
-            for line in lines_of(result, task)
-        )
+    removed_every_container(result)
 
 
 @pytest.fixture(scope="module")
-def exported(sample_image: dict[str, object], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The sample image exported (default compression) to a directory every node sees: its manifest."""
-    shared = tmp_path_factory.mktemp("shared") / "images"
-    shared.mkdir()
-    began = time.monotonic()
-    assert main(["export", str(sample_image["image_id"]), "--output", str(shared)]) == 0
-    print(f"export of the sample image: {time.monotonic() - began:.1f}s")
-    (manifest,) = shared.glob("*.json")
-    return manifest
+def exported(sample_export: Callable[[str], Path]) -> Path:
+    """The sample image's docker archive in a directory every node sees: its manifest."""
+    return sample_export("docker")
 
 
 def _donor_archive(world: World, directory: Path) -> tuple[Path, dict[str, object]]:
@@ -187,12 +161,6 @@ def _donor_archive(world: World, directory: Path) -> tuple[Path, dict[str, objec
     return manifest, json.loads(manifest.read_text())
 
 
-def _fails_before_any_container(result: JobResult) -> None:
-    assert result.state == "FAILED", result.output
-    assert "no container was started" in result.output
-    assert "starting colocated_" not in result.output
-
-
 def test_registry_less_path_node2_imports_the_archive_and_the_job_serves(
     sample_cluster: Cluster, sample_image: dict[str, object], exported: Path, tmp_path: Path
 ) -> None:
@@ -201,8 +169,11 @@ def test_registry_less_path_node2_imports_the_archive_and_the_job_serves(
     dirs = JobDirs.create(tmp_path)
     render_job(sample_cluster, dirs, "--archive", str(exported))
 
-    result = submit_and_wait(sample_cluster, dirs)
-    print(f"registry-less job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
+    result, ready = submit_until_ready(sample_cluster, dirs)
+    print(
+        f"registry-less job {result.job_id}: head ready {ready:.1f}s after sbatch; "
+        f"{result.state} {result.exit_code} in {result.seconds:.1f}s"
+    )
 
     assert (result.state, result.exit_code) == ("COMPLETED", "0:0"), result.output
     assert node_has_image(sample_cluster, "node2", image_id)
@@ -219,11 +190,7 @@ def test_a_corrupted_archive_fails_the_job_on_the_nodes_reading_it_before_any_co
 ) -> None:
     manifest, data = _donor_archive(world, tmp_path / "images")
     archive = manifest.parent / str(data["archive"])
-    with archive.open("r+b") as f:  # one byte, in the middle
-        f.seek(archive.stat().st_size // 2)
-        byte = f.read(1)
-        f.seek(-1, 1)
-        f.write(bytes([byte[0] ^ 0x01]))
+    corrupt_one_byte(archive)
     for node in NODES:
         remove_image(sample_cluster, node, str(data["image_id"]))
     dirs = JobDirs.create(tmp_path / "job")
@@ -234,10 +201,9 @@ def test_a_corrupted_archive_fails_the_job_on_the_nodes_reading_it_before_any_co
         f"corrupted-archive job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s"
     )
 
-    _fails_before_any_container(result)
     # Each node read the archive and says why it refused it; the job's status is the importer's
     # integrity exit code; nothing was left on either engine.
-    assert result.exit_code == "7:0"
+    fails_before_any_container(result, "7:0")
     for task, node in enumerate(NODES):
         reason = f"imagebuild-import: error: archive {archive}: sha256 mismatch"
         assert any(reason in line for line in lines_of(result, task)), node
@@ -260,8 +226,7 @@ def test_an_archive_whose_image_id_differs_from_its_manifest_is_refused(
     result = submit_and_wait(sample_cluster, dirs)
     print(f"other-image-id job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
 
-    _fails_before_any_container(result)
-    assert result.exit_code == "7:0"
+    fails_before_any_container(result, "7:0")
     for task, node in enumerate(NODES):
         reason = f"the engine loaded {loaded}, but {manifest} says {claimed}"
         assert any(reason in line for line in lines_of(result, task)), node

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,20 +38,10 @@ def _tool(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def exports(sample_image: dict[str, object], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The sample image exported once in each format (default compression): format -> its manifest."""
+def exports(sample_export: Callable[[str], Path]) -> dict[str, Path]:
+    """The sample image exported once in each format (the session's exports): format -> its manifest."""
     _tool("tar2sqfs")
-    manifests: dict[str, Path] = {}
-    for export_format in FORMATS:
-        output = tmp_path_factory.mktemp(export_format)
-        began = time.monotonic()
-        assert main(["export", str(sample_image["image_id"]), "-o", str(output), "--format", export_format]) == 0
-        seconds = time.monotonic() - began
-        (manifest,) = output.glob("*.json")
-        size = json.loads(manifest.read_text())["size"]
-        print(f"export --format {export_format}: {seconds:.1f}s, {size / 1e6:.1f} MB")
-        manifests[export_format] = manifest
-    return manifests
+    return {export_format: sample_export(export_format) for export_format in FORMATS}
 
 
 def _data(manifest: Path) -> dict[str, object]:

@@ -165,7 +165,7 @@ def test_a_truncated_archive_is_refused_before_the_engine_reads_it(tmp_path: Pat
         f.truncate(archive.stat().st_size // 2)
     node = FakeEngine()
     with pytest.raises(
-        IntegrityError, match=r"bytes, the manifest says \d+ \(truncated or still being copied\)"
+        IntegrityError, match=r"bytes, the manifest says \d+ \(truncated, still being copied, or another archive under its name\)"
     ):
         import_manifest(manifest_path, node, report=lambda _: None)
     assert node.loads == 0

@@ -44,13 +44,26 @@ def test_slurm_conf_uses_private_ports_munge_and_state() -> None:
     assert "PartitionName=sample Nodes=node1,node2 Default=YES" in conf
 
 
-def test_task_prolog_points_each_node_at_its_engine(tmp_path: Path) -> None:
+def test_task_prolog_points_each_node_at_its_engine_and_podman_storage(tmp_path: Path) -> None:
+    layout = ClusterLayout(
+        root=tmp_path / "cluster", run_dir=LAYOUT.run_dir, ctld_port=1, first_slurmd_port=2, nodes=LAYOUT.nodes
+    )
+    podman = {node: {"CONTAINERS_STORAGE_CONF": f"/state/engines/podman-{node}/storage.conf"} for node in ENGINES}
     prolog = tmp_path / "task-prolog.sh"
-    prolog.write_text(render_task_prolog(ENGINES))
+    prolog.write_text(render_task_prolog(layout, ENGINES, podman))
     for node, host in ENGINES.items():
         env = {"PATH": os.environ["PATH"], "SLURMD_NODENAME": node}
         done = subprocess.run(["sh", str(prolog)], env=env, capture_output=True, text=True, check=True)
-        assert done.stdout == f"export DOCKER_HOST={host}\n"
+        assert done.stdout == (
+            f"export DOCKER_HOST={host}\nexport CONTAINERS_STORAGE_CONF=/state/engines/podman-{node}/storage.conf\n"
+        )
+    # A node given a PATH of its own (sampleworld.cluster.node_without) gets it; the other does not.
+    layout.node_path("node2").parent.mkdir(parents=True)
+    layout.node_path("node2").write_text("/state/cluster/nodes/node2/bin\n")
+    for node, path in (("node1", ""), ("node2", "export PATH=/state/cluster/nodes/node2/bin\n")):
+        env = {"PATH": os.environ["PATH"], "SLURMD_NODENAME": node}
+        done = subprocess.run(["sh", str(prolog)], env=env, capture_output=True, text=True, check=True)
+        assert done.stdout.endswith(f"storage.conf\n{path}")
     other = subprocess.run(
         ["sh", str(prolog)], env={"SLURMD_NODENAME": "node9"}, capture_output=True, text=True, check=True
     )

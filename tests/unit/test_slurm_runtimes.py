@@ -53,8 +53,10 @@ def test_podman_spells_the_job_its_own_way(capsys: pytest.CaptureFixture[str], t
     assert code == 0, err
     for text in (
         'local run=(podman run --name "$CONTAINER" --network host --ipc host)',
-        "--group-add keep-groups",
-        "if ((INIT)); then run+=(--init); fi",
+        "--group-add keep-groups",  # with crun; runc gets the task's groups by number
+        'for gid in $(id -G); do run+=(--group-add "$gid"); done',
+        'if ((INIT)); then run+=(--init --init-path "$(podman_init)"); fi',
+        "if ((INIT)) && ! podman_init >/dev/null; then",
         'python3 "$ARCHIVE_IMPORTER" "$ARCHIVE_MANIFEST" --runtime podman >/dev/null',
         'podman container exists "$1"',
         'podman rm --force "$1"',
@@ -75,7 +77,11 @@ def test_charliecloud_runs_the_squashfs_in_place(capsys: pytest.CaptureFixture[s
     assert f"SQUASHFS={tmp_path / 'kimi-k3-cdcdcdcdcdcd.sqfs'}\n" in out
     assert 'python3 "$ARCHIVE_IMPORTER" "$ARCHIVE_MANIFEST" --check-only >/dev/null' in out
     assert 'run+=("$SQUASHFS" -- python3 /opt/imagebuild/launcher/serve.py)' in out
-    assert '-b "$LOG_DIR:/run_logs" -b "$MODEL_PATH:$MODEL_PATH"' in out
+    # The read-only squashfs has the mount points export adds; the model is served under its own name.
+    assert '-b "$LOG_DIR:/run_logs" -b "$MODEL_PATH:/opt/imagebuild/model"' in out
+    assert "--set-env=MODEL_PATH=/opt/imagebuild/model --set-env=MODEL_NAME=kimi-k3" in out
+    assert "local run=(ch-run --private-tmp)" in out
+    assert 'USER=${USER:-$(id -un)}' in out
     assert '--set-env="NODE_RANK=$SLURM_NODEID"' in out
     assert 'ulimit -H "-$flag" "$hard"' in out  # ch-run has no --ulimit: the task sets them
     assert (

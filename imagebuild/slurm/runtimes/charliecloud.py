@@ -14,11 +14,18 @@ _RUN_NODE = """\
 # Step 2, on every node: the launcher in ch-run. ch-run makes no network, IPC or PID namespace: the
 # launcher has the host's network and IPC (docker's --network host --ipc host), every device under
 # /dev and the task's own groups (docker's --device and --group-add), and it is not PID 1, so a SIGTERM
-# before its handlers are set still ends it (docker's --init). A squashfs is read-only: every bind's
-# destination must exist in the image (ch-run cannot create it), and ch-run has no read-only bind.
+# before its handlers are set still ends it (docker's --init). --private-tmp: a /tmp of its own, as in
+# docker's, not the node's, where an earlier job's /tmp/mori_jit_* would be found. A squashfs is
+# read-only: every bind's destination must exist in the image (ch-run cannot create it; `imagebuild
+# export --format squashfs` adds
+# @LOG_MOUNT@, @MODEL_MOUNT@ and the JIT cache dirs), and ch-run has no read-only bind.
 run_node() {
     settings
-    local run=(ch-run) limit lib var name soft hard flag status=0 client
+    local run=(ch-run --private-tmp) limit lib var name soft hard flag status=0 client libs=() found
+    # ch-run refuses to start without $USER ("$USER not set"), which a job submitted by a service or
+    # cron may lack: the task's own user.
+    USER=${USER:-$(id -un)}
+    export USER
     # No --ulimit in ch-run: the container has this task's limits, so the task sets them first
     # (raising a hard limit needs what the site's limits allow; a refusal is said and the job goes on).
     for limit in "${ULIMITS[@]}"; do
@@ -41,11 +48,26 @@ run_node() {
         run+=(-b "$JIT_CACHE/vllm_cache:/opt/vllm_cache" -b "$JIT_CACHE/mori:/root/.mori")
     fi
     # GPU_DEVICES needs nothing here: /dev is the host's. -f, never -e: a directory over a library
-    # would hide it.
+    # would hide it. A library is bound over the image's copy only: ch-run cannot make a file in the
+    # squashfs, so one the image lacks stays out (said here), and the image's own copies are asked once.
     for lib in "${RDMA_LIBS[@]}"; do
-        if [[ -f $lib ]]; then run+=(-b "$lib:$lib"); fi
+        if [[ -f $lib ]]; then libs+=("$lib"); fi
     done
-    run+=(-b "$LOG_DIR:@LOG_MOUNT@" -b "$MODEL_PATH:$MODEL_PATH")
+    if ((${#libs[@]})); then
+        # shellcheck disable=SC2016 # the image's sh expands them
+        found=$("${run[@]}" "$SQUASHFS" -- sh -c 'for f; do if [ -f "$f" ]; then echo "$f"; fi; done' sh "${libs[@]}")
+        for lib in "${libs[@]}"; do
+            if grep -qxF -- "$lib" <<<"$found"; then
+                run+=(-b "$lib:$lib")
+            else
+                say "not mounting $lib: the image has no file there to mount it over"
+            fi
+        done
+    fi
+    # The model at @MODEL_MOUNT@, not at its own path, which the read-only image
+    # lacks; served under the name the other runtimes serve it by (its directory's, unless the recipe
+    # or --env names it): with another MODEL_PATH, edit MODEL_NAME below too.
+    run+=(-b "$LOG_DIR:@LOG_MOUNT@" -b "$MODEL_PATH:@MODEL_MOUNT@")
     # The image's environment (the squashfs carries it), then the launcher's inputs: this node's rank
     # and the job's shape from SLURM, the head's address and every node's, and the settings above.
     # The task's own environment passes through as ch-run does, so PASS_ENV needs no option.
@@ -53,7 +75,8 @@ run_node() {
         --set-env
         --set-env="NODE_RANK=$SLURM_NODEID" --set-env="NNODES=$SLURM_NNODES" --set-env="MASTER_ADDR=$MASTER_ADDR"
         --set-env="IPADDRS=$IPADDRS" --set-env="SLURM_JOB_ID=$SLURM_JOB_ID" --set-env=LOG_ROOT=@LOG_MOUNT@
-        --set-env="MODEL_PATH=$MODEL_PATH" --set-env="RECIPE=$RECIPE" --set-env="VARIANT=$VARIANT"
+        --set-env=MODEL_PATH=@MODEL_MOUNT@ --set-env=MODEL_NAME=@SERVED_NAME@
+        --set-env="RECIPE=$RECIPE" --set-env="VARIANT=$VARIANT"
         --set-env="BENCHMARK_CMD=$BENCHMARK_CMD" --set-env="SERVE_PORT=$SERVE_PORT"
         --set-env="MASTER_PORT=$MASTER_PORT" --set-env="CONTAINER_BARRIER_PORT=$BARRIER_PORT"
         --set-env="BARRIER_TIMEOUT_S=$BARRIER_TIMEOUT_S"

@@ -18,8 +18,13 @@ from imagebuild.slurm.shell import quote
 @dataclass(frozen=True, kw_only=True)
 class _Spelling:
     engine: str
-    remove_container: str
-    groups: str  # the run options that give the container the GPU device groups
+    helpers: str  # remove_container() and the engine's other helpers
+    helper_names: tuple[str, ...]  # the functions ``helpers`` defines, for `export -f`
+    # The end of run_node's `run+=(--device /dev/kfd --device /dev/dri` line: what gives the container
+    # the GPU device groups (docker's option on that line; podman's lines after it).
+    groups: str
+    init: str  # the run options of INIT=1
+    init_check: str  # fetch_image's lines that make sure the node has the init ("" for none)
     missing_bind: str  # the comment on why an RDMA library is mounted only where it is a file
     shm: str  # the run options and comment for /dev/shm
     import_args: str  # after the importer's manifest argument
@@ -40,8 +45,11 @@ remove_container() {{
 
 _DOCKER = _Spelling(
     engine="docker",
-    remove_container=_remove_container("docker", 'docker container inspect "$1" >/dev/null 2>&1'),
-    groups="--group-add video",
+    helpers=_remove_container("docker", 'docker container inspect "$1" >/dev/null 2>&1'),
+    helper_names=("remove_container",),
+    groups=" --group-add video)",
+    init="--init",
+    init_check="",
     missing_bind="""\
     # -f, never -e: docker creates a DIRECTORY at a missing bind source, and that directory then breaks
     # every later run on this node ("OCI runtime create failed: ... not a directory").""",
@@ -55,12 +63,43 @@ node_image() {
     extra_args='"${DOCKER_ARGS[@]}" ',
 )
 
+_PODMAN_INIT = """\
+# The init podman's --init runs as PID 1. Podman looks only where containers.conf's init_path says
+# (/usr/libexec/podman/catatonit unless set), so a node with tini but no catatonit fails every such
+# container ("container-init binary not found on the host"): the job names the init it finds.
+podman_init() {
+    local init found=()
+    mapfile -t found < <(command -v catatonit tini-static tini || true)
+    for init in /usr/libexec/podman/catatonit "${found[@]}"; do
+        if [[ -x $init ]]; then
+            echo "$init"
+            return 0
+        fi
+    done
+    return 1
+}"""
+
 _PODMAN = _Spelling(
     engine="podman",
-    remove_container=_remove_container("podman", 'podman container exists "$1"'),
-    # keep-groups: the task's own supplementary groups (video, render) reach the container, as the
-    # device nodes' owners need; podman's own option for it (it needs the crun OCI runtime).
-    groups="--group-add keep-groups",
+    helpers=_remove_container("podman", 'podman container exists "$1"') + "\n\n" + _PODMAN_INIT,
+    helper_names=("remove_container", "podman_init"),
+    groups=""")
+        # The task's own groups (video and render own the GPU devices) in the container: crun keeps
+        # them with keep-groups; runc ignores keep-groups and starts the container with no
+        # supplementary group at all, so there each is added by number (rootless podman keeps groups
+        # only with crun).
+        if [[ $(podman info --format '{{.Host.OCIRuntime.Name}}') == crun ]]; then
+            run+=(--group-add keep-groups)
+        else
+            local gid
+            for gid in $(id -G); do run+=(--group-add "$gid"); done
+        fi""",
+    init='--init --init-path "$(podman_init)"',
+    init_check="""
+    if ((INIT)) && ! podman_init >/dev/null; then
+        say "podman has no init on ${SLURMD_NODENAME:-$(hostname)} (no catatonit or tini): install catatonit, or render with --no-init"
+        return 127
+    fi""",
     missing_bind="""\
     # -f, never -e: a missing bind source fails `podman run` ("no such file or directory"), and a
     # directory there would be mounted over the library.""",
@@ -95,13 +134,13 @@ run_node() {{
     local limit lib var status=0 client image
     image=$(node_image)
     for limit in "${{ULIMITS[@]}}"; do run+=(--ulimit "$limit"); done
-    if ((INIT)); then run+=(--init); fi
+    if ((INIT)); then run+=({s.init}); fi
     if [[ -n $JIT_CACHE ]]; then
         mkdir -p "$JIT_CACHE/vllm_cache" "$JIT_CACHE/mori"
         run+=(--volume "$JIT_CACHE/vllm_cache:/opt/vllm_cache" --volume "$JIT_CACHE/mori:/root/.mori")
     fi
     if ((GPU_DEVICES)); then
-        run+=(--device /dev/kfd --device /dev/dri {s.groups})
+        run+=(--device /dev/kfd --device /dev/dri{s.groups}
         if [[ -e /dev/infiniband ]]; then run+=(--device /dev/infiniband); fi
     fi
 {s.missing_bind}
@@ -178,9 +217,9 @@ def _fetch(s: _Spelling, job: Job) -> str:
         if engine == "docker"
         else f"""
     if ! command -v {engine} >/dev/null; then
-        say "{engine} is not installed on $(hostname): this job needs it on every node (or use another --runtime)"
+        say "{engine} is not installed on ${{SLURMD_NODENAME:-$(hostname)}}: this job needs it on every node (or use another --runtime)"
         return 127
-    fi"""
+    fi{s.init_check}"""
     )
     if isinstance(job.image, PulledImage):
         return f"""\
@@ -226,11 +265,11 @@ def _engine(s: _Spelling, notes: dict[str, str | None]) -> Runtime:
         image_settings=lambda job: _image_settings(s.engine, job),
         settings_notes=notes,
         fetch=lambda job: _fetch(s, job),
-        helpers=s.remove_container,
+        helpers=s.helpers,
         run_node=_run_node(s),
         cleanup=_CLEANUP,
         functions=(
-            "remove_container",
+            *s.helper_names,
             "node_address",
             "fetch_image",
             "node_image",

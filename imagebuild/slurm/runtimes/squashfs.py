@@ -54,7 +54,7 @@ def fetch(binary: str, extra: str = "") -> str:
 fetch_image() {{
     settings
     if ! command -v {binary} >/dev/null; then
-        say "{binary} is not installed on $(hostname): this job needs it on every node (or use another --runtime)"
+        say "{binary} is not installed on ${{SLURMD_NODENAME:-$(hostname)}}: this job needs it on every node (or use another --runtime)"
         return 127
     fi
     say "checking $SQUASHFS"
