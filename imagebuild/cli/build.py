@@ -33,7 +33,7 @@ def build_document(record: BuildRecord) -> dict[str, object]:
 def cmd_build(args: argparse.Namespace) -> int:
     from imagebuild.build.core import BuildOptions, build_image, prepare_build
     from imagebuild.build.progress import BuildProgress, ProgressMode, make_progress
-    from imagebuild.engine.docker import DockerEngine
+    from imagebuild.engine.http_api import HttpEngine
 
     project = project_of(args)
     inputs = project.load(args.arch)
@@ -59,7 +59,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         if args.quiet
         else make_progress(ProgressMode(args.progress or "auto"), sys.stderr, verbose=args.verbose > 0)
     )
-    with DockerEngine.opened() as engine:
+    with HttpEngine.opened() as engine:  # on a plain local socket, docker-py is imported only if needed
         record = build_image(prepared, engine, progress=progress)
     cached = sum(t.cached for t in record.steps)
     logger.info(
