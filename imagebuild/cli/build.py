@@ -51,6 +51,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         iidfile=args.iidfile,
         normalize=not args.no_normalize,
         signing_key=signing_key,
+        compile_cache=args.compile_cache,
     )
     # Bad arguments and inputs are found before the engine is asked; the build takes the result as it is.
     prepared = prepare_build(project, inputs, options)
@@ -88,6 +89,7 @@ def register(verbs: Verbs) -> None:
                 "imagebuild build --tag registry.example.com/ml/kimi-k3:gfx942 --tag kimi-k3:latest "
                 "--iidfile build/image-id",
                 "imagebuild build --pins sampleworld/pins.toml --network host --progress plain",
+                "imagebuild build --network host --compile-cache ~/.cache/imagebuild-ccache",
             ),
             exit_codes=(
                 ExitCode.NO_ENGINE,
@@ -137,5 +139,13 @@ def register(verbs: Verbs) -> None:
         type=arguments.output_file,
         metavar="FILE",
         help="write the image ID (sha256:...) to FILE, as docker build does",
+    )
+    p.add_argument(
+        "--compile-cache",
+        type=arguments.compile_cache,
+        metavar="DIR|URL",
+        help="keep steps 4 and 7's ccache objects in DIR (created when missing) or an http(s):// ccache storage, "
+        "served on the build host's loopback for the build (needs --network host); the image is the same with "
+        "or without it (docs/compile-cache.md)",
     )
     add_signing_flags(p, "the SBOM and provenance")

@@ -15,6 +15,7 @@ import threading
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,8 +24,9 @@ from imagebuild.engine.http_api import HttpEngine, json_messages, plain_socket
 from imagebuild.engine.interface import BuildRequest
 from imagebuild.errors import EngineError, UnknownImageError
 
+Seen = list[tuple[str, str, dict[str, list[str]], bytes]]  # (method, path, query, body) per request
 IMAGE = "sha256:" + "ab" * 32
-BUILD_STREAM = [
+BUILD_STREAM: list[dict[str, Any]] = [
     {"stream": "Step 1/2 : FROM base\n"},
     {"stream": " ---> Using cache\n"},
     {"stream": "caf\u00e9 \u2713\n"},
@@ -69,7 +71,9 @@ class _Engine(http.server.BaseHTTPRequestHandler):
             self._answer(200, json.dumps({"Driver": "overlay2", "ServerVersion": "20.10.24"}).encode())
         elif path == f"/v1.41/images/{IMAGE}/json":
             inspected = {"Id": IMAGE, "RepoTags": ["x:1"], "Config": {"Env": ["A=1"], "Labels": {"l": "v"}}}
-            self._answer(200, json.dumps(inspected | {"RootFS": {"Layers": ["sha256:" + "01" * 32]}}).encode())
+            self._answer(
+                200, json.dumps(inspected | {"RootFS": {"Layers": ["sha256:" + "01" * 32]}}).encode()
+            )
         elif path == f"/v1.41/images/{IMAGE}/history":
             self._answer(200, json.dumps([{"CreatedBy": "RUN b"}, {"CreatedBy": "RUN a"}]).encode())
         else:
@@ -101,7 +105,9 @@ class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         return request, ("local", 0)
 
 
-def _serve(socket_path: Path, handler: type[_Engine]) -> Iterator[list[tuple[str, str, dict[str, list[str]], bytes]]]:
+def _serve(
+    socket_path: Path, handler: type[_Engine]
+) -> Iterator[list[tuple[str, str, dict[str, list[str]], bytes]]]:
     seen: list[tuple[str, str, dict[str, list[str]], bytes]] = []
     handler.seen = seen
     server = _UnixServer(str(socket_path), handler)
@@ -123,13 +129,15 @@ def no_docker_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_docker_config: Path) -> Iterator[list[tuple[str, str, dict[str, list[str]], bytes]]]:
+def seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_docker_config: Path
+) -> Iterator[list[tuple[str, str, dict[str, list[str]], bytes]]]:
     socket_path = tmp_path / "engine.sock"
     monkeypatch.setenv("DOCKER_HOST", f"unix://{socket_path}")
     yield from _serve(socket_path, _Engine)
 
 
-def test_a_cached_build_sends_docker_pys_requests_and_reads_the_stream_however_it_is_cut(seen: list) -> None:  # type: ignore[type-arg]
+def test_a_cached_build_sends_docker_pys_requests_and_reads_the_stream_however_it_is_cut(seen: Seen) -> None:
     engine = HttpEngine.from_env()
     assert isinstance(engine, HttpEngine)
     request = BuildRequest(context=b"tar bytes", build_args={"A": "1"}, network_mode="host")
@@ -149,14 +157,17 @@ def test_a_cached_build_sends_docker_pys_requests_and_reads_the_stream_however_i
         "networkmode": ["host"],
     }
     engine.tag(IMAGE, "registry:5000/repo:tag")
-    assert seen[-1][1:3] == (f"/v1.41/images/{IMAGE}/tag", {"tag": ["tag"], "repo": ["registry:5000/repo"], "force": ["False"]})
+    assert seen[-1][1:3] == (
+        f"/v1.41/images/{IMAGE}/tag",
+        {"tag": ["tag"], "repo": ["registry:5000/repo"], "force": ["False"]},
+    )
     engine.tag(IMAGE, "registry:5000/repo")
     assert seen[-1][2]["tag"] == ["latest"]
     assert engine.store().describe() == "Docker 20.10.24, the graph-driver store (overlay2)"
     assert engine.version() == "20.10.24"
 
 
-def test_inspect_and_has_image(seen: list) -> None:  # type: ignore[type-arg]
+def test_inspect_and_has_image(seen: Seen) -> None:
     engine = HttpEngine.from_env()
     info = engine.inspect_image(IMAGE)
     assert (info.id, info.tags, info.env, info.labels) == (IMAGE, ("x:1",), {"A": "1"}, {"l": "v"})
@@ -169,7 +180,7 @@ def test_inspect_and_has_image(seen: list) -> None:  # type: ignore[type-arg]
         engine.inspect_image("missing:1")
 
 
-def test_refusals_are_one_line_naming_what_was_asked(seen: list) -> None:  # type: ignore[type-arg]
+def test_refusals_are_one_line_naming_what_was_asked(seen: Seen) -> None:
     engine = HttpEngine.from_env()
     with pytest.raises(EngineError, match=r"failed the build request: network mode refuse is not supported$"):
         list(engine.build(BuildRequest(context=b"", network_mode="refuse")))
@@ -210,7 +221,11 @@ def test_no_engine_is_said_in_docker_engines_words(
         ("unix:///run/x.sock", {}, "/run/x.sock"),
         ("", {}, "/var/run/docker.sock"),
         ("", {"currentContext": "default"}, "/var/run/docker.sock"),
-        ("unix:///run/x.sock", {"currentContext": "remote"}, "/run/x.sock"),  # DOCKER_HOST wins, as in docker-py
+        (
+            "unix:///run/x.sock",
+            {"currentContext": "remote"},
+            "/run/x.sock",
+        ),  # DOCKER_HOST wins, as in docker-py
         ("", {"currentContext": "remote"}, None),
         ("tcp://127.0.0.1:2375", {}, None),
         ("ssh://user@host", {}, None),
@@ -224,7 +239,11 @@ def test_no_engine_is_said_in_docker_engines_words(
     ],
 )
 def test_docker_py_is_used_wherever_it_would_send_another_request(
-    host: str, config: dict[str, object], expected: str | None, monkeypatch: pytest.MonkeyPatch, no_docker_config: Path
+    host: str,
+    config: dict[str, object],
+    expected: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+    no_docker_config: Path,
 ) -> None:
     if host:
         monkeypatch.setenv("DOCKER_HOST", host)
@@ -234,7 +253,9 @@ def test_docker_py_is_used_wherever_it_would_send_another_request(
     assert plain_socket() == expected
 
 
-def test_an_unreadable_docker_config_is_left_to_docker_py(monkeypatch: pytest.MonkeyPatch, no_docker_config: Path) -> None:
+def test_an_unreadable_docker_config_is_left_to_docker_py(
+    monkeypatch: pytest.MonkeyPatch, no_docker_config: Path
+) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///run/x.sock")
     (no_docker_config / "config.json").write_text("{not json")
     assert plain_socket() is None
