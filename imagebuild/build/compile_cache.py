@@ -101,26 +101,28 @@ class CacheCounts:
         return f"compile cache {self.cache}: {self.hits} of {asked} lookups hit{rate}, {self.stored} entries stored{failed}"
 
 
-def something_listens() -> bool:
+def something_listens(port: int = COMPILE_CACHE_PORT) -> bool:
     """Whether anything answers at the compile cache's address (a build without a cache then talks to it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.settimeout(0.2)
-        return probe.connect_ex(("127.0.0.1", COMPILE_CACHE_PORT)) == 0
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 @contextmanager
-def serving(cache: CompileCache | None, *, network: str | None) -> Iterator[CacheCounts | None]:
+def serving(
+    cache: CompileCache | None, *, network: str | None, port: int = COMPILE_CACHE_PORT
+) -> Iterator[CacheCounts | None]:
     """Answer ccache at COMPILE_CACHE_URL from ``cache`` while the block runs; nothing when ``cache`` is None.
 
     Without a cache, a host-network build whose address something else answers is warned about: its
     compiles would talk to that program (measured harmless only when nothing listens).
     """
     if cache is None:
-        if network == "host" and something_listens():
+        if network == "host" and something_listens(port):
             logger.warning(
                 "imagebuild: warning: something answers at 127.0.0.1:%d, the compile cache's address: steps 4 and 7's "
                 "ccache will send it requests; stop it, or build with --compile-cache DIR",
-                COMPILE_CACHE_PORT,
+                port,
             )
         yield None
         return
@@ -133,12 +135,10 @@ def serving(cache: CompileCache | None, *, network: str | None) -> Iterator[Cach
         cache.directory.mkdir(parents=True, exist_ok=True)
     store = DirectoryStore(cache.directory) if cache.directory is not None else RemoteStore(cache.url)
     try:
-        server = http.server.ThreadingHTTPServer(
-            ("127.0.0.1", COMPILE_CACHE_PORT), cache_handler(store, counts)
-        )
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), cache_handler(store, counts))
     except OSError as e:
         msg = (
-            f"--compile-cache: cannot serve the cache at 127.0.0.1:{COMPILE_CACHE_PORT} ({e.strerror}): "
+            f"--compile-cache: cannot serve the cache at 127.0.0.1:{port} ({e.strerror}): "
             "another build's compile cache, or another program, holds that port; wait for it, or build without --compile-cache"
         )
         raise ImageBuildError(msg) from e

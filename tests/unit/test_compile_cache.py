@@ -18,13 +18,20 @@ from imagebuild.build.compile_cache import CompileCache, compile_cache_problem, 
 from imagebuild.cli import main
 from imagebuild.errors import ExitCode, ImageBuildError
 from imagebuild.inputs.layout import COMPILE_CACHE_PORT, COMPILE_CACHE_URL
+from imagebuild.testing import free_port
 from tests import REPO
 
 KEY = "0a/78log9s30lut86hlqgonbhrvc8o30p2"  # a key path as ccache 4.7 asks for it (its "subdirs" layout)
 
 
-def ask(method: str, key: str, body: bytes | None = None) -> tuple[int, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", COMPILE_CACHE_PORT, timeout=10)
+@pytest.fixture
+def port() -> int:
+    """Where the tests serve: not the fixed address, which a docker test's build may hold meanwhile."""
+    return free_port()
+
+
+def ask(port: int, method: str, key: str, body: bytes | None = None) -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         connection.request(method, f"/ccache/{key}", body=body)
         response = connection.getresponse()
@@ -33,16 +40,16 @@ def ask(method: str, key: str, body: bytes | None = None) -> tuple[int, bytes]:
         connection.close()
 
 
-def test_a_directory_cache_misses_stores_and_hits(tmp_path: Path) -> None:
+def test_a_directory_cache_misses_stores_and_hits(tmp_path: Path, port: int) -> None:
     cache = CompileCache(directory=tmp_path / "objects")
-    with serving(cache, network="host") as counts:
+    with serving(cache, network="host", port=port) as counts:
         assert counts is not None
-        assert ask("GET", KEY)[0] == 404
-        assert ask("HEAD", KEY)[0] == 404
-        assert ask("PUT", KEY, b"object bytes")[0] == 201
-        assert ask("HEAD", KEY)[0] == 200
-        assert ask("GET", KEY) == (200, b"object bytes")
-        assert ask("GET", "../../etc/passwd")[0] in (400, 404)
+        assert ask(port, "GET", KEY)[0] == 404
+        assert ask(port, "HEAD", KEY)[0] == 404
+        assert ask(port, "PUT", KEY, b"object bytes")[0] == 201
+        assert ask(port, "HEAD", KEY)[0] == 200
+        assert ask(port, "GET", KEY) == (200, b"object bytes")
+        assert ask(port, "GET", "../../etc/passwd")[0] in (400, 404)
     assert (tmp_path / "objects" / KEY).read_bytes() == b"object bytes"
     assert counts.to_json() == {
         "cache": str(tmp_path / "objects"),
@@ -53,7 +60,7 @@ def test_a_directory_cache_misses_stores_and_hits(tmp_path: Path) -> None:
     }
     assert counts.summary().endswith("1 of 2 lookups hit (50%), 1 entries stored")
     with pytest.raises(ConnectionRefusedError):  # nothing listens once the build is over
-        ask("GET", KEY)
+        ask(port, "GET", KEY)
 
 
 class _Remote(http.server.BaseHTTPRequestHandler):
@@ -84,7 +91,7 @@ class _Remote(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def remote() -> Iterator[tuple[str, type[_Remote]]]:
     handler = type("Remote", (_Remote,), {"objects": {}, "auth": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://bob:hunter2@127.0.0.1:{server.server_port}/team/ccache", handler
@@ -94,15 +101,15 @@ def remote() -> Iterator[tuple[str, type[_Remote]]]:
 
 
 def test_a_remote_cache_is_forwarded_with_its_credentials_and_named_without_them(
-    remote: tuple[str, type[_Remote]],
+    remote: tuple[str, type[_Remote]], port: int
 ) -> None:
     url, handler = remote
     cache = CompileCache(url=url)
     assert "hunter2" not in cache.described
     assert "bob" not in cache.described
-    with serving(cache, network="host") as counts:
-        assert ask("PUT", KEY, b"object")[0] == 201
-        assert ask("GET", KEY) == (200, b"object")
+    with serving(cache, network="host", port=port) as counts:
+        assert ask(port, "PUT", KEY, b"object")[0] == 201
+        assert ask(port, "GET", KEY) == (200, b"object")
     assert handler.objects == {f"/team/ccache/{KEY}": b"object"}
     assert set(handler.auth) == {"Basic Ym9iOmh1bnRlcjI="}  # bob:hunter2
     assert counts is not None
@@ -110,19 +117,25 @@ def test_a_remote_cache_is_forwarded_with_its_credentials_and_named_without_them
     assert "hunter2" not in str(counts.to_json())
 
 
-def test_a_dead_remote_costs_one_failure_then_every_lookup_misses_at_once(tmp_path: Path) -> None:
-    with serving(CompileCache(url="http://127.0.0.1:1/ccache"), network="host") as counts:
-        assert ask("GET", KEY)[0] == 404
-        assert ask("GET", KEY)[0] == 404
+def test_a_dead_remote_costs_one_failure_then_every_lookup_misses_at_once(port: int) -> None:
+    with serving(
+        CompileCache(url=f"http://127.0.0.1:{free_port()}/ccache"), network="host", port=port
+    ) as counts:
+        assert ask(port, "GET", KEY)[0] == 404
+        assert ask(port, "GET", KEY)[0] == 404
     assert counts is not None
     assert (counts.misses, counts.failed) == (2, 1)
 
 
-def test_the_address_taken_is_one_line_naming_the_option(tmp_path: Path) -> None:
-    with serving(CompileCache(directory=tmp_path), network="host"), pytest.raises(
-        ImageBuildError,
-        match=rf"^--compile-cache: cannot serve the cache at 127\.0\.0\.1:{COMPILE_CACHE_PORT}",
-    ), serving(CompileCache(directory=tmp_path), network="host"):
+def test_the_address_taken_is_one_line_naming_the_option(tmp_path: Path, port: int) -> None:
+    with (
+        serving(CompileCache(directory=tmp_path), network="host", port=port),
+        pytest.raises(
+            ImageBuildError,
+            match=rf"^--compile-cache: cannot serve the cache at 127\.0\.0\.1:{port}",
+        ),
+        serving(CompileCache(directory=tmp_path), network="host", port=port),
+    ):
         pass
 
 
