@@ -65,13 +65,11 @@ def plain_socket() -> str | None:
         plain = scheme == "unix" and path.startswith("/") and not any(c in path for c in "?#")
         if not plain or control_character(path):
             return None  # docker-py's, with its checks and messages
-    config_dir = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker")
-    if (Path.home() / ".dockercfg").exists() and not (config_dir / "config.json").exists():
-        return None  # the legacy credentials file
+    found = docker_config_file()
+    if found is not None and found.name != "config.json":
+        return None  # the legacy ~/.dockercfg: credentials only
     try:
-        config = json.loads((config_dir / "config.json").read_bytes())
-    except FileNotFoundError:
-        config = {}
+        config = json.loads(found.read_bytes()) if found is not None else {}
     except (OSError, ValueError):
         return None  # unreadable: docker-py's (credentials.check_config_file names it)
     if not isinstance(config, dict) or any(config.get(key) for key in REQUEST_KEYS):
@@ -79,6 +77,15 @@ def plain_socket() -> str | None:
     if not host and config.get("currentContext", "default") != "default":
         return None
     return host.partition("://")[2] if host else DEFAULT_SOCKET
+
+
+def docker_config_file() -> Path | None:
+    """The docker config docker-py reads (its ``find_config_file``): DOCKER_CONFIG's, ~/.docker's, ~/.dockercfg."""
+    candidates = (
+        [Path(os.environ["DOCKER_CONFIG"]) / "config.json"] if os.environ.get("DOCKER_CONFIG") else []
+    )
+    candidates += [Path.home() / ".docker" / "config.json", Path.home() / ".dockercfg"]
+    return next((path for path in candidates if path.exists()), None)
 
 
 class HttpEngine(Engine):
@@ -142,7 +149,9 @@ class HttpEngine(Engine):
 
     def _info_of_engine(self) -> dict[str, Any]:
         if self._info is None:
-            status, body = self._call("GET", "/info", f"ask the Docker engine at {self._address} how it stores images")
+            status, body = self._call(
+                "GET", "/info", f"ask the Docker engine at {self._address} how it stores images"
+            )
             if status >= 300:
                 msg = f"could not ask the Docker engine at {self._address} how it stores images: {response_error(body)}"
                 raise EngineError(msg)
@@ -162,7 +171,12 @@ class HttpEngine(Engine):
 
     def build_chunks(self, request: BuildRequest) -> Iterator[dict[str, Any]]:
         """The raw JSON messages of the build stream: the query docker-py's ``build`` sends for the same request."""
-        query: dict[str, str] = {"q": "False", "nocache": str(request.no_cache), "rm": "True", "forcerm": "True"}
+        query: dict[str, str] = {
+            "q": "False",
+            "nocache": str(request.no_cache),
+            "rm": "True",
+            "forcerm": "True",
+        }
         query["pull"] = "False"
         if request.build_args:
             query["buildargs"] = json.dumps(dict(request.build_args))
@@ -175,7 +189,9 @@ class HttpEngine(Engine):
         connection = UnixConnection(self._socket, None)
         try:
             try:
-                connection.request("POST", path, body=request.context, headers={"Content-Type": "application/tar"})
+                connection.request(
+                    "POST", path, body=request.context, headers={"Content-Type": "application/tar"}
+                )
                 response = connection.getresponse()
                 if response.status >= 300:
                     detail = response_error(response.read())
@@ -191,7 +207,9 @@ class HttpEngine(Engine):
     def tag(self, image_id: str, name: str) -> None:
         repository, _, tag = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else (name, "", "latest")
         query = urllib.parse.urlencode({"tag": tag, "repo": repository, "force": "False"})
-        status, body = self._call("POST", f"/images/{_quoted(image_id)}/tag?{query}", f"tag {image_id} as {name}")
+        status, body = self._call(
+            "POST", f"/images/{_quoted(image_id)}/tag?{query}", f"tag {image_id} as {name}"
+        )
         if status >= 300:
             msg = f"could not tag {image_id} as {name}: {response_error(body)}"
             raise EngineError(msg)
@@ -208,7 +226,9 @@ class HttpEngine(Engine):
             msg = f"could not inspect image '{ref}': {response_error(body)}"
             raise EngineError(msg)
         history = json.loads(body)
-        return image_info(data, history if isinstance(history, list) else [], **self._config_digest(str(data["Id"])))
+        return image_info(
+            data, history if isinstance(history, list) else [], **self._config_digest(str(data["Id"]))
+        )
 
     def _config_digest(self, image_id: str) -> dict[str, str]:
         """ImageInfo's config_digest (or identity_unknown) where image IDs are not config digests."""

@@ -253,6 +253,21 @@ def test_docker_py_is_used_wherever_it_would_send_another_request(
     assert plain_socket() == expected
 
 
+def test_the_config_docker_py_reads_is_the_one_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_docker_config: Path
+) -> None:
+    """DOCKER_CONFIG without a config.json: docker-py falls back to ~/.docker, then ~/.dockercfg."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/x.sock")
+    (tmp_path / ".docker").mkdir()
+    (tmp_path / ".docker" / "config.json").write_text('{"credsStore": "pass"}')
+    assert plain_socket() is None
+    (tmp_path / ".docker" / "config.json").unlink()
+    (tmp_path / ".dockercfg").write_text("{}")
+    assert plain_socket() is None
+    (tmp_path / ".dockercfg").unlink()
+    assert plain_socket() == "/run/x.sock"
+
+
 def test_an_unreadable_docker_config_is_left_to_docker_py(
     monkeypatch: pytest.MonkeyPatch, no_docker_config: Path
 ) -> None:
