@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,9 +19,11 @@ import pytest
 
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
-from tests.integration.conftest import CHECKOUT, REPO
+from tests import REPO
+from tests.integration.image_support import remove_images
 
 pytestmark = pytest.mark.docker
+CHECKOUT = hashlib.sha256(str(REPO).encode()).hexdigest()[:8]  # checkouts share the engine: tags of our own
 TAG = f"imagebuild-test/compile-cache:gfx942-{CHECKOUT}"
 # Every build with a cache serves the one fixed address: the checkouts sharing this machine take turns.
 TURNS = Path("/tmp/imagebuild-compile-cache-tests.lock")
@@ -53,8 +56,7 @@ def test_a_second_build_hits_every_object_and_every_build_gives_one_identity(
         cold = build(locked_pins, tmp_path / "cold.json", cache)
         warm = build(locked_pins, tmp_path / "warm.json", cache)
     finally:
-        for name in (TAG, f"{TAG}-cache"):
-            engine.untag(name)
+        remove_images(TAG)
     cold_use, warm_use = cold["compile_cache"], warm["compile_cache"]
     assert isinstance(cold_use, dict)
     assert isinstance(warm_use, dict)
@@ -63,8 +65,11 @@ def test_a_second_build_hits_every_object_and_every_build_gives_one_identity(
     assert (warm_use["hits"], warm_use["misses"], warm_use["stored"]) == (12, 0, 0), warm_use
     assert cold_use["cache"] == str(cache)
     assert len([p for p in cache.rglob("*") if p.is_file()]) == 12
-    # One image with the cache empty, full, or not there at all (the session's build).
-    assert cold["image_id"] == warm["image_id"] == sample_image["image_id"]
+    # One image with the cache empty, full, or not there at all (the session's build: the same
+    # checkout labels only while HEAD does not move during the session).
+    assert cold["image_id"] == warm["image_id"], "objects from the cache gave another image"
+    assert cold["labels"] == sample_image["labels"], "the checkout moved during the session"
+    assert warm["image_id"] == sample_image["image_id"], "a build with the cache differs from one without"
     image = engine.inspect_image(str(warm["image_id"]))
     assert image.history == engine.inspect_image(str(sample_image["image_id"])).history
     code, listing = engine.run(
