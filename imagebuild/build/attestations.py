@@ -96,9 +96,7 @@ def attestations_describe(record: BuildRecord) -> bool:
     inputs digest (a cached rebuild)."""
     marks = (record.image_id.removeprefix("sha256:"), record.inputs_digest.removeprefix("sha256:"))
     try:
-        texts = [
-            path.read_text(encoding="utf-8") for path in (record.sbom, record.provenance, *record.signed)
-        ]
+        texts = [path.read_text(encoding="utf-8") for path in (record.sbom, record.provenance, *record.signed)]
     except OSError:
         return False
     if record.signed:  # an envelope holds its statement in base64

@@ -43,9 +43,8 @@ class BuildOptions:
     constraint_mode: ConstraintMode = ConstraintMode.ON
     normalize: bool = True  # clamp timestamps to SOURCE_DATE_EPOCH after the build (imagebuild.normalize)
     signing_key: SigningKey | None = None  # --sign-key: the SBOM and provenance also as signed DSSE envelopes
-    compile_cache: CompileCache | None = (
-        None  # --compile-cache: served to steps 4 and 7's ccache during the build
-    )
+    # --compile-cache: served to steps 4 and 7's ccache while the engine builds.
+    compile_cache: CompileCache | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

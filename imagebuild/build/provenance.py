@@ -51,9 +51,7 @@ def _pin(pin: Pin, lock: PythonLock | None) -> dict[str, Any]:
 
 def _subjects(record: BuildRecord) -> list[dict[str, Any]]:
     """The image identity and, where known, its canonical manifest; once published, the pushed digest."""
-    subjects = ImageIdentity(identity=record.image_id, manifest_digest=record.manifest_digest).subjects(
-        record.tag
-    )
+    subjects = ImageIdentity(identity=record.image_id, manifest_digest=record.manifest_digest).subjects(record.tag)
     if record.pushed:
         repository, _, digest = record.pushed.partition("@")
         subjects.append({"name": repository, "digest": {"sha256": _hex(digest)}})

@@ -142,12 +142,7 @@ def _remote(args: argparse.Namespace) -> int:
                 "listed_by": referrers.listed_by,
                 "referrers": [entry.to_json() for entry in referrers.entries],
                 "downloaded": [
-                    {
-                        "path": str(d.path),
-                        "sha256": d.sha256,
-                        "size": d.size,
-                        "artifact_type": d.artifact_type,
-                    }
+                    {"path": str(d.path), "sha256": d.sha256, "size": d.size, "artifact_type": d.artifact_type}
                     for d in downloaded
                 ]
                 if args.download is not None
@@ -200,23 +195,14 @@ def register(verbs: Verbs) -> None:
         )
     )
     p.add_argument(
-        "target",
-        metavar="REF|verify",
-        help="an image in a registry (HOST[:PORT]/REPO@sha256:... or :TAG), or verify",
+        "target", metavar="REF|verify", help="an image in a registry (HOST[:PORT]/REPO@sha256:... or :TAG), or verify"
     )
     p.add_argument(
-        "file",
-        type=Path,
-        nargs="?",
-        help="with verify: the .dsse.json (or .dsse.jsonl) build, export or publish wrote",
+        "file", type=Path, nargs="?", help="with verify: the .dsse.json (or .dsse.jsonl) build, export or publish wrote"
     )
     p.add_argument("--key", type=Path, metavar="PUB", help="the signer's public key (PEM)")
     p.add_argument("--verify", action="store_true", help="with REF: check every attached envelope with --key")
+    p.add_argument("--download", type=Path, metavar="DIR", help="with REF: write the attached documents into DIR")
     p.add_argument(
-        "--download", type=Path, metavar="DIR", help="with REF: write the attached documents into DIR"
-    )
-    p.add_argument(
-        "--image",
-        metavar="sha256:...",
-        help="with verify: the image's identity or manifest digest the statement must name",
+        "--image", metavar="sha256:...", help="with verify: the image's identity or manifest digest the statement must name"
     )
