@@ -100,7 +100,8 @@ def main() -> int:
         medians = {name: statistics.median(times) for name, times in runs.items()}
         for name, times in runs.items():
             print(f"{name:<17} median {medians[name]:5.3f} s   runs: {' '.join(f'{t:.2f}' for t in times)}")
-            print(f"{'':<17} CPU median {statistics.median(cpu[name]):5.3f} s (the docker CLI's own, not the engine's)")
+            print(f"{'':<17} CPU median {statistics.median(cpu[name]):5.3f} s")
+        print("CPU: user + system time of the command and its children (docker build's: the CLI's, not the engine's)")
         print(
             f"no-op ratio imagebuild / docker build = {medians['imagebuild build'] / medians['docker build']:.2f}"
         )

@@ -62,6 +62,8 @@ def compile_cache_problem(text: str) -> str | None:
             parts.port  # noqa: B018 - raises on a port that is not a number
         except ValueError:
             return "the URL's port is not a number"
+        if parts.query or parts.fragment:
+            return "a query or fragment is not forwarded: give the storage's URL without one (credentials as user:password@)"
         return None if parts.hostname else "the URL names no host"
     path = Path(text)
     if path.exists() and not path.is_dir():

@@ -152,6 +152,7 @@ def test_the_dockerfile_names_the_address_served() -> None:
         ("redis://u:sekret@cache:6379", "redis:// storage is not supported"),
         ("https://bob:sekret@:443/x", "names no host"),
         ("https://bob:sekret@cache:port/x", "port is not a number"),
+        ("https://cache/x?token=sekret", "a query or fragment is not forwarded"),
     ],
 )
 def test_a_bad_url_is_refused_without_its_credential(
