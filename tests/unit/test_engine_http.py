@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import socketserver
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from imagebuild.engine.docker import DockerEngine
 from imagebuild.engine.http_api import HttpEngine, json_messages, plain_socket
 from imagebuild.engine.interface import BuildRequest
 from imagebuild.errors import EngineError, UnknownImageError
+from tests.unit.engine_support import UnixHttpServer
 
 Seen = list[tuple[str, str, dict[str, list[str]], bytes]]  # (method, path, query, body) per request
 IMAGE = "sha256:" + "ab" * 32
@@ -97,20 +97,12 @@ class _Engine(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-    def get_request(self):  # type: ignore[no-untyped-def]
-        request, _ = super().get_request()
-        return request, ("local", 0)
-
-
 def _serve(
     socket_path: Path, handler: type[_Engine]
 ) -> Iterator[list[tuple[str, str, dict[str, list[str]], bytes]]]:
     seen: list[tuple[str, str, dict[str, list[str]], bytes]] = []
     handler.seen = seen
-    server = _UnixServer(str(socket_path), handler)
+    server = UnixHttpServer(str(socket_path), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield seen
