@@ -4,6 +4,9 @@ cached plain `docker build` of the same context, run after run, median of N.
 The first imagebuild build (not measured) makes the image, its normalised image and its record; every
 measured one is a no-op that still asks the engine to build (its cache check) and reuses the
 record's normalised image. The two tools alternate, so neither always runs on a warmer machine.
+Beside the wall time, each run's CPU time (user + system of the process and its children, from
+getrusage): on a machine other work keeps busy, the wall time grows with the load and the CPU time
+much less, so it tells a change of the tool's own work apart from the machine's mood.
 With --checkout DIR --python PY the imagebuild runs are another checkout's (the "before" number of a
 change); the docker runs are the same. Prints every run, the medians, their ratio and the load.
 Needs the Docker engine (scripts/ensure-docker.sh); brings the sample world up (the one
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -32,11 +36,15 @@ from imagebuild.project import find_project  # noqa: E402
 from sampleworld.world import up  # noqa: E402
 
 
-def timed(argv: list[str], env: dict[str, str] | None = None, cwd: Path = REPO) -> float:
+def timed(argv: list[str], env: dict[str, str] | None = None, cwd: Path = REPO) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     # In the checkout measured: `python -m imagebuild` imports the package of its working directory.
     subprocess.run(argv, check=True, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.monotonic() - started
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def load() -> str:
@@ -75,20 +83,30 @@ def main() -> int:
         plain += [f"--build-arg={name}={value}" for name, value in labels.items()]
         plain.append(str(context_dir))
         classic = {**os.environ, "DOCKER_BUILDKIT": "0"}
+        # Bytecode caches present, as in an installed wheel, whatever PYTHONDONTWRITEBYTECODE says, and
+        # kept outside the checkout measured (another worktree's files stay untouched): the first run
+        # writes them.
+        bytecode = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        bytecode["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
         (
-            timed(ib, cwd=checkout),
+            timed(ib, bytecode, cwd=checkout),
             timed(plain, classic),
         )  # make the image and the record, warm both: not measured
         runs: dict[str, list[float]] = {"imagebuild build": [], "docker build": []}
+        cpu: dict[str, list[float]] = {"imagebuild build": [], "docker build": []}
         print(f"load before: {load()}")
         for i in range(args.runs):
-            pair = [("imagebuild build", ib, None, checkout), ("docker build", plain, classic, REPO)]
+            pair = [("imagebuild build", ib, bytecode, checkout), ("docker build", plain, classic, REPO)]
             for name, argv, env, cwd in pair if i % 2 == 0 else pair[::-1]:
-                runs[name].append(timed(argv, env, cwd))
+                wall, used = timed(argv, env, cwd)
+                runs[name].append(wall)
+                cpu[name].append(used)
         print(f"load after:  {load()}")
         medians = {name: statistics.median(times) for name, times in runs.items()}
         for name, times in runs.items():
             print(f"{name:<17} median {medians[name]:5.3f} s   runs: {' '.join(f'{t:.2f}' for t in times)}")
+            print(f"{'':<17} CPU median {statistics.median(cpu[name]):5.3f} s")
+        print("CPU: user + system time of the command and its children (docker build's: the CLI's, not the engine's)")
         print(
             f"no-op ratio imagebuild / docker build = {medians['imagebuild build'] / medians['docker build']:.2f}"
         )

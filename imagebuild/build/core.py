@@ -33,12 +33,14 @@ from imagebuild.build.attestations import (
     write_attestations,
 )
 from imagebuild.build.checkout_labels import checkout_build_args, checkout_labels, image_labels
+from imagebuild.build.compile_cache import CacheCounts, serving
 from imagebuild.build.failure import failure_message, where
+from imagebuild.build.podman_checks import check_labels, podman_identity
 from imagebuild.build.prepare import BuildOptions, PreparedBuild, check_build_args, prepare_build
 from imagebuild.build.progress import TICK_S, BuildProgress
 from imagebuild.build.record import BuildRecord
 from imagebuild.build.stream import ANSI_RE, StepTiming, StepTracker
-from imagebuild.engine.interface import PODMAN, BuildRequest, Engine, EngineStore
+from imagebuild.engine.interface import PODMAN, BuildRequest, Engine
 from imagebuild.errors import AttestationError, BuildError, EngineError
 from imagebuild.inputs.layout import build_log_path, build_record_path, default_tag
 from imagebuild.log import logger
@@ -117,7 +119,10 @@ def build_image(
         pull_images(prepared.inputs, engine, show, steady)
     tracker = StepTracker(prepared.dockerfile, steady, show)
     started = Started(steady=steady.now(), wall=datetime.now(UTC))
-    image_id = run_build(prepared, engine, request, tracker, clock=steady, show=show, log_path=places.log)
+    with serving(options.compile_cache, network=options.network) as cache:
+        image_id = run_build(prepared, engine, request, tracker, clock=steady, show=show, log_path=places.log)
+    if cache is not None:
+        show.message(cache.summary())
     if store.kind == PODMAN:
         check_labels(engine, store, image_id, labels, places.log)
     normalized = None
@@ -145,45 +150,11 @@ def build_image(
         total_seconds=round(steady.now() - started.steady, 3),
         normalized=normalized,
         places=places,
+        compile_cache=cache,
     )
     write_atomically(places.record, json.dumps(record.to_json(), indent=2) + "\n")
     base_ref = prepared.inputs.pins.image(prepared.inputs.definition.base_pin).reference
     return attest(record, engine, show=show, key=options.signing_key, base_ref=base_ref)
-
-
-def podman_identity(store: EngineStore) -> str:
-    """What a build on Podman gives: the image, but not the identity Docker engines give the same inputs.
-
-    Measured on Podman 4.3.1 (buildah 1.28.2) against Docker 20.10 from one checkout: every layer from
-    the first RUN's on is the same bytes, but buildah commits no layer for WORKDIR (its directory goes
-    into the next layer), commits an empty /etc/hosts with the first RUN, words every history entry
-    its own way and labels the image io.buildah.version.
-    """
-    return (
-        f"{store.name} builds with buildah, not Docker's classic builder: the image builds, verifies and "
-        "normalises, but its identity is not the one Docker engines give these inputs (no layer for WORKDIR, "
-        "an empty /etc/hosts committed, buildah's history, label io.buildah.version); build on Docker for that identity"
-    )
-
-
-def check_labels(
-    engine: Engine, store: EngineStore, image_id: str, labels: dict[str, str], log: Path
-) -> None:
-    """BuildError (nothing tagged) when the built image's labels are not the ones asked for.
-
-    Buildah (Podman 4.3.1: 1.28.2) reuses a cached LABEL step whose ARGs now have other values
-    (containers/buildah#5501): a cached rebuild after a commit keeps the old commit's labels.
-    """
-    held = engine.inspect_image(image_id).labels
-    wrong = [name for name, value in labels.items() if held.get(name) != value]
-    if wrong:
-        name = wrong[0]
-        msg = (
-            f"{store.name} reused a cached step built with other build args: {image_id[:19]} has label "
-            f"{name}={held.get(name)!r}, not {labels[name]!r} ({len(wrong)} label(s) stale; buildah leaves "
-            f"ARG values out of a LABEL step's cache key); nothing was tagged; build again with --no-cache (log: {log})"
-        )
-        raise BuildError(msg)
 
 
 def names_to_tag(options: BuildOptions, arch: str) -> list[str]:
@@ -333,6 +304,7 @@ def build_record(
     total_seconds: float,
     normalized: Normalization | None,
     places: BuildPlaces,
+    compile_cache: CacheCounts | None = None,
 ) -> BuildRecord:
     """The one record of the build's facts, from which its record file, SBOM and provenance are made."""
     inputs, dockerfile = prepared.inputs, prepared.dockerfile
@@ -366,6 +338,7 @@ def build_record(
         signed=documents.envelopes() if prepared.options.signing_key else (),
         recipes=prepared.context.recipes,
         apt_lock=inputs.apt_lock,
+        compile_cache=compile_cache.to_json() if compile_cache else None,
     )
 
 

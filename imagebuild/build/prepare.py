@@ -25,6 +25,7 @@ from imagebuild.secrets import secret_reason
 
 if TYPE_CHECKING:
     from imagebuild.attest.keys import SigningKey  # cryptography: loaded only when a key is given
+    from imagebuild.build.compile_cache import CompileCache
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +43,8 @@ class BuildOptions:
     constraint_mode: ConstraintMode = ConstraintMode.ON
     normalize: bool = True  # clamp timestamps to SOURCE_DATE_EPOCH after the build (imagebuild.normalize)
     signing_key: SigningKey | None = None  # --sign-key: the SBOM and provenance also as signed DSSE envelopes
+    # --compile-cache: served to steps 4 and 7's ccache while the engine builds.
+    compile_cache: CompileCache | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +86,12 @@ def check_build_args(build_args: dict[str, str], inputs: Inputs) -> None:
 def prepare_build(project: Project, inputs: Inputs, options: BuildOptions) -> PreparedBuild:
     """Check the build's arguments, render its Dockerfile and context, hash its input files."""
     check_build_args(options.build_args, inputs)
+    if options.compile_cache is not None and options.network != "host":
+        msg = (
+            "--compile-cache needs --network host: steps 4 and 7 reach the cache on the build host's "
+            f"loopback (given: --network {options.network or 'default'})"
+        )
+        raise ConfigError(msg)
     # A tunable that turns an optional layer on or off (WITH_NIXL) is decided at render time.
     inputs = replace(inputs, definition=with_tunables(inputs.definition, options.build_args, "--build-arg"))
     dockerfile = render_inputs(inputs, RenderOptions(constraint_mode=options.constraint_mode))

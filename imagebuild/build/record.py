@@ -67,6 +67,8 @@ class BuildRecord:
     # The launcher recipes the image carries, by name: `imagebuild slurm --from-record` runs one of them.
     recipes: tuple[str, ...] = ()
     apt_lock: AptLock | None = None  # apt.lock.toml beside the pins file, when step 4 installed from it
+    # --compile-cache: the cache (a directory, or a URL without its credentials) and what ccache asked of it.
+    compile_cache: Mapping[str, object] | None = None
 
     def to_json(self) -> dict[str, object]:
         """The build record file (build/ARCH.build.json), its keys in their long-standing order."""
@@ -90,4 +92,4 @@ class BuildRecord:
             "source_date_epoch": self.source_date_epoch,
             "normalization": self.normalization,
             "recipes": list(self.recipes),
-        }
+        } | ({"compile_cache": dict(self.compile_cache)} if self.compile_cache is not None else {})

@@ -13,9 +13,13 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imagebuild.inputs.references import image_problem, tag_reference_problem
 from imagebuild.inputs.values import control_problem
+
+if TYPE_CHECKING:
+    from imagebuild.build.compile_cache import CompileCache
 
 # docker's network modes for a build: bridge, host, none, default, a user-defined network's
 # name, or container:<name|id>.
@@ -79,6 +83,21 @@ def network_mode(text: str) -> str:
         msg = f"{text!r}: not a network mode: host, bridge, none, a network's name or container:NAME"
         raise argparse.ArgumentTypeError(msg)
     return text
+
+
+def compile_cache(text: str) -> CompileCache:
+    """--compile-cache DIR|URL: a directory (created when missing) or an http(s) ccache storage.
+
+    A refusal names the cache as ``CompileCache.described`` does: never a credential the URL holds.
+    """
+    from imagebuild.build.compile_cache import CompileCache, compile_cache_problem
+
+    problem = control_problem(text) or compile_cache_problem(text)
+    if problem:
+        shown = CompileCache(url=text).described if "://" in text else repr(text)
+        msg = f"{shown}: {problem}"
+        raise argparse.ArgumentTypeError(msg)
+    return CompileCache(url=text) if "://" in text else CompileCache(directory=Path(text).resolve())
 
 
 def _printable_path(text: str) -> None:

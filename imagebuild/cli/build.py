@@ -33,7 +33,7 @@ def build_document(record: BuildRecord) -> dict[str, object]:
 def cmd_build(args: argparse.Namespace) -> int:
     from imagebuild.build.core import BuildOptions, build_image, prepare_build
     from imagebuild.build.progress import BuildProgress, ProgressMode, make_progress
-    from imagebuild.engine.docker import DockerEngine
+    from imagebuild.engine.http_api import HttpEngine
 
     project = project_of(args)
     inputs = project.load(args.arch)
@@ -51,6 +51,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         iidfile=args.iidfile,
         normalize=not args.no_normalize,
         signing_key=signing_key,
+        compile_cache=args.compile_cache,
     )
     # Bad arguments and inputs are found before the engine is asked; the build takes the result as it is.
     prepared = prepare_build(project, inputs, options)
@@ -59,7 +60,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         if args.quiet
         else make_progress(ProgressMode(args.progress or "auto"), sys.stderr, verbose=args.verbose > 0)
     )
-    with DockerEngine.opened() as engine:
+    with HttpEngine.opened() as engine:  # on a plain local socket, docker-py is imported only if needed
         record = build_image(prepared, engine, progress=progress)
     cached = sum(t.cached for t in record.steps)
     logger.info(
@@ -88,6 +89,7 @@ def register(verbs: Verbs) -> None:
                 "imagebuild build --tag registry.example.com/ml/kimi-k3:gfx942 --tag kimi-k3:latest "
                 "--iidfile build/image-id",
                 "imagebuild build --pins sampleworld/pins.toml --network host --progress plain",
+                "imagebuild build --network host --compile-cache ~/.cache/imagebuild-ccache",
             ),
             exit_codes=(
                 ExitCode.NO_ENGINE,
@@ -137,5 +139,13 @@ def register(verbs: Verbs) -> None:
         type=arguments.output_file,
         metavar="FILE",
         help="write the image ID (sha256:...) to FILE, as docker build does",
+    )
+    p.add_argument(
+        "--compile-cache",
+        type=arguments.compile_cache,
+        metavar="DIR|URL",
+        help="keep steps 4 and 7's ccache objects in DIR (created when missing) or an http(s):// ccache storage, "
+        "served on the build host's loopback for the build (needs --network host); the image is the same with "
+        "or without it (docs/compile-cache.md)",
     )
     add_signing_flags(p, "the SBOM and provenance")

@@ -1,7 +1,8 @@
 """The container engine: a small interface, and docker-py behind it.
 
 interface        Engine and its typed requests and events: what the rest of imagebuild talks to
-docker           DockerEngine, the one adapter: the only module (with credentials) that imports docker
+docker           DockerEngine, the one adapter: the only module (with credentials and address) that imports docker
+http_api         HttpEngine: a cached build's calls over http.client on a local socket; DockerEngine for the rest
 credentials      registry credentials as docker resolves them (auths, credsStore, credHelpers)
 overlay2_store   where a local overlay2 engine keeps an image's layers (the normaliser's and export's fast path)
 tar_split        a layer's tar rebuilt byte for byte from that store, as ``docker save`` rebuilds it
@@ -12,6 +13,6 @@ saved_image      reading an image from a ``docker save`` stream, one pass, layer
 unreachable      why the engine could not be reached, in the words of the person who must fix it
 registry_errors  a registry's failure, as the engine reported it
 
-May import: errors, util, and importer's docker_api (the one reader of docker's stream messages,
-shared with the nodes' standard-library engine). Never a feature package.
+May import: errors, util, launcher.text, and importer's docker_api (the one reader of docker's stream
+messages, shared with the nodes' standard-library engine) and socket_engine's UnixConnection. Never a feature package.
 """

@@ -38,6 +38,7 @@ from imagebuild.engine.interface import (  # fmt: skip
     PushEvent,
     StoredImage,
     classic_build_events,
+    image_info,
     pull_event,
     push_event,
 )
@@ -172,24 +173,7 @@ class DockerEngine(Engine):
         except docker.errors.DockerException as e:
             msg = f"could not inspect image '{ref}': {plain_reason(e)}"
             raise EngineError(msg) from e
-        config = data.get("Config") or {}
-        env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
-        entrypoint = config.get("Entrypoint")
-        cmd = config.get("Cmd")
-        return ImageInfo(
-            id=data["Id"],
-            tags=tuple(data.get("RepoTags") or ()),
-            labels=dict(config.get("Labels") or {}),
-            env=env,
-            entrypoint=tuple(entrypoint) if entrypoint is not None else None,
-            cmd=tuple(cmd) if cmd is not None else None,
-            workdir=config.get("WorkingDir") or "",
-            user=config.get("User") or "",
-            exposed_ports=tuple(sorted(config.get("ExposedPorts") or {})),
-            history=tuple(str(h.get("CreatedBy", "")) for h in history),
-            layers=tuple((data.get("RootFS") or {}).get("Layers") or ()),
-            **self._config_digest(str(data["Id"])),
-        )
+        return image_info(data, history, **self._config_digest(str(data["Id"])))
 
     def _config_digest(self, image_id: str) -> dict[str, str]:
         """ImageInfo's config_digest (or identity_unknown) where image IDs are not config digests."""

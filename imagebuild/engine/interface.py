@@ -276,6 +276,29 @@ def classic_build_events(chunks: Iterable[Mapping[str, Any]]) -> Iterator[BuildE
             yield BuildEvent(image_id=str(aux["ID"]))
 
 
+def image_info(data: Mapping[str, Any], history: Iterable[Mapping[str, Any]], **identity: str) -> ImageInfo:
+    """``GET /images/{name}/json`` and ``GET /images/{name}/history`` as an ImageInfo; ``identity`` is its
+    ``config_digest`` or ``identity_unknown`` where the engine names images by their manifest."""
+    config = data.get("Config") or {}
+    env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+    entrypoint = config.get("Entrypoint")
+    cmd = config.get("Cmd")
+    return ImageInfo(
+        id=data["Id"],
+        tags=tuple(data.get("RepoTags") or ()),
+        labels=dict(config.get("Labels") or {}),
+        env=env,
+        entrypoint=tuple(entrypoint) if entrypoint is not None else None,
+        cmd=tuple(cmd) if cmd is not None else None,
+        workdir=config.get("WorkingDir") or "",
+        user=config.get("User") or "",
+        exposed_ports=tuple(sorted(config.get("ExposedPorts") or {})),
+        history=tuple(str(h.get("CreatedBy", "")) for h in history),
+        layers=tuple((data.get("RootFS") or {}).get("Layers") or ()),
+        **identity,
+    )
+
+
 def pull_event(message: Mapping[str, Any]) -> PullEvent:
     """One message of a pull stream that is not an error, as a PullEvent.
 

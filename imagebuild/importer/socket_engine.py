@@ -51,7 +51,7 @@ class SocketEngine:
 
     def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
         if self._unix is not None:
-            return _UnixConnection(self._unix, timeout)
+            return UnixConnection(self._unix, timeout)
         assert self._netloc is not None
         if self._tls is not None:
             return http.client.HTTPSConnection(self._netloc, timeout=timeout, context=self._tls)
@@ -139,7 +139,7 @@ class SocketEngine:
             raise EngineUnavailable(msg)
 
 
-class _UnixConnection(http.client.HTTPConnection):
+class UnixConnection(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: float | None) -> None:
         super().__init__("localhost", timeout=timeout)
         self._path = path

@@ -46,6 +46,16 @@ NIXL_LIBRARIES = (
     "/usr/local/lib/libdeep_ep.so",
 )
 
+# The compile cache (imagebuild.build.compile_cache): steps 4 and 7 always give ccache this remote
+# storage, on the build host's loopback (builds run with --network host), and only that ("remote only":
+# nothing of ccache's lands in a layer; CCACHE_DIR holds its stats and is removed in the same RUN).
+# Nothing answers there unless `imagebuild build --compile-cache` serves a cache for the build, so the
+# Dockerfile and the image are the same with and without one. The port is outside Linux's ephemeral
+# range (32768-60999), so an outgoing connection never holds it.
+COMPILE_CACHE_PORT = 27485
+COMPILE_CACHE_URL = f"http://127.0.0.1:{COMPILE_CACHE_PORT}/ccache"
+CCACHE_DIR = "/tmp/ccache"
+
 # Names stage files may use for the paths above; replaced when the stages are loaded.
 STAGE_NAMES: dict[str, str] = {
     "APP_DIR": APP_DIR,
@@ -55,6 +65,8 @@ STAGE_NAMES: dict[str, str] = {
     "CHECK_TOOL": CHECK_TOOL,
     "PROBE_DIR": PROBE_DIR,
     "LAUNCHER_DIR": LAUNCHER_DIR,
+    "COMPILE_CACHE_URL": COMPILE_CACHE_URL,
+    "CCACHE_DIR": CCACHE_DIR,
 }
 
 # Where verify looks for credentials in the image's files and in every layer's (configurable: verify

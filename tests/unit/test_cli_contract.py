@@ -29,6 +29,7 @@ from imagebuild.cli.verbs import Parser, UsageError, Verb
 from imagebuild.distribute.compression import Compression
 from imagebuild.distribute.export import ExportOptions, export_image
 from imagebuild.engine.docker import DockerEngine
+from imagebuild.engine.http_api import HttpEngine
 from imagebuild.errors import EXIT_MEANINGS, ExitCode
 from imagebuild.testing import FakeEngine
 from imagebuild.verify import CheckResult, VerifyResult
@@ -244,6 +245,7 @@ def fake_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     monkeypatch.chdir(tmp_path)
     engine = FakeEngine()
     monkeypatch.setattr(DockerEngine, "from_env", classmethod(lambda cls, timeout=600: engine))
+    monkeypatch.setattr(HttpEngine, "from_env", classmethod(lambda cls, timeout=600: engine))  # build's
     return engine
 
 

@@ -18,6 +18,7 @@ from imagebuild.cli.distribute import split_reference
 from imagebuild.cli.image import verify_document
 from imagebuild.cli.output import write_json
 from imagebuild.engine.docker import DockerEngine
+from imagebuild.engine.http_api import HttpEngine
 from imagebuild.testing import FakeEngine
 from imagebuild.verify import CheckResult, VerifyResult
 from tests import REPO
@@ -36,6 +37,7 @@ def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     fake = FakeEngine()
     fake.add_saved_image(TAG, size=1 << 12, labels={"io.imagebuild.arch": "gfx942"})
     monkeypatch.setattr(DockerEngine, "from_env", classmethod(lambda cls, timeout=600: fake))
+    monkeypatch.setattr(HttpEngine, "from_env", classmethod(lambda cls, timeout=600: fake))  # build's
     return fake
 
 
@@ -223,6 +225,7 @@ def test_write_json_puts_the_schema_version_first(capsys: pytest.CaptureFixture[
 def test_the_engine_a_verb_opens_is_closed_also_when_the_verb_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeEngine()
     monkeypatch.setattr(DockerEngine, "from_env", classmethod(lambda cls, timeout=600: fake))
+    monkeypatch.setattr(HttpEngine, "from_env", classmethod(lambda cls, timeout=600: fake))  # build's
     seen: list[bool] = []
 
     def failing_verb() -> None:

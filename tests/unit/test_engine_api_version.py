@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import socketserver
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.engine.store_kind import MIN_API_VERSION, api_version_problem
 from imagebuild.errors import EngineError, ExitCode
+from tests.unit.engine_support import UnixHttpServer
 
 
 @pytest.mark.parametrize("version", ["1.41", "1.45", "1.47", "2.0"])
@@ -55,18 +55,10 @@ class _OldEngine(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-    def get_request(self):  # type: ignore[no-untyped-def]
-        request, _ = super().get_request()
-        return request, ("local", 0)  # BaseHTTPRequestHandler wants a (host, port) client address
-
-
 @pytest.fixture
 def old_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     socket_path = tmp_path / "docker.sock"
-    server = _UnixServer(str(socket_path), _OldEngine)
+    server = UnixHttpServer(str(socket_path), _OldEngine)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     address = f"unix://{socket_path}"

@@ -4,8 +4,10 @@
 
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import setuptools
@@ -16,6 +18,33 @@ HERE = Path(__file__).resolve().parent
 # pyproject.toml's build-system.requires, by distribution name: what the build uses and records.
 BUILD_REQUIRES = ("setuptools", "setuptools-scm", "wheel", "ninja", "cmake", "pybind11", "Cython")
 BUILD_RECORD = "_build_requires.txt"  # in the package: the exact versions this build used
+KERNEL_SETS = 6  # csrc/kernels.cpp compiled once per set: about a second each at -O2
+KERNEL_LIBRARY = "libmori_kernels.so"
+
+
+def _compile_kernels(package: Path) -> None:
+    """MoRI's C++ kernels as one shared library, compiled the way its CMake build compiles them.
+
+    ccache is the compiler launcher when it is on PATH (CMAKE_CXX_COMPILER_LAUNCHER, as vLLM's build
+    sets it too), so the compile cache of the image's build applies. Paths are relative to the source
+    tree and the compiler runs there: the debug info names csrc/kernels.cpp and the tree's directory
+    (/tmp/mori in the image), the same on every build host.
+    """
+    launcher = ["ccache"] if shutil.which("ccache") else []
+    compiler = [*launcher, os.environ.get("CXX", "c++"), "-std=c++17", "-O2", "-g", "-fPIC", "-ftemplate-depth=5000"]
+    objects = Path("build") / "kernels"
+    (HERE / objects).mkdir(parents=True, exist_ok=True)
+
+    def compile_set(number: int) -> str:
+        target = str(objects / f"set{number}.o")
+        command = [*compiler, f"-DMORI_KERNEL_SET={number}", "-c", "csrc/kernels.cpp", "-o", target]
+        subprocess.run(command, check=True, cwd=HERE)
+        return target
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        compiled = list(pool.map(compile_set, range(KERNEL_SETS)))
+    link = [os.environ.get("CXX", "c++"), "-shared", "-o", str(package / KERNEL_LIBRARY), *compiled]
+    subprocess.run(link, check=True, cwd=HERE)
 
 
 def _use_build_tools(scratch: Path) -> str:
@@ -64,7 +93,8 @@ class CheckedBuild(build_py):
         with tempfile.TemporaryDirectory() as scratch:
             scm_version = _use_build_tools(Path(scratch))
         super().run()
-        package = Path(self.build_lib) / "mori"
+        package = Path(self.build_lib).resolve() / "mori"
+        _compile_kernels(package)
         (package / "_version.py").write_text(f"__version__ = {scm_version!r}\n")
         used = "".join(f"{name}=={importlib.metadata.version(name)}\n" for name in BUILD_REQUIRES)
         (package / BUILD_RECORD).write_text(used)

@@ -1,0 +1,183 @@
+"""--compile-cache: what it accepts, what it says (never a credential), and the cache it serves to ccache.
+
+ccache's HTTP storage protocol is spoken here as ccache 4.7 speaks it (GET, HEAD, PUT below the URL's
+path, 404 a miss); tests/integration/test_compile_cache.py runs the real ccache in a real build.
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from imagebuild.build.compile_cache import CompileCache, compile_cache_problem, serving
+from imagebuild.cli import main
+from imagebuild.errors import ExitCode, ImageBuildError
+from imagebuild.inputs.layout import COMPILE_CACHE_PORT, COMPILE_CACHE_URL
+from imagebuild.testing import free_port
+from tests import REPO
+
+KEY = "0a/78log9s30lut86hlqgonbhrvc8o30p2"  # a key path as ccache 4.7 asks for it (its "subdirs" layout)
+
+
+@pytest.fixture
+def port() -> int:
+    """Where the tests serve: not the fixed address, which a docker test's build may hold meanwhile."""
+    return free_port()
+
+
+def ask(port: int, method: str, key: str, body: bytes | None = None) -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request(method, f"/ccache/{key}", body=body)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def test_a_directory_cache_misses_stores_and_hits(tmp_path: Path, port: int) -> None:
+    cache = CompileCache(directory=tmp_path / "objects")
+    with serving(cache, network="host", port=port) as counts:
+        assert counts is not None
+        assert ask(port, "GET", KEY)[0] == 404
+        assert ask(port, "HEAD", KEY)[0] == 404
+        assert ask(port, "PUT", KEY, b"object bytes")[0] == 201
+        assert ask(port, "HEAD", KEY)[0] == 200
+        assert ask(port, "GET", KEY) == (200, b"object bytes")
+        assert ask(port, "GET", "../../etc/passwd")[0] in (400, 404)
+    assert (tmp_path / "objects" / KEY).read_bytes() == b"object bytes"
+    assert counts.to_json() == {
+        "cache": str(tmp_path / "objects"),
+        "hits": 1,
+        "misses": 1,
+        "stored": 1,
+        "failed": 0,
+    }
+    assert counts.summary().endswith("1 of 2 lookups hit (50%), 1 entries stored")
+    with pytest.raises(ConnectionRefusedError):  # nothing listens once the build is over
+        ask(port, "GET", KEY)
+
+
+class _Remote(http.server.BaseHTTPRequestHandler):
+    """A user's ccache HTTP storage that wants basic auth."""
+
+    objects: dict[str, bytes]
+    auth: list[str]
+
+    def do_GET(self) -> None:
+        self.auth.append(self.headers.get("Authorization", ""))
+        data = self.objects.get(self.path)
+        self.send_response(200 if data is not None else 404)
+        self.send_header("Content-Length", str(len(data or b"")))
+        self.end_headers()
+        self.wfile.write(data or b"")
+
+    def do_PUT(self) -> None:
+        self.auth.append(self.headers.get("Authorization", ""))
+        self.objects[self.path] = self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(201)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def remote() -> Iterator[tuple[str, type[_Remote]]]:
+    handler = type("Remote", (_Remote,), {"objects": {}, "auth": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://bob:hunter2@127.0.0.1:{server.server_port}/team/ccache", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_remote_cache_is_forwarded_with_its_credentials_and_named_without_them(
+    remote: tuple[str, type[_Remote]], port: int
+) -> None:
+    url, handler = remote
+    cache = CompileCache(url=url)
+    assert "hunter2" not in cache.described
+    assert "bob" not in cache.described
+    with serving(cache, network="host", port=port) as counts:
+        assert ask(port, "PUT", KEY, b"object")[0] == 201
+        assert ask(port, "GET", KEY) == (200, b"object")
+    assert handler.objects == {f"/team/ccache/{KEY}": b"object"}
+    assert set(handler.auth) == {"Basic Ym9iOmh1bnRlcjI="}  # bob:hunter2
+    assert counts is not None
+    assert "hunter2" not in counts.summary()
+    assert "hunter2" not in str(counts.to_json())
+
+
+def test_a_dead_remote_costs_one_failure_then_every_lookup_misses_at_once(port: int) -> None:
+    with serving(
+        CompileCache(url=f"http://127.0.0.1:{free_port()}/ccache"), network="host", port=port
+    ) as counts:
+        assert ask(port, "GET", KEY)[0] == 404
+        assert ask(port, "GET", KEY)[0] == 404
+    assert counts is not None
+    assert (counts.misses, counts.failed) == (2, 1)
+
+
+def test_the_address_taken_is_one_line_naming_the_option(tmp_path: Path, port: int) -> None:
+    with (
+        serving(CompileCache(directory=tmp_path), network="host", port=port),
+        pytest.raises(
+            ImageBuildError,
+            match=rf"^--compile-cache: cannot serve the cache at 127\.0\.0\.1:{port}",
+        ),
+        serving(CompileCache(directory=tmp_path), network="host", port=port),
+    ):
+        pass
+
+
+def test_the_dockerfile_names_the_address_served() -> None:
+    assert f"http://127.0.0.1:{COMPILE_CACHE_PORT}/ccache" == COMPILE_CACHE_URL
+    for arch in ("gfx942", "gfx950"):
+        dockerfile = (REPO / "docker" / arch / "Dockerfile").read_text()
+        assert dockerfile.count(f'CCACHE_REMOTE_STORAGE="{COMPILE_CACHE_URL}" CCACHE_REMOTE_ONLY="true"') == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("redis://u:sekret@cache:6379", "redis:// storage is not supported"),
+        ("https://bob:sekret@:443/x", "names no host"),
+        ("https://bob:sekret@cache:port/x", "port is not a number"),
+        ("https://cache/x?token=sekret", "a query or fragment is not forwarded"),
+    ],
+)
+def test_a_bad_url_is_refused_without_its_credential(
+    value: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert problem in (compile_cache_problem(value) or "")
+    assert (
+        main(["-C", str(REPO), "build", "--network", "host", "--compile-cache", value]) == ExitCode.BAD_INPUT
+    )
+    err = capsys.readouterr().err
+    assert "argument --compile-cache" in err
+    assert problem in err
+    assert "sekret" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_file_is_no_cache_directory(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    assert "not a directory" in (compile_cache_problem(str(tmp_path / "file")) or "")
+    assert compile_cache_problem(str(tmp_path / "new" / "dir")) is None
+
+
+def test_the_cache_needs_the_hosts_network_before_the_engine_is_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["-C", str(REPO), "build", "--compile-cache", str(tmp_path)])
+    assert code == ExitCode.BAD_INPUT
+    assert "--compile-cache needs --network host" in capsys.readouterr().err
