@@ -47,6 +47,44 @@ def unix_socket_open(path: Path) -> bool:
         return sock.connect_ex(str(path)) == 0
 
 
+# How long a port held by a client connection is waited for: an engine keeps an idle connection to
+# a registry for about 90 s.
+BIND_WAIT_S = 120.0
+
+
+def port_bindable(port: int, host: str = HOST) -> bool:
+    """Whether a server could bind the port now (as the world's servers do, with SO_REUSEADDR)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def wait_until_bindable(service: Service, timeout: float) -> None:
+    """Wait while a client connection holds the service's port as its local port.
+
+    The world's ports lie in Linux's ephemeral range (32768-60999), so any client socket on this
+    host may be given one as its local port while nothing listens there (seen: the registry exited
+    at start with "bind: address already in use" while another world's pushes were running).
+    Such a socket goes when its connection ends.
+    """
+    if service.port is None:
+        return
+    deadline = time.monotonic() + timeout
+    while not port_bindable(service.port):
+        if time.monotonic() > deadline:
+            msg = (
+                f"{service.address} for the sample {service.name} is held by a socket of this host "
+                f"(not listening: a client connection's local port) after {timeout:.0f}s; "
+                f"see `ss -tanp | grep :{service.port}`, or move the world with IMAGEBUILD_SAMPLEWORLD_PORT_BASE"
+            )
+            raise SampleWorldError(msg)
+        time.sleep(0.5)
+
+
 def answers(service: Service) -> bool:
     if service.port is not None:
         return port_open(service.port)
@@ -79,6 +117,7 @@ def ensure_running(state: StateDir, service: Service, *, timeout: float = 30) ->
         )
         raise SampleWorldError(msg)
     if pid is None:
+        wait_until_bindable(service, BIND_WAIT_S)
         pid = proc.spawn(service.argv, log_path=service.log_file(state), cwd=service.cwd, env=service.env)
         service.pid_file(state).write_text(f"{pid}\n")
     deadline = time.monotonic() + timeout

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -86,3 +87,25 @@ def test_another_worlds_server_on_the_new_ports_is_named_not_taken(
     finally:
         services.stop(other_state, theirs)
         services.stop(state, ours)
+
+
+def test_a_port_a_client_connection_holds_is_waited_for_then_taken(tmp_path: Path) -> None:
+    state = StateDir(tmp_path / "state")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        client = socket.create_connection(server.getsockname())  # its local port: one of the ephemeral range
+        accepted, _ = server.accept()
+        held = int(client.getsockname()[1])
+        service = _listener(state, held)
+        assert not services.port_bindable(held)
+        with pytest.raises(world.SampleWorldError, match="held by a socket of this host"):
+            services.wait_until_bindable(service, timeout=0.6)
+
+        def end_the_connection() -> None:  # as a server ends it: the server's side waits out TIME_WAIT
+            accepted.close()
+            client.close()
+
+        threading.Timer(0.5, end_the_connection).start()
+        services.wait_until_bindable(service, timeout=30)
+        assert services.port_bindable(held)
