@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,14 @@ pytest_plugins = ("sampleworld.pytest_plugin",)
 NETWORK_ENV = "IMAGEBUILD_TEST_NETWORK"
 # The engine's socket, as docker-py and the docker CLI find it by default.
 ENGINE_SOCKETS = frozenset({"/var/run/docker.sock", "/run/docker.sock"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A non-interactive shell starts its background jobs with SIGINT ignored (scripts/test runs the
+    # other tiers that way), and every process a test starts would inherit that: the Ctrl-C tests'
+    # SIGINT then reached nothing. Ctrl-C back for pytest and, through exec's reset, its children.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
