@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import ClassVar
+from typing import ClassVar, TextIO
 
 from imagebuild.secrets import redact
 
@@ -30,9 +30,18 @@ class _Formatter(logging.Formatter):
         return f"{colour}{text}\033[0m" if colour else text
 
 
+class _StderrHandler(logging.StreamHandler[TextIO]):
+    """Writes to sys.stderr as it is at each message, not as it was at set-up: a caller that swaps it
+    (a test's capture, an embedding tool) must not leave the logger writing to a closed stream."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def setup_logging(verbosity: int, *, quiet: bool = False) -> None:
     """-v: debug lines too; -q: warnings and errors only (quiet wins: it is asked for by scripts)."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     colour = sys.stderr.isatty() and "NO_COLOR" not in os.environ
     handler.setFormatter(_Formatter(colour))
     logger.handlers[:] = [handler]
