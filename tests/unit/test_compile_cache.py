@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import http.client
 import http.server
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from imagebuild.build import compile_cache
 from imagebuild.build.compile_cache import CompileCache, compile_cache_problem, serving
 from imagebuild.cli import main
 from imagebuild.errors import ExitCode, ImageBuildError
 from imagebuild.inputs.layout import COMPILE_CACHE_PORT, COMPILE_CACHE_URL
+from imagebuild.log import setup_logging
 from imagebuild.testing import free_port
 from tests import REPO
+
+SOMETHING_LISTENS = compile_cache.something_listens  # before tests/unit/conftest.py stubs it
 
 KEY = "0a/78log9s30lut86hlqgonbhrvc8o30p2"  # a key path as ccache 4.7 asks for it (its "subdirs" layout)
 
@@ -181,3 +186,21 @@ def test_the_cache_needs_the_hosts_network_before_the_engine_is_asked(
     code = main(["-C", str(REPO), "build", "--compile-cache", str(tmp_path)])
     assert code == ExitCode.BAD_INPUT
     assert "--compile-cache needs --network host" in capsys.readouterr().err
+
+
+
+@pytest.mark.parametrize(
+    ("network", "listening", "warned"), [("host", True, True), ("host", False, False), (None, True, False)]
+)
+def test_a_build_without_a_cache_warns_when_something_answers_at_its_ccaches_address(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], port: int, *, network: str | None, listening: bool, warned: bool
+) -> None:
+    monkeypatch.setattr(compile_cache, "something_listens", SOMETHING_LISTENS)
+    setup_logging(0)
+    with socket.socket() as server:
+        if listening:
+            server.bind(("127.0.0.1", port))
+            server.listen()
+        with serving(None, network=network, port=port) as counts:
+            assert counts is None
+    assert (f"something answers at 127.0.0.1:{port}" in capsys.readouterr().err) is warned
