@@ -12,6 +12,7 @@ verified_load  import_archive: hash while streaming into an engine, check, then 
 podman_load    load_into_podman: --runtime podman, checked, `podman load`, identity checked, tagged
 check_only     check_archive: size, sha256 (a squashfs's superblock), nothing loaded (--check-only)
 load_stream    what the engine is sent: the archive decompressed here, stopped past its declared size
+decompress     gzip and zstd streams, chunk by chunk (also the engine's reader of compressed layer blobs)
 tar_filter     that tar without the names it carries (RepoTags, repositories, index.json annotations)
 tag_guard      the second line: any tag a load still created or moved, undone
 text           values from a manifest or an engine, escaped for a terminal

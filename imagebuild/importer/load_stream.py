@@ -5,8 +5,9 @@ decompress itself (Docker 23+ reads zstd, every engine gzip): the bound on the d
 the name filter (``tar_filter``) need the tar in hand, and an engine that decompresses is bounded by
 nothing but its disk. zstd goes through the ``zstandard`` module when it can be imported (as under
 ``imagebuild import``), else through the ``zstd`` tool (the shipped importer on a bare python3);
-gzip through zlib. Output is pulled one chunk at a time, so a small archive that decompresses to
-terabytes costs one chunk of memory before it is stopped.
+gzip through zlib (``decompress``, shared with the engine's blob reader). Output is pulled one chunk
+at a time, so a small archive that decompresses to terabytes costs one chunk of memory before it is
+stopped.
 
 The bound: the manifest's ``uncompressed_size`` (format 2: the tar's bytes as export counted them).
 The first byte past it ends the stream with IntegrityFailure; the engine never gets it, nor the
@@ -26,10 +27,10 @@ import contextlib
 import shutil
 import subprocess
 import threading
-import zlib
 from pathlib import Path
 from typing import Any, Callable, Generator, Iterator
 
+from .decompress import StreamError, gunzip, unzstd
 from .failures import EngineUnavailable, IntegrityFailure
 from .manifest import Manifest
 from .tar_filter import TarFilter
@@ -37,7 +38,6 @@ from .tar_filter import TarFilter
 CHUNK_SIZE = 1 << 20
 V1_EXPANSION = 32
 V1_FLOOR = 64 << 20
-GZIP_WBITS = 16 + zlib.MAX_WBITS  # a gzip header and trailer around the deflate stream
 
 Chunks = Generator[bytes, None, None]
 
@@ -105,30 +105,11 @@ def _as_is(chunks: Iterator[bytes], _: Path) -> Chunks:
 
 
 def _gunzip(chunks: Iterator[bytes], archive: Path) -> Chunks:
-    """zlib, at most CHUNK_SIZE of output per call; concatenated members as Go's gzip reader reads them."""
-    inflate, fed = zlib.decompressobj(GZIP_WBITS), False
     try:
-        for chunk in chunks:
-            data = chunk
-            while data:
-                out = inflate.decompress(data, CHUNK_SIZE)
-                fed = True
-                if out:
-                    yield out
-                if inflate.eof:  # another member may follow
-                    data, inflate, fed = inflate.unused_data, zlib.decompressobj(GZIP_WBITS), False
-                else:
-                    data = inflate.unconsumed_tail
-                    while len(out) == CHUNK_SIZE and not data:  # output still pending for input read
-                        out = inflate.decompress(b"", CHUNK_SIZE)
-                        if out:
-                            yield out
-    except zlib.error as e:
-        msg = f"archive {archive}: not a valid gzip stream ({e}); copy it again"
+        yield from gunzip(chunks)
+    except StreamError as e:
+        msg = f"archive {archive}: {e}; copy it again"
         raise IntegrityFailure(msg) from None
-    if fed and not inflate.eof:
-        msg = f"archive {archive}: its gzip stream ends early; copy it again"
-        raise IntegrityFailure(msg)
 
 
 def _unzstd(chunks: Iterator[bytes], archive: Path) -> Chunks:
@@ -140,28 +121,11 @@ def _unzstd(chunks: Iterator[bytes], archive: Path) -> Chunks:
 
 
 def _zstd_module(zstandard: Any, chunks: Iterator[bytes], archive: Path) -> Chunks:
-    """The zstandard module; its reader says nothing of a cut last frame, but the tar then ends early."""
-    reader = zstandard.ZstdDecompressor().stream_reader(_ChunkFile(chunks), read_size=CHUNK_SIZE, read_across_frames=True)
     try:
-        yield from iter(lambda: reader.read(CHUNK_SIZE), b"")
-    except zstandard.ZstdError as e:
-        msg = f"archive {archive}: not a valid zstd stream ({e}); copy it again"
+        yield from unzstd(zstandard, chunks)
+    except StreamError as e:
+        msg = f"archive {archive}: {e}; copy it again"
         raise IntegrityFailure(msg) from None
-    finally:
-        reader.close()
-
-
-class _ChunkFile:
-    """The ``read(n)`` zstandard's stream_reader pulls from, over the archive's chunks."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks, self._pending = chunks, b""
-
-    def read(self, size: int = -1) -> bytes:
-        if not self._pending:
-            self._pending = next(self._chunks, b"")
-        out, self._pending = (self._pending, b"") if size < 0 else (self._pending[:size], self._pending[size:])
-        return out
 
 
 def _zstd_tool(chunks: Iterator[bytes], archive: Path) -> Chunks:
