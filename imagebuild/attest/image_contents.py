@@ -7,7 +7,8 @@ directories, then the layers top-down: a path takes the highest layer that has i
 above deletes it or replaces a directory holding it. The layers come through the engine interface
 as verify's layer scan reads them: the engine's layer store when this process can read it (a local
 overlay2 engine: each layer's diff directory, where a whiteout is a 0/0 character device and an
-opaque directory has the ``trusted.overlay.opaque`` attribute), else ``docker save``. Nothing runs
+opaque directory has the ``trusted.overlay.opaque`` attribute; the containerd image store: each
+layer's blob, decompressed and checked against its diffID), else ``docker save``. Nothing runs
 in the image: no container, and none of the image's code.
 
 Which layers are the base image's is known from the base's own diffIDs (the image's first layers):
@@ -28,9 +29,11 @@ from typing import BinaryIO
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from imagebuild.engine.interface import Engine
+from imagebuild.engine.content_blobs import BlobError, layer_tar
+from imagebuild.engine.interface import BlobLayer, Engine, StoredLayer
 from imagebuild.engine.saved_image import ArchiveError, read_saved_image
 from imagebuild.errors import EngineError
+from imagebuild.log import logger
 from imagebuild.util.streams import CHUNK, HashingReader, forget_members, open_stream
 
 DPKG_STATUS = "var/lib/dpkg/status"
@@ -111,6 +114,15 @@ def entries_of_tar(stream: BinaryIO) -> LayerEntries:
     return found.done(hashing.digest)
 
 
+def _of_blob(layer: BlobLayer) -> LayerEntries:
+    """One layer's entries of interest from its blob in the containerd store, checked against its diffID."""
+    entries = entries_of_tar(open_stream(layer_tar(layer)))
+    if entries.diff_id != layer.diff_id:
+        msg = f"the blob {layer.blob} decompresses to {entries.diff_id[:19]}, not layer {layer.diff_id[:19]}"
+        raise BlobError(msg)
+    return entries
+
+
 def _is_whiteout_device(info: os.stat_result) -> bool:
     return stat.S_ISCHR(info.st_mode) and info.st_rdev == 0
 
@@ -182,8 +194,14 @@ def read_image_layers(engine: Engine, image: str) -> list[LayerEntries]:
     """The image's layers' entries of interest, lowest first, from the layer store or ``docker save``."""
     info = engine.inspect_image(image)
     stored = engine.stored_image(info.id)
-    if not stored.unavailable:
-        return [entries_of_directory(layer.files, layer.diff_id) for layer in stored.layers]
+    try:
+        if not stored.unavailable:  # overlay2: each layer's directory; the containerd store: each blob
+            return [
+                entries_of_directory(layer.files, layer.diff_id) if isinstance(layer, StoredLayer) else _of_blob(layer)
+                for layer in stored.layers
+            ]
+    except BlobError as e:
+        logger.warning("reading %s from the engine's content store failed (%s); using docker save", image, e)
 
     def on_layer(_name: str, data: BinaryIO) -> LayerEntries:
         return entries_of_tar(data)

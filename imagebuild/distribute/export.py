@@ -244,18 +244,18 @@ def _export(
 def _docker_archive(
     options: ExportOptions, engine: Engine, info: ImageInfo, path: Path, progress: _SaveProgress
 ) -> WrittenArchive:
-    """The portable docker archive, compressed and hashed as it is written: from the engine's layer
-    store where it can be read (``stored_archive``: no save), else the save streamed through
-    (``archive_layout``)."""
+    """The portable docker archive, compressed and hashed as it is written: from the engine's store
+    where it can be read (``stored_archive``: overlay2's layer store, the containerd store's content
+    store; no save), else the save streamed through (``archive_layout``)."""
     stored = engine.stored_image(info.id)
     if not stored.unavailable:
-        progress.source = "the engine's layer store"
+        progress.source = f"the engine's {'content' if stored.manifest is not None else 'layer'} store"
         try:
             return _written_archive(
                 options, info, path, progress, lambda out: stored_archive(stored, info.id, out, progress=progress.count)
             )
         except StoredArchiveError as e:
-            logger.warning("reading %s from the engine's layer store failed (%s); using docker save", info.described, e)
+            logger.warning("reading %s from %s failed (%s); using docker save", info.described, progress.source, e)
             progress.source, progress.saved = "docker save", 0
     else:
         logger.debug("exporting %s from docker save: %s", info.described, stored.unavailable)

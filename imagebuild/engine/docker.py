@@ -272,6 +272,8 @@ class DockerEngine(Engine):
             data, root = self._api.inspect_image(image_id), self._api.info().get("DockerRootDir")
         except docker.errors.DockerException as e:
             return StoredImage(unavailable=f"could not inspect {image_id[:19]}: {plain_reason(e)}")
+        if self.store().ids_are_manifests:  # the content store: blobs, read by the manifest the ID names
+            return containerd_store.stored_image(str(data["Id"]), data_root=str(root or ""))
         return stored_image(image_id, inspected=data, data_root=str(root or ""))
 
     def load(self, chunks: Iterable[bytes]) -> list[str]:

@@ -72,15 +72,38 @@ class StoredLayer:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StoredImage:
-    """An image read straight from a local engine's layer store, or why it cannot be."""
+class BlobLayer:
+    """One layer as the containerd image store keeps it: a blob of its content store, as the manifest names it.
 
-    config: Path | None = None  # the config's bytes, as stored (their sha256 is the image ID)
-    layers: tuple[StoredLayer, ...] = ()  # lowest first, one per diffID
+    The blob is the layer's tar, compressed as ``media_type`` says (gzip for the classic builder's
+    layers and most pulled ones; none for the layers imagebuild loads), named by its own digest.
+    """
+
+    diff_id: str  # sha256 of the layer tar, as the image config names it
+    blob: Path  # <content store>/blobs/sha256/<digest hex>
+    digest: str  # the blob's sha256 (of the compressed bytes; the diffID when uncompressed)
+    media_type: str  # as the manifest gives it
+    size: int  # the blob's size, as the manifest gives it
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredImage:
+    """An image read straight from a local engine's store, or why it cannot be.
+
+    A graph-driver store (overlay2) gives StoredLayers and its layer database; the containerd image
+    store gives BlobLayers, the manifest the image ID names and its content store's blob directory.
+    """
+
+    config: Path | None = None  # the config's bytes, as stored (their sha256 is the identity)
+    layers: tuple[StoredLayer | BlobLayer, ...] = ()  # lowest first, one per diffID; all of one kind
     unavailable: str = ""  # why not (a remote engine, another storage driver, an unreadable data root)
     # The layer database (``layerdb/sha256``): every layer the engine holds, by chain ID, with its diffID
     # (``diff``) and tar-split record; where normalisation finds the layers an earlier run made.
     layer_db: Path | None = None
+    # The containerd store: the manifest blob (its sha256 is the image ID), and the content store's
+    # ``blobs/sha256`` directory, where normalisation finds the (uncompressed) layers an earlier run loaded.
+    manifest: Path | None = None
+    blobs: Path | None = None
 
 
 GRAPH_DRIVER, CONTAINERD = "graph driver", "containerd"  # the two image stores a Docker engine may use

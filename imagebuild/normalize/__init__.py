@@ -3,7 +3,8 @@
 after_build  what `imagebuild build` does after the engine built the image: normalise, keep the cache
 core         normalize_image: read the built image, rewrite it, load it back; which store, which archive
 model        the plan, the rewritten image, the result, the failures
-from_store   reading a local engine's layer store (tar-split, no save); from_save: docker save
+from_store   reading a local engine's store, no save (stored_layers: overlay2's tar-split, the containerd
+             store's blobs; reuse: layers the last run made); from_save: docker save
 config       the canonical config: times, build-only fields, history (empty layers, COPY digests)
 lower        the filesystem below a layer, layer by layer; canonical: a layer reduced against it
 load_archive what the normalised image is loaded from: legacy (graph drivers) or OCI (containerd)

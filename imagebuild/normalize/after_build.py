@@ -20,6 +20,7 @@ from imagebuild.errors import EngineError, NormalizeError
 from imagebuild.inputs.stage_model import Instruction
 from imagebuild.log import format_duration
 from imagebuild.normalize.model import (
+    FROM_CONTENT,
     FROM_SAVE,
     FROM_STORE,
     RULES,
@@ -31,7 +32,7 @@ from imagebuild.normalize.model import (
 from imagebuild.render import Dockerfile
 
 CACHE_SUFFIX = "-cache"
-SOURCES = {FROM_STORE: "the engine's layer store", FROM_SAVE: "docker save"}
+SOURCES = {FROM_STORE: "the engine's layer store", FROM_CONTENT: "the engine's content store", FROM_SAVE: "docker save"}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,12 +14,14 @@ is hashed, and rewritten from there in 1 MiB copies. The base's layers are
 spooled one at a time, scanned for what the build's layers are reduced
 against, and dropped at once.
 
-Faster, when the engine allows it (a local overlay2 engine whose data root
-this process can read): the build's layers are rebuilt from the engine's layer
-store (imagebuild.engine.tar_split) and rewritten as they stream by, with no
-``save`` at all; each is checked against its diffID on the way, so the result
-is the one ``save`` gives. Otherwise, or if that check fails, ``save`` it is;
-the result says which ran and why.
+Faster, when the engine allows it (a local engine whose data root this
+process can read): the build's layers are read from the engine's own store and
+rewritten as they stream by, with no ``save`` at all: on overlay2 rebuilt from
+its layer store (imagebuild.engine.tar_split), on the containerd image store
+decompressed from their blobs in its content store (imagebuild.engine.content_blobs).
+Each is checked against its diffID on the way, so the result is the one
+``save`` gives. Otherwise, or if that check fails, ``save`` it is; the result
+says which ran and why.
 
 The same on every engine. What the builder or the store adds is made canonical:
 every build layer is reduced to what it changes below it (imagebuild.normalize.canonical:
@@ -47,6 +49,7 @@ from imagebuild.normalize.from_save import normalize_saved
 from imagebuild.normalize.from_store import normalize_stored
 from imagebuild.normalize.load_archive import legacy_chunks, oci_chunks, oci_manifest
 from imagebuild.normalize.model import (
+    FROM_CONTENT,
     FROM_SAVE,
     FROM_STORE,
     ImageStore,
@@ -81,6 +84,7 @@ def normalize_image(
     with tempfile.TemporaryDirectory(prefix="normalize-", dir=spool_dir) as workdir:
         normalized, fallback, save_started = None, "the layer store was not asked", started
         stored = store.stored_image(image_id) if from_store else None
+        source = FROM_CONTENT if stored is not None and stored.manifest is not None else FROM_STORE
         if stored is not None and stored.unavailable:
             fallback = stored.unavailable
         elif stored is not None:
@@ -88,10 +92,8 @@ def normalize_image(
                 normalized = normalize_stored(stored, plan, Path(workdir), what=what)
             except StoreReadFailure as e:
                 fallback = str(e)
-                logger.warning(
-                    "reading %s from the engine's layer store failed (%s); using docker save", what, e
-                )
-        read_from = FROM_SAVE if normalized is None else FROM_STORE
+                logger.warning("reading %s from the engine's %s failed (%s); using docker save", what, source, e)
+        read_from = FROM_SAVE if normalized is None else source
         if normalized is None:
             logger.debug("normalising %s from docker save: %s", what, fallback)
             save_started = time.monotonic()
@@ -118,7 +120,7 @@ def normalize_image(
         seconds=round(time.monotonic() - started, 3),
         phases=phases,
         read_from=read_from,
-        fallback_reason="" if read_from == FROM_STORE else fallback,
+        fallback_reason="" if read_from != FROM_SAVE else fallback,
         layers_reused=sum(layer.path is None for layer in normalized.layers),
         layers=normalized.notes,
     )

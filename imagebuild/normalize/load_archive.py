@@ -7,7 +7,8 @@ Both name every layer but carry only the rewritten ones: the engine already hold
 * the containerd image store: an OCI image layout whose manifest imagebuild writes. The base's layers
   are named by the descriptors the engine holds them under (compressed, as pulled), the build's as
   uncompressed tars; the engine keeps the manifest as it is, so the image ID it gives the image is
-  that manifest's digest, known before the load.
+  that manifest's digest, known before the load. A build layer reused from the last run
+  (imagebuild.normalize.reuse) is named but not carried: its blob is in the content store already.
 """
 
 from __future__ import annotations
@@ -92,9 +93,7 @@ def oci_chunks(config_bytes: bytes, manifest_bytes: bytes, layers: Sequence[Load
     yield from tar_bytes_chunks(f"blobs/sha256/{_digest(config_bytes).removeprefix('sha256:')}", config_bytes)
     yield from tar_bytes_chunks(f"blobs/sha256/{_digest(manifest_bytes).removeprefix('sha256:')}", manifest_bytes)
     for layer in layers:
-        if layer.path is None:  # reused layers come from the layer-store path only, never loaded so
-            msg = f"layer {layer.diff_id[:19]} has no file to load into the containerd store"
-            raise ValueError(msg)
-        yield from tar_file_chunks(f"blobs/sha256/{layer.diff_id.removeprefix('sha256:')}", layer.path)
+        if layer.path is not None:  # a reused layer's blob is in the engine's content store already
+            yield from tar_file_chunks(f"blobs/sha256/{layer.diff_id.removeprefix('sha256:')}", layer.path)
     yield from tar_bytes_chunks("index.json", _canonical(index))
     yield TAR_END

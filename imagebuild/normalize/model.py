@@ -13,7 +13,8 @@ from imagebuild.normalize.config import BuildLayer, HistoryMismatch, build_layer
 from imagebuild.normalize.lower import Digest, LowerState, Meta
 from imagebuild.normalize.rewrite import RewriteResult
 
-FROM_STORE, FROM_SAVE = "layer store", "docker save"  # where the built image was read from
+# Where the built image was read from: overlay2's layer store, the containerd store's content store, or save.
+FROM_STORE, FROM_CONTENT, FROM_SAVE = "layer store", "content store", "docker save"
 # Bump when a rule changes what an image normalises to: a build record made under other rules is not
 # reused (after_build.previous_normalization).
 RULES = 9  # 9: an entry equal to the one below but in its mtime is left out; 8: parents dated by their names
@@ -24,7 +25,7 @@ class NormalizeFailure(Exception):
 
 
 class StoreReadFailure(Exception):
-    """The layer store did not give the image the engine reports: normalisation reads ``save`` instead."""
+    """The engine's store did not give the image the engine reports: normalisation reads ``save`` instead."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +115,7 @@ class Normalized:
     # save, each as an uncompressed layer by its diffID): what a manifest of the image names them by,
     # on the containerd store and on Podman.
     base_descriptors: tuple[dict[str, Any], ...] = ()
-    notes: tuple[LayerNote, ...] = ()  # per build layer, for the next run (the layer-store path)
+    notes: tuple[LayerNote, ...] = ()  # per build layer, for the next run (read from the engine's store)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,7 +129,7 @@ class NormalizeResult:
     # Seconds each: save, rewrite, load; from the layer store, reading is part of rewrite.
     phases: dict[str, float] = field(default_factory=dict)
     reused: bool = False  # a previous run's result was still in the engine
-    read_from: str = FROM_SAVE  # FROM_STORE or FROM_SAVE
+    read_from: str = FROM_SAVE  # FROM_STORE, FROM_CONTENT or FROM_SAVE
     fallback_reason: str = ""  # why not from the layer store, when from save
     engine_id: str = ""  # what the engine calls it: image_id, or on the containerd store its manifest digest
     engine: str = ""  # EngineStore.describe(): which engine and image store

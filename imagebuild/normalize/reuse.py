@@ -5,31 +5,38 @@ chain ID), of the epochs and pinning of the steps up to it, and of the rules. Th
 those per build layer (``LayerNote``); when a rebuild changes a later step only, its first build
 layers have the same chain IDs, and their normalised layers are still in the engine (the last
 normalised image holds them). Such a layer is neither rewritten nor sent to the engine again: its
-diffID comes from the record, and what the layers above it are reduced against comes from the two
-tar-split records, headers only: what the built layer held (the lower state's entries, each file's
-digest read from the layer's directory when a comparison needs it) and the times the normalised
-layer wrote.
+diffID comes from the record, and what the layers above it are reduced against comes from the
+built layer (what it held: the lower state's entries) and from the normalised layer the engine
+holds (the times it wrote), headers only where the store allows:
 
-Only on the layer-store path (a local overlay2 engine), and only for a prefix of the build layers:
-from the first layer whose inputs differ (or whose normalised layer the engine no longer holds)
-every layer above is rewritten, as they all stand on it.
+* overlay2: both from their tar-split records, each file's digest read from the built layer's
+  directory when a comparison needs it; the normalised layer found in the layer database under its
+  chain ID;
+* the containerd store: the built layer's blob decompressed (its files hashed as they pass, the tar
+  checked against its diffID), the normalised layer found as the uncompressed blob imagebuild
+  loaded, its headers read by seeking past every file's content.
+
+Only for a prefix of the build layers: from the first layer whose inputs differ (or whose normalised
+layer the engine no longer holds) every layer above is rewritten, as they all stand on it.
 """
 
 from __future__ import annotations
 
 import tarfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuild.engine.chain_ids import chain_ids
-from imagebuild.engine.interface import StoredLayer
+from imagebuild.engine.containerd_store import held_blob
+from imagebuild.engine.interface import BlobLayer, StoredImage, StoredLayer
 from imagebuild.engine.overlay2_store import held_layer
-from imagebuild.engine.tar_split import TarSplitError, header_chunks, tar_size
+from imagebuild.engine.tar_split import header_chunks, tar_size
 from imagebuild.normalize.config import BuildLayer
-from imagebuild.normalize.lower import Digest, Meta, entry_path, scan_layer
+from imagebuild.normalize.lower import ENCODING, ERRORS, Digest, Meta, entry_path, scan_layer
 from imagebuild.normalize.model import LayerNote, NormalizedLayer
-from imagebuild.util.streams import open_stream
+from imagebuild.normalize.stored_layers import READ_ERRORS, layer_entries
+from imagebuild.util.streams import forget_members, open_stream
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,34 +47,58 @@ class Reused:
 
 
 def reused_layer(
-    layer: StoredLayer,
+    layer: StoredLayer | BlobLayer,
     step: BuildLayer,
     previous: LayerNote,
     *,
     below: Sequence[str],
-    layer_db: Path,
-    content: Callable[[str, int], Digest],
+    image: StoredImage,
 ) -> Reused | None:
     """The layer the last run made from the same inputs, when the engine still holds it; else None.
 
     ``below``: the normalised image's diffIDs under it (the base's and the kept build layers').
     """
     try:
-        held = scan_layer(open_stream(header_chunks(layer.tar_split)), digests=False, content=content)
         if not previous.diff_id:  # it held nothing: nothing written, nothing to find
-            return Reused(layer=_note(previous, step, None, 0, 0), held=held, written_mtimes={})
-        record = held_layer(layer_db, chain_ids([*below, previous.diff_id])[-1], previous.diff_id)
+            held = layer_entries(layer)
+            return Reused(layer=_note(previous, step, 0, 0), held=held, written_mtimes={})
+        written = _written(image, chain_ids([*below, previous.diff_id])[-1], previous.diff_id)
+        if written is None:
+            return None
+        held = layer_entries(layer)
+    except (*READ_ERRORS, tarfile.TarError, OSError):
+        return None  # rewritten instead: the store is not as it was (a damaged layer then fails its check)
+    times, size = written
+    mtimes = {entry_path(name): mtime for name, mtime in times}
+    return Reused(layer=_note(previous, step, size, len(times)), held=held, written_mtimes=mtimes)
+
+
+def _written(image: StoredImage, chain: str, diff_id: str) -> tuple[list[tuple[str, int]], int] | None:
+    """(each entry of the normalised layer ``diff_id`` with the time it wrote; its size), when the
+    engine holds that layer."""
+    if image.layer_db is not None:
+        record = held_layer(image.layer_db, chain, diff_id)
         if record is None:
             return None
-        written = scan_layer(open_stream(header_chunks(record)), digests=False)
-        size = tar_size(record)
-    except (TarSplitError, tarfile.TarError, OSError):
-        return None  # rewritten instead: the record is not there as it was
-    mtimes = {entry_path(name): meta.mtime for name, meta, _ in written}
-    return Reused(layer=_note(previous, step, None, size, len(written)), held=held, written_mtimes=mtimes)
+        entries = scan_layer(open_stream(header_chunks(record)), digests=False)
+        return [(name, meta.mtime) for name, meta, _ in entries], tar_size(record)
+    blob = held_blob(image.blobs, diff_id) if image.blobs is not None else None
+    if blob is None:
+        return None
+    return _header_times(blob), blob.stat().st_size
 
 
-def _note(previous: LayerNote, step: BuildLayer, path: None, size: int, entries: int) -> NormalizedLayer:
+def _header_times(tar: Path) -> list[tuple[str, int]]:
+    """Every entry of an uncompressed tar on disk with its mtime: headers only, each file's content skipped."""
+    times: list[tuple[str, int]] = []
+    with tar.open("rb") as f, tarfile.open(fileobj=f, mode="r:", encoding=ENCODING, errors=ERRORS) as reader:
+        while (info := reader.next()) is not None:
+            times.append((info.name, int(info.mtime)))
+            forget_members(reader)
+    return times
+
+
+def _note(previous: LayerNote, step: BuildLayer, size: int, entries: int) -> NormalizedLayer:
     return NormalizedLayer(
-        diff_id=previous.diff_id, path=path, size=size, entries=entries, clamped=0, history=step.history
+        diff_id=previous.diff_id, path=None, size=size, entries=entries, clamped=0, history=step.history
     )

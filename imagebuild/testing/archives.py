@@ -43,9 +43,14 @@ def archive_image_id(files: Mapping[str, bytes], *, manifest_ids: bool) -> tuple
     """(the ID a ``docker load`` of this archive reports, the config digest), as the store names images.
 
     Graph-driver stores read manifest.json: the digest of the config it names. The containerd store
-    reads index.json when there is an oci-layout: the digest of the manifest it names.
+    reads index.json when there is an oci-layout: the digest of the manifest it names (which names
+    the config; an OCI layout alone, as imagebuild's normalised image is loaded there, has no
+    manifest.json).
     """
     try:
+        if manifest_ids and {"oci-layout", "index.json"} <= set(files) and "manifest.json" not in files:
+            digest = str(json.loads(files["index.json"])["manifests"][0]["digest"])
+            return digest, str(json.loads(files[f"blobs/sha256/{digest.removeprefix('sha256:')}"])["config"]["digest"])
         manifest = json.loads(files["manifest.json"])
         config = files[posixpath.normpath(manifest[0]["Config"])]
         config_digest = "sha256:" + hashlib.sha256(config).hexdigest()

@@ -2,9 +2,10 @@
 
 A file a later layer deletes (a whiteout) or overwrites is gone from the container the other checks
 run in, but its bytes stay in the earlier layer, so in every copy of the image: `docker save`,
-a registry, an export archive. This check reads the layers themselves, from the engine's layer store
-when this process can read it (a local overlay2 engine: each layer's diff directory) and from
-`docker save` otherwise, and reports each finding with the layer (its number, lowest first, and
+a registry, an export archive. This check reads the layers themselves, from the engine's store
+when this process can read it (a local overlay2 engine: each layer's diff directory; the containerd
+image store: each layer's blob, decompressed and checked against its diffID) and from `docker
+save` otherwise, and reports each finding with the layer (its number, lowest first, and
 diffID) and the path. It scans the same roots, with the same limits and the one detector
 (imagebuild.secrets), as the in-container file scan.
 """
@@ -21,10 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from imagebuild.engine.interface import Engine, ImageInfo
+from imagebuild.engine.content_blobs import BlobError, layer_tar
+from imagebuild.engine.interface import BlobLayer, Engine, ImageInfo, StoredImage, StoredLayer
 from imagebuild.engine.saved_image import ArchiveError, read_saved_image
 from imagebuild.errors import EngineError
 from imagebuild.inputs.values import escape_controls
+from imagebuild.log import logger
 from imagebuild.secrets import find_secrets
 from imagebuild.util.streams import CHUNK, HashingReader, forget_members, open_stream
 from imagebuild.verify.checks.probe import BINARY_SNIFF_BYTES, SCAN_BUDGET_BYTES
@@ -127,19 +130,43 @@ def scan_layer_dir(
     return _LayerFindings(diff_id=diff_id, findings=tuple(found))
 
 
+def _stored_findings(
+    stored: StoredImage, info: ImageInfo, *, roots: tuple[str, ...], max_bytes: int, budget: _Budget
+) -> list[_LayerFindings] | None:
+    """Every layer's findings read from the engine's store (overlay2: each layer's directory; the
+    containerd store: each layer's blob, checked against its diffID), or None where it cannot give them."""
+    if stored.unavailable:
+        return None
+    try:
+        return [
+            scan_layer_dir(layer.files, layer.diff_id, roots=roots, max_bytes=max_bytes, budget=budget)
+            if isinstance(layer, StoredLayer)
+            else _blob_findings(layer, scan_layer_tar(open_stream(layer_tar(layer)), roots=roots, max_bytes=max_bytes, budget=budget))
+            for layer in stored.layers
+        ]
+    except (BlobError, tarfile.TarError) as e:
+        logger.warning("reading %s from the engine's content store failed (%s); using docker save", info.described, e)
+        return None
+
+
+def _blob_findings(layer: BlobLayer, findings: _LayerFindings) -> _LayerFindings:
+    """``findings`` of the layer's blob, when its tar was the layer's (BlobError otherwise)."""
+    if findings.diff_id != layer.diff_id:
+        msg = f"the blob {layer.blob} decompresses to {findings.diff_id[:19]}, not layer {layer.diff_id[:19]}"
+        raise BlobError(msg)
+    return findings
+
+
 def scan_layers(
     engine: Engine, info: ImageInfo, *, roots: tuple[str, ...], max_bytes: int
 ) -> tuple[tuple[LayerFinding, ...], _Budget, str]:
     """Every finding in every layer of ``info`` under ``roots``, the scan's counts, and its source."""
     budget = _Budget()
     stored = engine.stored_image(info.id)
-    if not stored.unavailable:
-        layers = [
-            scan_layer_dir(layer.files, layer.diff_id, roots=roots, max_bytes=max_bytes, budget=budget)
-            for layer in stored.layers
-        ]
-        source = "the engine's layer store"
-    else:
+    layers = _stored_findings(stored, info, roots=roots, max_bytes=max_bytes, budget=budget)
+    source = "the engine's content store" if stored.manifest is not None else "the engine's layer store"
+    if layers is None:
+        budget = _Budget()  # what a failed read of the store counted is not the image's
 
         def on_layer(_name: str, data: BinaryIO) -> _LayerFindings:
             return scan_layer_tar(data, roots=roots, max_bytes=max_bytes, budget=budget)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagebuild.engine.containerd_store import CONTENT
 from imagebuild.engine.interface import StoredImage, StoredLayer
 
 EPOCH = 1767232800  # 2026-01-01T02:00:00Z
@@ -120,13 +121,7 @@ def saved(
         files += list(zip(names, layers, strict=True))
         entry = {"Config": f"{config_hex}.json", "RepoTags": list(tags), "Layers": names}
         files.append(("manifest.json", json.dumps([entry]).encode()))
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in files:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+    return tar_of_files(files)
 
 
 GO_TYPE_BITS = {tarfile.DIRTYPE: 0o040000, tarfile.SYMTYPE: 0o120000, tarfile.REGTYPE: 0o100000}
@@ -210,6 +205,60 @@ def stored_image(layers: list[bytes], cfg: dict[str, Any], where: Path) -> Store
     config_path.write_bytes(config_bytes)
     stored = tuple(stored_layer(data, where / str(index)) for index, data in enumerate(layers))
     return StoredImage(config=config_path, layers=stored)
+
+
+GZIP_LAYER, PLAIN_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip", "application/vnd.oci.image.layer.v1.tar"
+
+
+def put_blob(data_root: Path, data: bytes) -> str:
+    """``data`` as a blob of the containerd store's content store under ``data_root``; its digest."""
+    blobs = data_root / CONTENT
+    blobs.mkdir(parents=True, exist_ok=True)
+    (blobs / hashlib.sha256(data).hexdigest()).write_bytes(data)
+    return digest(data)
+
+
+def content_store_image(
+    layers: list[bytes], cfg: dict[str, Any], data_root: Path, *, plain: tuple[int, ...] = ()
+) -> str:
+    """An image as Docker's containerd image store keeps it under ``data_root``: its config, each layer a
+    blob (gzip, as the classic builder commits and a pull keeps them; uncompressed for the indexes in
+    ``plain``, as imagebuild loads its layers) and the manifest naming them; the image ID (the
+    manifest's digest)."""
+    descriptors = []
+    for index, data in enumerate(layers):
+        blob = data if index in plain else gzip.compress(data, mtime=0)
+        kind = PLAIN_LAYER if index in plain else GZIP_LAYER
+        descriptors.append({"mediaType": kind, "digest": put_blob(data_root, blob), "size": len(blob)})
+    config_bytes = json.dumps(cfg).encode()
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": put_blob(data_root, config_bytes), "size": len(config_bytes)},
+        "layers": descriptors,
+    }
+    return put_blob(data_root, json.dumps(manifest).encode())
+
+
+def content_store_saved(data_root: Path, image_id: str) -> bytes:
+    """What the containerd store's `docker save` streams of the image ``content_store_image`` made: its
+    blobs as stored, and an index naming the manifest."""
+    blobs = data_root / CONTENT
+    manifest = json.loads((blobs / image_id[7:]).read_bytes())
+    names = [image_id, manifest["config"]["digest"], *(d["digest"] for d in manifest["layers"])]
+    files = [(f"blobs/sha256/{name[7:]}", (blobs / name[7:]).read_bytes()) for name in names]
+    index = {"manifests": [{"mediaType": manifest["mediaType"], "digest": image_id}]}
+    return tar_of_files([*files, ("index.json", json.dumps(index).encode())])
+
+
+def tar_of_files(files: list[tuple[str, bytes]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in files:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
 
 
 CAPABILITY = (

@@ -28,13 +28,16 @@ from imagebuild.attest.image_contents import (
 from imagebuild.build.attestations import AttestationPaths
 from imagebuild.build.core import BuildOptions, build_image, prepare_build
 from imagebuild.build.prepare import input_files
+from imagebuild.engine.containerd_store import stored_image
 from imagebuild.engine.interface import BuildEvent, BuildRequest
 from imagebuild.inputs.layout import sbom_file_name
 from imagebuild.project import find_project
 from imagebuild.render import RenderOptions, render_inputs
 from imagebuild.render.context import build_context, inputs_digest
 from imagebuild.testing import FakeClock, FakeEngine, Recording, image_info, image_root_files, saved_image_tar
+from imagebuild.testing.archives import layer_tar
 from tests import REPO
+from tests.unit.imagetars import config, content_store_image, digest
 
 BUILD_STREAMS = REPO / "tests" / "data" / "build_streams"
 
@@ -123,6 +126,19 @@ def test_the_image_is_read_from_its_save_when_the_layer_store_cannot_be(tmp_path
     assert {(d.name, d.layer) for d in contents.python} == {("pip", 0), ("tqdm", 1)}
     assert contents.os is not None
     assert contents.os.distro == "debian-12"
+    assert [p.name for p in contents.debian] == ["bash", "libc6"]
+
+
+def test_the_image_is_read_from_the_containerd_store_s_blobs_where_they_are_readable(tmp_path: Path) -> None:
+    files = [image_root_files((("pip", "23.0.1"),)), {"usr/lib/python3/dist-packages/tqdm-4.70.1.dist-info/METADATA": metadata("tqdm", "4.70.1")}]
+    layers = [layer_tar(f) for f in files]
+    image_id = content_store_image(layers, config(layers), tmp_path)
+    engine = FakeEngine(refuse_save="save must not be asked")
+    engine.images.append(image_info(image_id, tags=["img:1"]))
+    engine.stored[image_id] = stored_image(image_id, data_root=str(tmp_path))
+    contents = read_image_contents(engine, "img:1", base_diff_ids=[digest(layers[0])])
+    assert contents.base_layers == 1
+    assert {(d.name, d.layer) for d in contents.python} == {("pip", 0), ("tqdm", 1)}
     assert [p.name for p in contents.debian] == ["bash", "libc6"]
 
 

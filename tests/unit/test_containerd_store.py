@@ -1,17 +1,21 @@
-"""The containerd image store's content store, read for the config digest an image ID's manifest names."""
+"""The containerd image store's content store, read for the config digest an image ID's manifest names,
+and for the image's layer blobs (normalisation and export read them instead of `docker save`)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from imagebuild.distribute.publish import PublishOptions, publish_image
-from imagebuild.engine.containerd_store import CONTENT, config_digest
-from imagebuild.engine.interface import ImageInfo
+from imagebuild.engine.containerd_store import CONTENT, config_digest, stored_image
+from imagebuild.engine.interface import BlobLayer, ImageInfo
 from imagebuild.testing import FakeEngine, image_info
+from tests.unit import imagetars as tars
 
 CONFIG = "sha256:" + "c" * 64
 
@@ -77,3 +81,73 @@ def test_an_unknown_identity_is_said_never_guessed() -> None:
     result = publish_image(PublishOptions(image=info.id, repository="127.0.0.1:5000/x"), engine, report=lines.append)
     assert result.image_id == ""  # not the manifest digest under another name
     assert any("identity is unknown (the store is on another machine)" in line for line in lines)
+
+
+LAYERS = [*tars.BASE, tars.EVERY_KIND]
+
+
+def test_an_image_s_layers_are_its_manifest_s_blobs_lowest_first(tmp_path: Path) -> None:
+    cfg = tars.config(LAYERS)
+    image_id = tars.content_store_image(LAYERS, cfg, tmp_path, plain=(2,))
+    image = stored_image(image_id, data_root=str(tmp_path))
+    assert image.unavailable == ""
+    assert image.manifest == tmp_path / CONTENT / image_id[7:]
+    assert image.config == tmp_path / CONTENT / tars.digest(json.dumps(cfg).encode())[7:]
+    assert image.blobs == tmp_path / CONTENT
+    assert [layer.diff_id for layer in image.layers] == [tars.digest(d) for d in LAYERS]
+    assert all(isinstance(layer, BlobLayer) for layer in image.layers)
+    assert [layer.media_type for layer in image.layers] == [tars.GZIP_LAYER, tars.GZIP_LAYER, tars.PLAIN_LAYER]
+    assert image.layers[2].digest == tars.digest(tars.EVERY_KIND)  # uncompressed: named by its diffID
+    for layer in image.layers:
+        assert isinstance(layer, BlobLayer)
+        assert (layer.blob.name, layer.blob.stat().st_size) == (layer.digest[7:], layer.size)
+
+
+def _manifest_of(tmp_path: Path, image_id: str) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads((tmp_path / CONTENT / image_id[7:]).read_bytes())
+    return document
+
+
+def _replace_manifest(tmp_path: Path, image_id: str, change: Callable[[dict[str, Any]], None]) -> str:
+    manifest = _manifest_of(tmp_path, image_id)
+    change(manifest)
+    return tars.put_blob(tmp_path, json.dumps(manifest).encode())
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ("blob missing", "the content store has no blob"),
+        ("blob cut short", "bytes and its manifest names"),
+        ("plain layer named as another", "is named as layer"),
+        ("not a layer", "not a layer tar"),
+        ("layer count", "names 2 layers, its config 3"),
+        ("an index", "names an index, not one image's manifest"),
+        ("config missing", "cannot read"),
+        ("manifest rewritten", "does not hash to"),
+    ],
+)
+def test_a_store_that_does_not_hold_the_image_as_named_is_not_read(tmp_path: Path, damage: str, said: str) -> None:
+    image_id = tars.content_store_image(LAYERS, tars.config(LAYERS), tmp_path, plain=(2,))
+    manifest = _manifest_of(tmp_path, image_id)
+    blob = tmp_path / CONTENT / manifest["layers"][1]["digest"][7:]
+    if damage == "blob missing":
+        blob.unlink()
+    elif damage == "blob cut short":
+        blob.write_bytes(blob.read_bytes()[:-1])
+    elif damage == "plain layer named as another":
+        image_id = _replace_manifest(tmp_path, image_id, lambda m: m["layers"].reverse())
+    elif damage == "not a layer":
+        image_id = _replace_manifest(tmp_path, image_id, lambda m: m["layers"][0].update(mediaType="application/vnd.in-toto+json"))
+    elif damage == "layer count":
+        image_id = _replace_manifest(tmp_path, image_id, lambda m: m["layers"].pop())
+    elif damage == "an index":
+        image_id = tars.put_blob(tmp_path, json.dumps({"manifests": [{"digest": image_id}]}).encode())
+    elif damage == "config missing":
+        (tmp_path / CONTENT / manifest["config"]["digest"][7:]).unlink()
+    else:
+        (tmp_path / CONTENT / image_id[7:]).write_text(json.dumps(manifest) + " ")
+    image = stored_image(image_id, data_root=str(tmp_path))
+    assert image.layers == ()
+    assert said in image.unavailable
+    assert "\n" not in image.unavailable

@@ -1,21 +1,25 @@
-"""export's archive read from the engine's layer store: every blob under its digest, checked as it streams."""
+"""export's archive read from the engine's store (overlay2's layer store, the containerd store's content
+store): every blob under its digest, checked as it streams."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from imagebuild.distribute.compression import Compression
-from imagebuild.distribute.export import ExportOptions, export_image
+from imagebuild.distribute.export import ExportOptions, ExportResult, export_image
 from imagebuild.distribute.local_import import import_manifest
 from imagebuild.distribute.stored_archive import StoredArchiveError, stored_archive
+from imagebuild.engine.containerd_store import CONTENT, stored_image
 from imagebuild.engine.interface import StoredImage
-from imagebuild.testing import FakeEngine
+from imagebuild.testing import FakeEngine, image_info
 from tests.unit import imagetars as tars
 from tests.unit.imagetars import BASE, EVERY_KIND
 
@@ -78,17 +82,13 @@ def engine_with_a_store(tmp_path: Path) -> tuple[FakeEngine, str]:
     return engine, image_id
 
 
-def test_export_reads_the_layer_store_and_the_archive_imports(tmp_path: Path) -> None:
-    engine, image_id = engine_with_a_store(tmp_path)
-    engine.refuse_save = "save must not be asked"
+def exported(engine: FakeEngine, tmp_path: Path) -> tuple[ExportResult, list[str]]:
+    """``TAG`` exported uncompressed to ``tmp_path / "out"``, and the lines export reported."""
     lines: list[str] = []
     result = export_image(
         ExportOptions(image=TAG, output=tmp_path / "out", compression=Compression.NONE), engine, report=lines.append
     )
-    assert any("read from the engine's layer store" in line for line in lines)
-    node = FakeEngine()
-    assert import_manifest(result.manifest_path, node, report=lambda _: None).image_id == image_id
-    assert node.tags == {TAG: image_id}
+    return result, lines
 
 
 def test_a_store_that_does_not_give_the_image_falls_back_to_save(
@@ -96,10 +96,80 @@ def test_a_store_that_does_not_give_the_image_falls_back_to_save(
 ) -> None:
     engine, image_id = engine_with_a_store(tmp_path)
     (engine.stored[image_id].layers[0].files / "payload").write_bytes(b"x" * (3 << 20))  # same size, other bytes
-    lines: list[str] = []
-    result = export_image(
-        ExportOptions(image=TAG, output=tmp_path / "out", compression=Compression.NONE), engine, report=lines.append
-    )
+    result, lines = exported(engine, tmp_path)
     assert "from the engine's layer store failed" in caplog.text
     assert any("read from docker save" in line for line in lines)
     assert result.manifest.image_id == image_id
+
+
+def test_from_the_content_store_every_blob_is_copied_as_stored_under_the_engine_s_manifest(tmp_path: Path) -> None:
+    config = tars.config(LAYERS)
+    image_id = tars.content_store_image(LAYERS, config, tmp_path, plain=(2,))  # a pulled base, a loaded layer
+    out = io.BytesIO()
+    written = stored_archive(stored_image(image_id, data_root=str(tmp_path)), image_id, out)
+
+    files = members(out.getvalue())
+    blobs = tmp_path / CONTENT
+    assert (written.config_digest, written.manifest_digest) == (tars.digest(json.dumps(config).encode()), image_id)
+    assert written.diff_ids == tuple(tars.digest(d) for d in LAYERS)
+    for name, data in files.items():
+        if name.startswith("blobs/sha256/"):
+            assert data == (blobs / name.removeprefix("blobs/sha256/")).read_bytes()  # as the store holds it
+    index = json.loads(files["index.json"])
+    assert index["manifests"][0]["digest"] == image_id  # the engine's own manifest: what the store names it by
+    [legacy] = json.loads(files["manifest.json"])
+    assert [files[path] for path in legacy["Layers"]][2] == EVERY_KIND
+    assert gzip.decompress(files[legacy["Layers"][0]]) == LAYERS[0]
+    assert written.layer_bytes == sum(len(files[path]) for path in legacy["Layers"])
+
+
+@pytest.mark.parametrize("damage", ["a byte", "another manifest"])
+def test_a_content_store_that_is_not_the_image_is_refused(tmp_path: Path, damage: str) -> None:
+    image_id = tars.content_store_image(LAYERS, tars.config(LAYERS), tmp_path)
+    image = stored_image(image_id, data_root=str(tmp_path))
+    if damage == "a byte":
+        blob = image.layers[1].blob  # type: ignore[union-attr]
+        data = bytearray(blob.read_bytes())
+        data[-10] ^= 1
+        blob.write_bytes(bytes(data))
+        with pytest.raises(StoredArchiveError, match=r"read from .* is \d+ bytes with sha256 .*, not the layer"):
+            stored_archive(image, image_id, io.BytesIO())
+    else:
+        with pytest.raises(StoredArchiveError, match="not those of sha256:0000"):
+            stored_archive(image, "sha256:" + "0" * 64, io.BytesIO())
+
+
+def containerd_engine(tmp_path: Path) -> tuple[FakeEngine, str]:
+    """A fake containerd-store engine holding an image in its content store (and able to save it)."""
+    engine = FakeEngine(manifest_ids=True)
+    image_id = tars.content_store_image(LAYERS, tars.config(LAYERS), tmp_path / "root")
+    engine.saved[image_id] = tars.content_store_saved(tmp_path / "root", image_id)
+    identity = tars.digest(json.dumps(tars.config(LAYERS)).encode())
+    engine.images.append(replace(image_info(image_id, tags=[TAG]), config_digest=identity))
+    engine.tags[TAG] = image_id
+    engine.stored[image_id] = stored_image(image_id, data_root=str(tmp_path / "root"))
+    return engine, image_id
+
+
+@pytest.mark.parametrize("store", ["layer", "content"])
+def test_export_reads_the_engine_s_store_and_the_archive_imports_on_either_store(tmp_path: Path, store: str) -> None:
+    engine, image_id = engine_with_a_store(tmp_path) if store == "layer" else containerd_engine(tmp_path)
+    engine.refuse_save = "save must not be asked"
+    result, lines = exported(engine, tmp_path)
+    assert any(f"read from the engine's {store} store" in line for line in lines)
+    identity = engine.inspect_image(image_id).identity
+    if store == "content":  # the engine's own manifest, so that store names the image as before
+        assert result.manifest.manifest_digest == image_id
+    for node in (FakeEngine(), FakeEngine(manifest_ids=True)):
+        imported = import_manifest(result.manifest_path, node, report=lambda _: None)
+        assert imported.image_id == identity
+        assert node.tags == {TAG: result.manifest.manifest_digest if node.manifest_ids else identity}
+
+
+def test_a_damaged_content_store_falls_back_to_save(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    engine, image_id = containerd_engine(tmp_path)
+    blob = engine.stored[image_id].layers[2].blob  # type: ignore[union-attr]
+    blob.write_bytes(bytes(blob.stat().st_size))  # same size, other bytes
+    _, lines = exported(engine, tmp_path)
+    assert "from the engine's content store failed" in caplog.text
+    assert any("read from docker save" in line for line in lines)

@@ -4,18 +4,20 @@ later layer deletes or overwrites the file, also base64- or URL-encoded, under /
 from __future__ import annotations
 
 import base64
+import gzip
 import tarfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
+from imagebuild.engine import containerd_store
 from imagebuild.inputs.layout import SECRET_SCAN_MAX_FILE_BYTES, SECRET_SCAN_ROOTS
 from imagebuild.project import find_project
 from imagebuild.testing import FakeEngine, image_info
 from imagebuild.verify import VerifyOptions, prepare_verify, runner, verify
 from imagebuild.verify.layers import layer_secrets_check
-from tests.unit.imagetars import Item, config, digest, layer, saved, stored_image
+from tests.unit.imagetars import Item, config, content_store_image, digest, layer, saved, stored_image
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "ghp_" + "Q7w" * 12
@@ -77,6 +79,24 @@ def test_the_engines_layer_store_gives_the_same_findings(tmp_path: Path) -> None
     )
     from_store = layer_secrets_check(engine, engine.inspect_image(image_id), roots=ROOTS, max_bytes=SECRET_SCAN_MAX_FILE_BYTES)
     assert "read from the engine's layer store" in from_store.message
+    assert from_store.message.splitlines()[1:] == from_save.message.splitlines()[1:]
+
+
+@pytest.mark.parametrize("damaged", [False, True], ids=["blobs", "a damaged blob: save"])
+def test_the_containerd_store_s_blobs_give_the_same_findings(tmp_path: Path, damaged: bool) -> None:
+    engine, image_id = _engine(LAYERS)
+    stored_id = content_store_image(LAYERS, config(LAYERS), tmp_path)
+    engine.stored[image_id] = containerd_store.stored_image(stored_id, data_root=str(tmp_path))
+    if damaged:  # a valid gzip stream of another tar: its diffID is not the layer's
+        blob = engine.stored[image_id].layers[0].blob  # type: ignore[union-attr]
+        blob.write_bytes(gzip.compress(LAYERS[0] + bytes(512), mtime=0))
+        engine.stored[image_id] = containerd_store.stored_image(stored_id, data_root=str(tmp_path))  # its new size
+    from_save = layer_secrets_check(
+        _engine(LAYERS)[0], engine.inspect_image(image_id), roots=ROOTS, max_bytes=SECRET_SCAN_MAX_FILE_BYTES
+    )
+    from_store = layer_secrets_check(engine, engine.inspect_image(image_id), roots=ROOTS, max_bytes=SECRET_SCAN_MAX_FILE_BYTES)
+    source = "docker save" if damaged else "the engine's content store"
+    assert f"read from {source}" in from_store.message
     assert from_store.message.splitlines()[1:] == from_save.message.splitlines()[1:]
 
 
