@@ -22,6 +22,7 @@ import zstandard
 
 from imagebuild.engine.interface import BlobLayer
 from imagebuild.importer.decompress import StreamError, gunzip, unzstd
+from imagebuild.util.prefetch import prefetched
 from imagebuild.util.streams import CHUNK, HashingReader, open_stream
 
 T = TypeVar("T")
@@ -62,7 +63,12 @@ def blob_chunks(blob: Path, size: int) -> Generator[bytes, None, None]:
 
 
 def layer_tar(layer: BlobLayer) -> Iterator[bytes]:
-    """The layer's tar, decompressed from its blob as its media type says."""
+    """The layer's tar, decompressed from its blob as its media type says, in a thread of its own
+    (util.prefetch: beside the reader's parse)."""
+    return prefetched(_decompressed(layer))
+
+
+def _decompressed(layer: BlobLayer) -> Iterator[bytes]:
     kind = compression(layer.media_type)
     stored = blob_chunks(layer.blob, layer.size)
     try:
