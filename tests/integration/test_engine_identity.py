@@ -2,8 +2,9 @@
 
 The sample image is built once per engine (the main engine's is the session's shared build); the
 identity is the normalised config's digest, which each build record, iidfile and tag must agree on.
-Then each engine's export is imported on every other engine (the image removed there first, so the
-load is real), and a digest published from one engine is pulled on another.
+Then each engine's export (read from its own store, never from docker save) is imported on every
+other engine (the image removed there first, so the load is real), and a digest published from one
+engine is pulled on another.
 """
 
 from __future__ import annotations
@@ -15,12 +16,17 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
+from imagebuild.normalize.after_build import layer_plan, previous_layers
+from imagebuild.normalize.core import normalize_image
+from imagebuild.project import find_project
+from imagebuild.render import RenderOptions, render_inputs
 from sampleworld.engine_matrix import MatrixEngine
 from sampleworld.world import World
 
@@ -111,6 +117,8 @@ def test_the_containerd_store_knows_the_image_by_the_manifest_imagebuild_loaded(
     normalization = record["normalization"]
     assert isinstance(normalization, dict)
     assert "containerd image store" in normalization["engine"]
+    # read from its content store's blobs, not from docker save
+    assert (normalization["read_from"], normalization["fallback_reason"]) == ("content store", "")
     assert normalization["engine_id"] != record["image_id"]  # a manifest digest there, not the config's
     with docker_host(engine_named(docker_engine_matrix, "docker26-containerd")) as engine:
         assert engine.inspect_image(TAG).id == normalization["engine_id"]  # the tag names what was loaded
@@ -128,6 +136,37 @@ def test_a_cached_rebuild_on_the_containerd_store_gives_the_same_identity(
     assert again["image_id"] == builds["docker26-containerd"]["image_id"]
 
 
+def test_a_rebuild_on_the_containerd_store_takes_its_unchanged_layers_from_the_content_store(
+    builds: dict[str, dict[str, object]],
+    docker_engine_matrix: list[MatrixEngine],
+    locked_pins: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The built image normalised again with its record's notes, as a rebuild that changed nothing below
+    its last layer would be: every build layer is the one the engine holds, nothing is saved or sent."""
+    record = builds["docker26-containerd"]
+    normalization = record["normalization"]
+    assert isinstance(normalization, dict)
+    record_path = tmp_path / "record.json"
+    record_path.write_text(json.dumps(record))
+    inputs = find_project(REPO, locked_pins).load("gfx942")
+    monkeypatch.setattr(DockerEngine, "save", _no_save)
+    with docker_host(engine_named(docker_engine_matrix, "docker26-containerd")) as engine:
+        built = str(normalization["unnormalized_id"])
+        plan = layer_plan(engine, built, inputs.pins.image(inputs.definition.base_pin).reference, render_inputs(inputs, RenderOptions()))
+        result = normalize_image(engine, built, replace(plan, previous=previous_layers(record_path)), tmp_path)
+    assert (result.image_id, result.engine_id, result.read_from) == (record["image_id"], normalization["engine_id"], "content store")
+    assert (result.layers_rewritten, result.layers_reused) == (0, normalization["layers_rewritten"])
+
+
+def _no_save(self: DockerEngine, image_id: str) -> Iterator[bytes]:
+    """DockerEngine.save, failing once read (as the real one, nothing runs before the first chunk is asked)."""
+    msg = f"docker save of {image_id[:19]} was read: the engine's store should have been"
+    raise AssertionError(msg)
+    yield b""  # a generator: export makes the save stream before it knows whether it will read it
+
+
 def test_the_containerd_store_gives_the_graph_driver_identity(builds: dict[str, dict[str, object]]) -> None:
     assert builds["docker26-containerd"]["image_id"] == builds["main"]["image_id"]
 
@@ -137,7 +176,8 @@ def test_verify_passes_on_the_engine_that_built_it(
     builds: dict[str, dict[str, object]], docker_engine_matrix: list[MatrixEngine], locked_pins: Path, name: str
 ) -> None:
     assert builds[name]["image_id"]
-    with docker_host(engine_named(docker_engine_matrix, name)), contextlib.chdir(REPO):
+    with docker_host(engine_named(docker_engine_matrix, name)), contextlib.chdir(REPO), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DockerEngine, "save", _no_save)  # its layer scan reads the engine's store
         assert main(["verify", TAG, "--pins", str(locked_pins)]) == 0
 
 
@@ -148,11 +188,13 @@ ENGINES = ("main", "docker26-overlay2", "docker26-containerd")
 def exports(
     builds: dict[str, dict[str, object]], docker_engine_matrix: list[MatrixEngine], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, dict[str, object]]:
-    """Each engine's export of the image it built (zstd, the default): its manifest, read back."""
+    """Each engine's export of the image it built (zstd, the default): its manifest, read back. Every
+    engine of the matrix is local, so each exports from its own store, never from docker save."""
     manifests: dict[str, dict[str, object]] = {}
     for name in ENGINES:
         output = tmp_path_factory.mktemp(f"export-{name}")
-        with docker_host(engine_named(docker_engine_matrix, name)), contextlib.chdir(REPO):
+        with docker_host(engine_named(docker_engine_matrix, name)), contextlib.chdir(REPO), pytest.MonkeyPatch.context() as patch:
+            patch.setattr(DockerEngine, "save", _no_save)
             assert main(["export", str(builds[name]["tag"]), "-o", str(output)]) == 0
         (path,) = output.glob("*.json")
         manifests[name] = {**json.loads(path.read_text()), "path": str(path)}
