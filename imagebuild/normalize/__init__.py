@@ -6,7 +6,8 @@ model        the plan, the rewritten image, the result, the failures
 from_store   reading a local engine's store, no save (stored_layers: overlay2's tar-split, the containerd
              store's blobs; reuse: layers the last run made); from_save: docker save
 config       the canonical config: times, build-only fields, history (empty layers, COPY digests)
-lower        the filesystem below a layer, layer by layer; canonical: a layer reduced against it
+lower        the filesystem below a layer, layer by layer; canonical: a layer reduced against it;
+             lower_cache: what a containerd-store base holds, kept for the next normalisation
 load_archive what the normalised image is loaded from: legacy (graph drivers) or OCI (containerd)
 rewrite      one layer tar with its timestamps clamped
 

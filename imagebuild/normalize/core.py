@@ -61,6 +61,8 @@ from imagebuild.normalize.model import (
 )
 from imagebuild.util.streams import open_stream
 
+LOWER_CACHE = "lower-state"  # under the spool directory: what base layers hold (imagebuild.normalize.lower_cache)
+
 
 def load_chunks(image: Normalized) -> Iterator[bytes]:
     """A ``docker load`` archive of the normalised image for a graph-driver store."""
@@ -72,10 +74,11 @@ def normalize_image(
 ) -> NormalizeResult:
     """Normalise ``image_id`` in ``store``; the result is loaded but not tagged.
 
-    Read from the engine's layer store when it allows it and ``from_store``,
-    else (and when that read fails its checks) from ``save``. The spool is a
-    fresh directory under ``spool_dir`` (on disk, not /tmp, which may be
-    memory), removed afterwards whatever happens.
+    Read from the engine's store when it allows it and ``from_store``, else
+    (and when that read fails its checks) from ``save``. The spool is a fresh
+    directory under ``spool_dir`` (on disk, not /tmp, which may be memory),
+    removed afterwards whatever happens; what a containerd-store base holds
+    is kept under ``spool_dir/lower-state`` for the next normalisation.
     """
     started = time.monotonic()
     spool_dir.mkdir(parents=True, exist_ok=True)
@@ -89,7 +92,7 @@ def normalize_image(
             fallback = stored.unavailable
         elif stored is not None:
             try:
-                normalized = normalize_stored(stored, plan, Path(workdir), what=what)
+                normalized = normalize_stored(stored, plan, Path(workdir), what=what, lower_cache=spool_dir / LOWER_CACHE)
             except StoreReadFailure as e:
                 fallback = str(e)
                 logger.warning("reading %s from the engine's %s failed (%s); using docker save", what, source, e)

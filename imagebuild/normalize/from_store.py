@@ -16,6 +16,7 @@ from imagebuild.engine.interface import BlobLayer, StoredImage, StoredLayer
 from imagebuild.normalize.canonical import LayerReducer
 from imagebuild.normalize.config import BuildLayer
 from imagebuild.normalize.lower import LowerState
+from imagebuild.normalize.lower_cache import Entries, cached_entries
 from imagebuild.normalize.model import (
     LayerNote,
     LayerPlan,
@@ -30,13 +31,17 @@ from imagebuild.normalize.stored_layers import READ_ERRORS, content_digests, lay
 from imagebuild.util.streams import HashingReader, open_stream
 
 
-def normalize_stored(image: StoredImage, plan: LayerPlan, workdir: Path, *, what: str) -> Normalized:
+def normalize_stored(
+    image: StoredImage, plan: LayerPlan, workdir: Path, *, what: str, lower_cache: Path | None = None
+) -> Normalized:
     """Rewrite the build's layers straight from the engine's store into ``workdir``.
 
     The build's first layers are not rewritten when the last run normalised them from the same
     inputs (``plan.previous``, imagebuild.normalize.reuse); the base's are read for what they hold
-    (overlay2: their headers only). Raise StoreReadFailure when the store does not give exactly the
-    image the engine reports (its config, or a layer whose tar does not hash to its diffID).
+    (overlay2: their headers only; the containerd store: from ``lower_cache`` once a normalisation
+    on the same base kept it there, imagebuild.normalize.lower_cache). Raise StoreReadFailure when
+    the store does not give exactly the image the engine reports (its config, or a layer whose tar
+    does not hash to its diffID).
     """
     started = time.monotonic()
     if image.config is None or tuple(layer.diff_id for layer in image.layers) != plan.layers:
@@ -49,7 +54,7 @@ def normalize_stored(image: StoredImage, plan: LayerPlan, workdir: Path, *, what
         raise StoreReadFailure(msg) from e
     rewritten: list[NormalizedLayer] = []
     steps = plan.build_layers(config, what)
-    lower = stored_lower_state(image.layers[: plan.base_layers], what)
+    lower = stored_lower_state(image.layers[: plan.base_layers], what, cache=lower_cache)
     chains, notes = chain_ids(plan.layers), []
     below = list(plan.kept)  # the normalised image's diffIDs so far
     reusing = image.layer_db is not None or image.blobs is not None
@@ -121,15 +126,25 @@ def _rewritten(
     return NormalizedLayer.written(result, out, step)
 
 
-def stored_lower_state(layers: Sequence[StoredLayer | BlobLayer], what: str) -> LowerState:
+def stored_lower_state(layers: Sequence[StoredLayer | BlobLayer], what: str, *, cache: Path | None = None) -> LowerState:
     """The base's filesystem from the store: on overlay2 headers from the tar-split records, and a
     file's content read from the layer's directory only when a build layer's file matches it in
-    every other respect; on the containerd store every blob decompressed and checked."""
+    every other respect; on the containerd store every blob decompressed and checked, or what a
+    normalisation on the same base kept in ``cache``."""
+
+    def scanned() -> list[Entries]:
+        entries = []
+        for number, layer in enumerate(layers):
+            try:
+                entries.append(layer_entries(layer))
+            except (*READ_ERRORS, tarfile.TarError) as e:
+                msg = f"{what} base layer {number}: {e}"
+                raise StoreReadFailure(msg) from e
+        return entries
+
+    blobs = bool(layers) and all(isinstance(layer, BlobLayer) for layer in layers)
+    chain = chain_ids([layer.diff_id for layer in layers])[-1] if layers else ""
     lower = LowerState()
-    for number, layer in enumerate(layers):
-        try:
-            lower.apply(layer_entries(layer))
-        except (*READ_ERRORS, tarfile.TarError) as e:
-            msg = f"{what} base layer {number}: {e}"
-            raise StoreReadFailure(msg) from e
+    for entries in cached_entries(cache, chain, scanned) if blobs and cache is not None else scanned():
+        lower.apply(entries)
     return lower

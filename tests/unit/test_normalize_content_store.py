@@ -1,5 +1,6 @@
 """Normalising from the containerd image store's content store: the layers decompressed from their blobs,
-checked, the same image as from `docker save`; a damaged store falls back to save; unchanged layers reused."""
+checked, the same image as from `docker save`; a damaged store falls back to save; unchanged layers reused;
+what the base holds kept for the next normalisation."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from imagebuild.engine.containerd_store import stored_image
-from imagebuild.normalize.core import normalize_image
+from imagebuild.normalize.core import LOWER_CACHE, normalize_image
 from imagebuild.normalize.from_save import normalize_saved
 from imagebuild.normalize.from_store import normalize_stored
+from imagebuild.normalize.lower_cache import FORMAT, cached_entries
 from imagebuild.normalize.model import FROM_CONTENT, FROM_SAVE, LayerPlan, Normalized
+from imagebuild.normalize.stored_layers import layer_entries
 from imagebuild.testing import FakeEngine, image_info
 from tests.unit import imagetars as tars
 from tests.unit.imagetars import BASE, EPOCH, EVERY_KIND, Item, layer
@@ -159,3 +162,34 @@ def test_a_rebuild_loads_only_what_changed(tmp_path: Path) -> None:
     manifest = json.loads(sent[f"blobs/sha256/{again.engine_id[7:]}"])
     reused = loaded[f"blobs/sha256/{first.layers[0].diff_id[7:]}"]
     assert manifest["layers"][2] == {"mediaType": tars.PLAIN_LAYER, "digest": first.layers[0].diff_id, "size": len(reused)}
+
+
+def test_what_the_base_holds_is_kept_and_read_back_the_same(tmp_path: Path) -> None:
+    layers = [*BASE, layer([Item("srv/caf\udce9", data=b"x", pax={"SCHILY.xattr.user.k": "v\udcff"})]), SECOND]
+    image_id = tars.content_store_image(layers, tars.config(layers), tmp_path / "root")
+    image = stored_image(image_id, data_root=str(tmp_path / "root"))
+    made = [layer_entries(x) for x in image.layers[:3]]
+    kept = cached_entries(tmp_path / "cache", "sha256:" + "c" * 64, lambda: made)
+    again = cached_entries(tmp_path / "cache", "sha256:" + "c" * 64, lambda: pytest.fail("made again"))
+    for one, other in ((made, kept), (made, again)):
+        assert [[(n, m, d() if d else None) for n, m, d in x] for x in one] == [[(n, m, d() if d else None) for n, m, d in x] for x in other]
+    assert (tmp_path / "cache" / f"{'c' * 64}.v{FORMAT}.json.gz").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_damaged_cache_is_made_again(tmp_path: Path) -> None:
+    (tmp_path / f"{'c' * 64}.v{FORMAT}.json.gz").write_bytes(b"\x1f\x8bnot gzip")
+    assert cached_entries(tmp_path, "sha256:" + "c" * 64, lambda: [[]]) == [[]]
+    assert cached_entries(tmp_path, "sha256:" + "c" * 64, lambda: pytest.fail("made again")) == [[]]
+
+
+def test_a_normalisation_on_the_same_base_reads_what_the_first_kept_and_not_the_base_blobs(tmp_path: Path) -> None:
+    engine, image_id = engine_with(tmp_path / "root")
+    first = normalize_image(engine, image_id, plan(LAYERS), tmp_path / "spool")
+    assert list((tmp_path / "spool" / LOWER_CACHE).glob("*.json.gz"))
+    rebuilt_engine, rebuilt_id = engine_with(tmp_path / "root", [*BASE, EVERY_KIND, THIRD])
+    for base_layer in engine.stored[image_id].layers[:2]:  # same size, not gzip: reading it would fail
+        base_layer.blob.write_bytes(bytes(base_layer.blob.stat().st_size))  # type: ignore[union-attr]
+    again = normalize_image(rebuilt_engine, rebuilt_id, plan([*BASE, EVERY_KIND, THIRD]), tmp_path / "spool")
+    without = normalise([*BASE, EVERY_KIND, THIRD], tmp_path / "fresh")
+    assert (first.read_from, again.read_from) == (FROM_CONTENT, FROM_CONTENT)
+    assert again.image_id == without.image_id
