@@ -8,7 +8,8 @@ Per engine and size N (GB, 1 GB = 1e9 bytes):
   ``RUN head -c N /dev/urandom > /blob`` and a small last step (``RUN echo $NONCE > /nonce``): the
   step's time, as an extra stage of the image would take;
 * normalisation: ``imagebuild.normalize.core.normalize_image`` of that image, as `imagebuild build`
-  does it (from the engine's layer store where it can, else from `docker save`), with the engine's
+  does it (from the engine's own store where it can: overlay2's layer store, the containerd store's
+  content store; else from `docker save`), with the engine's
   phases (rewrite: read and rewrite the layers; load: the engine loading the rewritten ones), the
   CPU seconds of this process (every thread of it; the engine's own work is not in them), the
   disk the engine keeps beyond the base (the built layer, kept as the cache, and the normalised one)
@@ -98,12 +99,31 @@ CPU: dict[str, float] = {}  # command -> CPU seconds of its last run: the comman
 
 
 def engine_cpu(host: str) -> float:
-    """CPU seconds the engine's dockerd (and the children it waited for: its untar) has used so far."""
+    """CPU seconds the engine's dockerd has used so far: its own, the children it waited for (its untar)
+    and the ones still running (the containerd it started, where the containerd image store unpacks,
+    diffs and compresses layers)."""
     pid = ENGINE_PIDS.get(host)
     if pid is None:
         return 0.0
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return _process_cpu(pid) + sum(_process_cpu(child) for child in _children(pid))
+
+
+def _process_cpu(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # it ended meanwhile: its seconds are its parent's once waited for
+        return 0.0
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
 
 
 def run(argv: list[str], host: str, stdin: BinaryIO | None = None) -> float:
