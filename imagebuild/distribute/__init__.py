@@ -5,7 +5,7 @@ into a content-addressed archive and its manifest), ``shipped_importer`` (``imag
 standard-library manifest reader and verified loader, as the zipapp export writes next to each archive),
 ``local_import`` (the same package behind `imagebuild import`), ``archive_layout`` (any engine's save
 stream made into the archive every engine and image store loads) and ``compression`` (how archives
-are compressed); ``formats`` (``--format oci|squashfs``: ``spooled_image`` spools the save once,
+are compressed); ``formats`` (``--format oci|squashfs``: ``spooled_image`` spools the layers once, from the engine's store or its save,
 ``oci_layout`` writes the OCI layout, ``rootfs`` flattens the layers, ``runtime_files`` writes enroot's
 and Charliecloud's files, ``squashfs`` runs tar2sqfs, ``fixed_tar`` the deterministic headers);
 ``record_notes`` notes in the build record where the image went (publish's reference,

@@ -53,6 +53,7 @@ from imagebuild.distribute.formats import (
 )
 from imagebuild.distribute.record_notes import EXPORTED, build_documents, note_in_record
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
+from imagebuild.distribute.spooled_image import spool_saved_image, spool_stored_image
 from imagebuild.distribute.stored_archive import StoredArchiveError, stored_archive
 from imagebuild.engine.interface import Engine, ImageInfo
 from imagebuild.errors import ConfigError, EngineError, ImageBuildError
@@ -185,9 +186,7 @@ def _export(
         written = _docker_archive(options, engine, info, output / name, progress)
     else:
         try:
-            written = write_spooled_format(
-                options.export_format, progress, output / name, compression=options.compression, report=report
-            )
+            written = _spooled_format(options, engine, info, output / name, progress, report=report)
         except FormatError as e:
             msg = f"cannot export {options.image} ({info.described}) as {options.export_format}: {e}"
             raise (EngineError if e.engine else ImageBuildError)(msg) from e
@@ -260,6 +259,42 @@ def _docker_archive(
     else:
         logger.debug("exporting %s from docker save: %s", info.described, stored.unavailable)
     return _written_archive(options, info, path, progress, lambda out: portable_archive(progress, out))
+
+
+def _spooled_format(
+    options: ExportOptions,
+    engine: Engine,
+    info: ImageInfo,
+    path: Path,
+    progress: _SaveProgress,
+    *,
+    report: Callable[[str], None],
+) -> WrittenArchive:
+    """The OCI layout or squashfs, from the image's layers spooled once: read from the engine's store
+    where it can be (as ``_docker_archive`` reads it), else from the save."""
+    stored = engine.stored_image(info.id)
+    if not stored.unavailable:
+        progress.source = f"the engine's {'content' if stored.manifest is not None else 'layer'} store"
+        try:
+            return write_spooled_format(
+                options.export_format,
+                lambda spool_dir: spool_stored_image(stored, info.id, spool_dir, progress=progress.count),
+                path,
+                compression=options.compression,
+                report=report,
+            )
+        except StoredArchiveError as e:
+            logger.warning("reading %s from %s failed (%s); using docker save", info.described, progress.source, e)
+            progress.source, progress.saved = "docker save", 0
+    else:
+        logger.debug("exporting %s from docker save: %s", info.described, stored.unavailable)
+    return write_spooled_format(
+        options.export_format,
+        lambda spool_dir: spool_saved_image(progress, spool_dir, what="the engine's save stream"),
+        path,
+        compression=options.compression,
+        report=report,
+    )
 
 
 def _written_archive(

@@ -16,7 +16,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -26,7 +26,7 @@ from imagebuild.distribute.compression import Compression, Sink, compressing
 from imagebuild.distribute.oci_layout import oci_manifest, write_oci_layout
 from imagebuild.distribute.rootfs import RootfsError
 from imagebuild.distribute.runtime_files import RuntimeFilesError
-from imagebuild.distribute.spooled_image import SpooledImage, SpoolError, spool_saved_image
+from imagebuild.distribute.spooled_image import SpooledImage, SpoolError
 from imagebuild.distribute.squashfs import COMPRESSORS, TAR2SQFS, SquashfsError, write_squashfs
 from imagebuild.errors import ConfigError, ImageBuildError
 from imagebuild.importer.manifest import DOCKER_ARCHIVE, OCI_ARCHIVE, SQUASHFS
@@ -108,16 +108,20 @@ class _Counted:
 
 def write_spooled_format(
     export_format: ExportFormat,
-    chunks: Iterable[bytes],
+    spool_image: Callable[[Path], SpooledImage],
     path: Path,
     *,
     compression: Compression,
     report: Callable[[str], None],
 ) -> WrittenArchive:
-    """Spool the save stream ``chunks``, then write ``path`` in ``export_format`` (oci or squashfs)."""
+    """Spool the image into a temporary directory beside ``path`` (``spool_image(directory)``: from the
+    engine's store or its save stream), then write ``path`` in ``export_format`` (oci or squashfs).
+
+    A StoredArchiveError from ``spool_image`` passes through, before anything is written at ``path``.
+    """
     with tempfile.TemporaryDirectory(prefix=SPOOL_PREFIX, dir=path.parent) as spool_dir:
         try:
-            image = spool_saved_image(chunks, Path(spool_dir), what="the engine's save stream")
+            image = spool_image(Path(spool_dir))
             report(f"{path.name}: {len(image.layers)} layers spooled ({sum(x.size for x in image.layers) / 1e9:.2f} GB)")
             if export_format is ExportFormat.OCI:
                 return _oci(image, path, compression)

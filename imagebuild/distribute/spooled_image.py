@@ -1,21 +1,29 @@
-"""An image's config and layers from the engine's ``save`` stream, each layer spooled to a file once.
+"""An image's config and layers, each layer spooled to a file once: from the engine's own store where
+this process can read it, else from its ``save`` stream.
 
-The OCI layout and the squashfs are made from the same content-addressed save the docker archive is:
-the config exactly as saved (its sha256 is the identity) and every layer tar checked against its diffID
-(``engine.saved_image`` does both). Unlike the docker archive, which streams through, these need the
-layers by digest before they are written (an OCI blob's name is its digest; flattening reads every
-layer), so each is spooled to the export's temporary directory while it is hashed, and read from there.
+The OCI layout and the squashfs are made from the same content-addressed image the docker archive is:
+the config exactly as stored or saved (its sha256 is the identity) and every layer tar checked against
+its diffID. Unlike the docker archive, which streams through, these need the layers by digest before
+they are written (an OCI blob's name is its digest; flattening reads every layer), so each is spooled to
+the export's temporary directory while it is hashed, and read from there. Read from the store
+(overlay2's layer store: each tar rebuilt from its tar-split record; the containerd store: each blob
+decompressed), the engine does not first write the whole image into its data root as its save does.
 """
 
 from __future__ import annotations
 
+import json
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from imagebuild.distribute.stored_archive import StoredArchiveError, checked_documents
+from imagebuild.engine.content_blobs import BlobError, layer_tar
+from imagebuild.engine.interface import BlobLayer, StoredImage
 from imagebuild.engine.saved_image import ArchiveError, read_saved_image
+from imagebuild.engine.tar_split import TarSplitError, layer_chunks
 from imagebuild.util.streams import open_stream, spool
 
 
@@ -59,3 +67,36 @@ def spool_saved_image(chunks: Iterable[bytes], directory: Path, *, what: str) ->
     except (ArchiveError, tarfile.TarError) as e:
         raise SpoolError(str(e)) from e
     return SpooledImage(config_bytes=saved.config_bytes, config=saved.config, layers=saved.layers)
+
+
+def spool_stored_image(
+    image: StoredImage, image_id: str, directory: Path, *, progress: Callable[[int], None] = lambda _: None
+) -> SpooledImage:
+    """The image ``image_id`` (the engine's ID) from the engine's store, each layer's tar spooled to
+    ``directory`` and checked against its diffID; ``progress(n)`` is told of each chunk read.
+
+    StoredArchiveError when the store does not give that image (the caller then reads the save).
+    """
+    config_bytes, _ = checked_documents(image, image_id)
+    layers = []
+    for number, layer in enumerate(image.layers, 1):
+        path = directory / f"layer-{number:04d}.tar"
+        if isinstance(layer, BlobLayer):
+            chunks, where = layer_tar(layer), f"read from {layer.blob}"
+        else:
+            chunks, where = layer_chunks(layer.tar_split, layer.files), f"rebuilt from {layer.files}"
+        try:
+            digest, size = spool(open_stream(_counted(chunks, progress)), path)
+        except (TarSplitError, BlobError) as e:
+            raise StoredArchiveError(str(e)) from e
+        if digest != layer.diff_id:
+            msg = f"layer {layer.diff_id[:19]} {where} is {digest[:19]}, not the layer"
+            raise StoredArchiveError(msg)
+        layers.append(SpooledLayer(path=path, diff_id=digest, size=size))
+    return SpooledImage(config_bytes=config_bytes, config=json.loads(config_bytes), layers=tuple(layers))
+
+
+def _counted(chunks: Iterable[bytes], progress: Callable[[int], None]) -> Iterator[bytes]:
+    for chunk in chunks:
+        progress(len(chunk))
+        yield chunk

@@ -64,7 +64,7 @@ def stored_archive(
 
     ``progress(n)`` is told of each chunk's bytes as it is written.
     """
-    config_bytes, manifest_bytes = _checked_documents(image, image_id)
+    config_bytes, manifest_bytes = checked_documents(image, image_id)
     config_digest = _digest(config_bytes)
     diff_ids = tuple(layer.diff_id for layer in image.layers)
     writer = TarWriter(out)
@@ -95,7 +95,7 @@ def stored_archive(
     )
 
 
-def _checked_documents(image: StoredImage, image_id: str) -> tuple[bytes, bytes | None]:
+def checked_documents(image: StoredImage, image_id: str) -> tuple[bytes, bytes | None]:
     """(the config's bytes, the manifest's on the containerd store), checked against ``image_id`` and
     the layers the store gives."""
     if image.config is None:

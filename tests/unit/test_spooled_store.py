@@ -1,0 +1,101 @@
+"""--format oci and squashfs read the image from the engine's store where they can (overlay2's layer
+store, the containerd store's content store), as the docker archive does: the same layers, checked
+against their diffIDs, so the same archive bytes as from `docker save`, without the save."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from imagebuild.distribute.compression import Compression
+from imagebuild.distribute.export import ExportOptions, export_image
+from imagebuild.distribute.formats import ExportFormat
+from imagebuild.distribute.spooled_image import spool_stored_image
+from imagebuild.distribute.stored_archive import StoredArchiveError
+from imagebuild.engine.containerd_store import stored_image
+from imagebuild.testing import FakeEngine
+from tests.unit import imagetars as tars
+from tests.unit.test_stored_archive import LAYERS, TAG, containerd_engine, engine_with_a_store
+
+
+@pytest.mark.parametrize("store", ["layer", "content"])
+def test_every_layer_is_spooled_as_its_tar_and_the_config_as_stored(tmp_path: Path, store: str) -> None:
+    config = tars.config(LAYERS)
+    if store == "layer":
+        image = tars.stored_image(LAYERS, config, tmp_path / "store")
+        image_id = tars.digest(json.dumps(config).encode())
+    else:  # gzip blobs (built or pulled) and an uncompressed one (loaded by imagebuild)
+        image_id = tars.content_store_image(LAYERS, config, tmp_path / "root", plain=(2,))
+        image = stored_image(image_id, data_root=str(tmp_path / "root"))
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    read: list[int] = []
+    spooled = spool_stored_image(image, image_id, spool, progress=read.append)
+    assert spooled.identity == tars.digest(json.dumps(config).encode())
+    assert [layer.path.read_bytes() for layer in spooled.layers] == LAYERS
+    assert [layer.diff_id for layer in spooled.layers] == [tars.digest(d) for d in LAYERS]
+    assert sum(read) == sum(len(d) for d in LAYERS)
+
+
+@pytest.mark.parametrize("store", ["layer", "content"])
+def test_a_layer_that_is_not_its_diff_id_is_refused(tmp_path: Path, store: str) -> None:
+    config = tars.config(LAYERS)
+    if store == "layer":
+        image = tars.stored_image(LAYERS, config, tmp_path / "store")
+        image_id = tars.digest(json.dumps(config).encode())
+        big = image.layers[-1].files / "app" / "big.bin"
+        big.write_bytes(bytes(reversed(big.read_bytes())))  # same size, other bytes
+    else:
+        image_id = tars.content_store_image(LAYERS, config, tmp_path / "root", plain=(2,))
+        image = stored_image(image_id, data_root=str(tmp_path / "root"))
+        blob = image.layers[2].blob  # type: ignore[union-attr]
+        data = bytearray(blob.read_bytes())
+        data[600] ^= 1
+        blob.write_bytes(bytes(data))
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    with pytest.raises(StoredArchiveError, match=r"layer sha256:\w+ (rebuilt|read) from .* is sha256:\w+, not the layer"):
+        spool_stored_image(image, image_id, spool)
+    with pytest.raises(StoredArchiveError, match="not those of sha256:0000"):
+        spool_stored_image(image, "sha256:" + "0" * 64, spool)
+
+
+def oci_export(engine: FakeEngine, out: Path) -> tuple[str, list[str]]:
+    """``TAG`` exported as an OCI layout archive: its sha256 (from the manifest export wrote), the lines."""
+    lines: list[str] = []
+    result = export_image(
+        ExportOptions(image=TAG, output=out, compression=Compression.NONE, export_format=ExportFormat.OCI),
+        engine,
+        report=lines.append,
+    )
+    archive = out / result.manifest.archive
+    assert hashlib.sha256(archive.read_bytes()).hexdigest() == result.manifest.sha256
+    return result.manifest.sha256, lines
+
+
+@pytest.mark.parametrize("store", ["layer", "content"])
+def test_an_oci_export_from_the_store_is_the_one_from_docker_save_without_the_save(tmp_path: Path, store: str) -> None:
+    engine, image_id = engine_with_a_store(tmp_path) if store == "layer" else containerd_engine(tmp_path)
+    engine.refuse_save = "save must not be asked"
+    from_store, lines = oci_export(engine, tmp_path / "from-store")
+    assert any(f"read from the engine's {store} store" in line for line in lines)
+    engine.refuse_save = None
+    del engine.stored[image_id]  # a store this process cannot read: the save it is
+    from_save, lines = oci_export(engine, tmp_path / "from-save")
+    assert any("read from docker save" in line for line in lines)
+    assert from_store == from_save
+
+
+def test_a_damaged_store_falls_back_to_the_save_before_anything_is_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine, image_id = containerd_engine(tmp_path)
+    blob = engine.stored[image_id].layers[2].blob  # type: ignore[union-attr]
+    blob.write_bytes(bytes(blob.stat().st_size))  # same size, other bytes
+    _, lines = oci_export(engine, tmp_path / "out")
+    assert "from the engine's content store failed" in caplog.text
+    assert any("read from docker save" in line for line in lines)
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]  # no spool or partial file left
