@@ -23,6 +23,9 @@ import pytest
 
 from imagebuild.cli import main
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME
+from imagebuild.engine.docker import DockerEngine
+from imagebuild.engine.http_api import HttpEngine
+from imagebuild.engine.interface import StoredImage
 from imagebuild.inputs.layout import LAUNCHER
 from tests.prerequisites import skip_or_fail
 
@@ -86,12 +89,32 @@ def test_the_oci_archive_loads_into_podman_as_the_images_identity(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def test_an_oci_export_reads_the_engines_layer_store_and_equals_the_sessions(
+    exports: dict[str, Path], sample_image: dict[str, object], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The engine here is a local overlay2 one whose data root this process reads: no docker save.
+    capsys.readouterr()
+    assert main(["export", str(sample_image["image_id"]), "-o", str(tmp_path), "--format", "oci"]) == 0
+    assert "read from the engine's layer store" in capsys.readouterr().err
+    first = _data(exports["oci"])
+    assert _data(tmp_path / f"{first['archive']}.json")["sha256"] == first["sha256"]
+
+
 def test_the_squashfs_is_reproducible_and_carries_the_runtime_files_and_the_launcher(
-    exports: dict[str, Path], sample_image: dict[str, object], tmp_path: Path
+    exports: dict[str, Path],
+    sample_image: dict[str, object],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     rdsquashfs = _tool("rdsquashfs")
     first = _data(exports["squashfs"])
+    # The session's export read the engine's layer store; this one reads its save: the same bytes.
+    for engine in (DockerEngine, HttpEngine):
+        monkeypatch.setattr(engine, "stored_image", lambda _self, _id: StoredImage(unavailable="the test reads the save"))
+    capsys.readouterr()
     assert main(["export", str(sample_image["image_id"]), "-o", str(tmp_path), "--format", "squashfs"]) == 0
+    assert "read from docker save" in capsys.readouterr().err
     assert _data(tmp_path / f"{first['archive']}.json")["sha256"] == first["sha256"]
     image = exports["squashfs"].parent / str(first["archive"])
 
