@@ -18,7 +18,7 @@ from imagebuild.distribute.stored_archive import StoredArchiveError
 from imagebuild.engine.containerd_store import stored_image
 from imagebuild.testing import FakeEngine
 from tests.unit import imagetars as tars
-from tests.unit.test_stored_archive import LAYERS, TAG, containerd_engine, engine_with_a_store
+from tests.unit.store_engines import LAYERS, TAG, containerd_engine, engine_with_a_store
 
 
 @pytest.mark.parametrize("store", ["layer", "content"])

@@ -7,8 +7,6 @@ import gzip
 import hashlib
 import io
 import json
-import tarfile
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,18 +16,10 @@ from imagebuild.distribute.export import ExportOptions, ExportResult, export_ima
 from imagebuild.distribute.local_import import import_manifest
 from imagebuild.distribute.stored_archive import StoredArchiveError, stored_archive
 from imagebuild.engine.containerd_store import CONTENT, stored_image
-from imagebuild.engine.interface import StoredImage
-from imagebuild.testing import FakeEngine, image_info
+from imagebuild.testing import FakeEngine
 from tests.unit import imagetars as tars
-from tests.unit.imagetars import BASE, EVERY_KIND
-
-LAYERS = [*BASE, EVERY_KIND]
-TAG = "imagebuild/kimi-k3:gfx942"
-
-
-def members(archive: bytes) -> dict[str, bytes]:
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar if m.isreg()}  # type: ignore[union-attr]
+from tests.unit.imagetars import EVERY_KIND
+from tests.unit.store_engines import LAYERS, TAG, containerd_engine, engine_with_a_store, members
 
 
 def test_the_archive_holds_the_config_and_every_layer_under_its_digest(tmp_path: Path) -> None:
@@ -68,18 +58,6 @@ def test_another_image_s_config_is_refused(tmp_path: Path) -> None:
     image = tars.stored_image(LAYERS, tars.config(LAYERS), tmp_path / "store")
     with pytest.raises(StoredArchiveError, match="not those of sha256:0000"):
         stored_archive(image, "sha256:" + "0" * 64, io.BytesIO())
-
-
-def engine_with_a_store(tmp_path: Path) -> tuple[FakeEngine, str]:
-    """A fake engine holding an image both as `save` streams it and in a layer store."""
-    engine = FakeEngine()
-    image_id = engine.add_saved_image(TAG)
-    saved = members(engine.saved[image_id])
-    layer = next(data for name, data in saved.items() if name.endswith("/layer.tar"))
-    config = tmp_path / "config"
-    config.write_bytes(saved[f"{image_id[7:]}.json"])
-    engine.stored[image_id] = StoredImage(config=config, layers=(tars.stored_layer(layer, tmp_path / "layer"),))
-    return engine, image_id
 
 
 def exported(engine: FakeEngine, tmp_path: Path) -> tuple[ExportResult, list[str]]:
@@ -137,18 +115,6 @@ def test_a_content_store_that_is_not_the_image_is_refused(tmp_path: Path, damage
     else:
         with pytest.raises(StoredArchiveError, match="not those of sha256:0000"):
             stored_archive(image, "sha256:" + "0" * 64, io.BytesIO())
-
-
-def containerd_engine(tmp_path: Path) -> tuple[FakeEngine, str]:
-    """A fake containerd-store engine holding an image in its content store (and able to save it)."""
-    engine = FakeEngine(manifest_ids=True)
-    image_id = tars.content_store_image(LAYERS, tars.config(LAYERS), tmp_path / "root")
-    engine.saved[image_id] = tars.content_store_saved(tmp_path / "root", image_id)
-    identity = tars.digest(json.dumps(tars.config(LAYERS)).encode())
-    engine.images.append(replace(image_info(image_id, tags=[TAG]), config_digest=identity))
-    engine.tags[TAG] = image_id
-    engine.stored[image_id] = stored_image(image_id, data_root=str(tmp_path / "root"))
-    return engine, image_id
 
 
 @pytest.mark.parametrize("store", ["layer", "content"])
