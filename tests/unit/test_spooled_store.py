@@ -16,20 +16,26 @@ from imagebuild.distribute.formats import ExportFormat
 from imagebuild.distribute.spooled_image import spool_stored_image
 from imagebuild.distribute.stored_archive import StoredArchiveError
 from imagebuild.engine.containerd_store import stored_image
+from imagebuild.engine.interface import StoredImage
 from imagebuild.testing import FakeEngine
 from tests.unit import imagetars as tars
 from tests.unit.store_engines import LAYERS, TAG, containerd_engine, engine_with_a_store
 
 
+def image_in(store: str, tmp_path: Path) -> tuple[StoredImage, str]:
+    """The test image in a layer store, or in a content store with gzip blobs (built or pulled) and an
+    uncompressed one (loaded by imagebuild); and the ID the engine knows it by."""
+    config = tars.config(LAYERS)
+    if store == "layer":
+        return tars.stored_image(LAYERS, config, tmp_path / "store"), tars.digest(json.dumps(config).encode())
+    image_id = tars.content_store_image(LAYERS, config, tmp_path / "root", plain=(2,))
+    return stored_image(image_id, data_root=str(tmp_path / "root")), image_id
+
+
 @pytest.mark.parametrize("store", ["layer", "content"])
 def test_every_layer_is_spooled_as_its_tar_and_the_config_as_stored(tmp_path: Path, store: str) -> None:
     config = tars.config(LAYERS)
-    if store == "layer":
-        image = tars.stored_image(LAYERS, config, tmp_path / "store")
-        image_id = tars.digest(json.dumps(config).encode())
-    else:  # gzip blobs (built or pulled) and an uncompressed one (loaded by imagebuild)
-        image_id = tars.content_store_image(LAYERS, config, tmp_path / "root", plain=(2,))
-        image = stored_image(image_id, data_root=str(tmp_path / "root"))
+    image, image_id = image_in(store, tmp_path)
     spool = tmp_path / "spool"
     spool.mkdir()
     read: list[int] = []
@@ -42,15 +48,11 @@ def test_every_layer_is_spooled_as_its_tar_and_the_config_as_stored(tmp_path: Pa
 
 @pytest.mark.parametrize("store", ["layer", "content"])
 def test_a_layer_that_is_not_its_diff_id_is_refused(tmp_path: Path, store: str) -> None:
-    config = tars.config(LAYERS)
+    image, image_id = image_in(store, tmp_path)
     if store == "layer":
-        image = tars.stored_image(LAYERS, config, tmp_path / "store")
-        image_id = tars.digest(json.dumps(config).encode())
         big = image.layers[-1].files / "app" / "big.bin"
         big.write_bytes(bytes(reversed(big.read_bytes())))  # same size, other bytes
     else:
-        image_id = tars.content_store_image(LAYERS, config, tmp_path / "root", plain=(2,))
-        image = stored_image(image_id, data_root=str(tmp_path / "root"))
         blob = image.layers[2].blob  # type: ignore[union-attr]
         data = bytearray(blob.read_bytes())
         data[600] ^= 1
