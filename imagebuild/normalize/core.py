@@ -43,7 +43,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from imagebuild.engine.interface import PODMAN, EngineStore
+from imagebuild.engine.interface import PODMAN, EngineStore, StoredImage
 from imagebuild.log import logger
 from imagebuild.normalize.from_save import normalize_saved
 from imagebuild.normalize.from_store import normalize_stored
@@ -59,6 +59,7 @@ from imagebuild.normalize.model import (
     NormalizeResult,
     StoreReadFailure,
 )
+from imagebuild.normalize.streamed_load import normalize_into_load, streams_into_load
 from imagebuild.util.streams import open_stream
 
 LOWER_CACHE = "lower-state"  # under the spool directory: what base layers hold (imagebuild.normalize.lower_cache)
@@ -86,13 +87,22 @@ def normalize_image(
     engine = store.store()
     with tempfile.TemporaryDirectory(prefix="normalize-", dir=spool_dir) as workdir:
         normalized, fallback, save_started = None, "the layer store was not asked", started
+        streamed: dict[str, float] | None = None
+        loaded: list[str] = []
         stored = store.stored_image(image_id) if from_store else None
         source = FROM_CONTENT if stored is not None and stored.manifest is not None else FROM_STORE
         if stored is not None and stored.unavailable:
             fallback = stored.unavailable
         elif stored is not None:
             try:
-                normalized = normalize_stored(stored, plan, Path(workdir), what=what, lower_cache=spool_dir / LOWER_CACHE)
+                if streams_into(stored, engine):
+                    stream_started = time.monotonic()
+                    normalized, loaded, sized = normalize_into_load(
+                        stored, plan, store.load, what=what, lower_cache=spool_dir / LOWER_CACHE
+                    )
+                    streamed = {"size": sized, "stream": round(time.monotonic() - stream_started - sized, 3)}
+                else:
+                    normalized = normalize_stored(stored, plan, Path(workdir), what=what, lower_cache=spool_dir / LOWER_CACHE)
             except StoreReadFailure as e:
                 fallback = str(e)
                 logger.warning("reading %s from the engine's %s failed (%s); using docker save", what, source, e)
@@ -101,11 +111,14 @@ def normalize_image(
             logger.debug("normalising %s from docker save: %s", what, fallback)
             save_started = time.monotonic()
             normalized = normalize_saved(open_stream(store.save(image_id)), plan, Path(workdir), what=what)
-        load_started = time.monotonic()
-        engine_id, chunks = _load_archive(normalized, engine, what)
-        loaded = store.load(chunks)
-        load_seconds = round(time.monotonic() - load_started, 3)
-    phases = {"rewrite": normalized.rewrite_seconds, "load": load_seconds}
+        engine_id = normalized.image_id
+        if streamed is None:
+            load_started = time.monotonic()
+            engine_id, chunks = _load_archive(normalized, engine, what)
+            loaded = store.load(chunks)
+            load_seconds = round(time.monotonic() - load_started, 3)
+    # Streamed: the layers were sized first, then rewritten while the engine unpacked them.
+    phases = streamed or {"rewrite": normalized.rewrite_seconds, "load": load_seconds}
     if read_from == FROM_SAVE:
         # The engine prepares its save before the first byte: "save" counts from the request on.
         phases = {"save": round(load_started - save_started - normalized.rewrite_seconds, 3), **phases}
@@ -117,16 +130,22 @@ def normalize_image(
         engine_id=engine_id,
         engine=engine.describe(),
         unnormalized_id=image_id,
-        layers_rewritten=sum(layer.path is not None for layer in normalized.layers),
-        bytes_rewritten=sum(layer.size for layer in normalized.layers if layer.path is not None),
+        layers_rewritten=sum(layer.rewritten for layer in normalized.layers),
+        bytes_rewritten=sum(layer.size for layer in normalized.layers if layer.rewritten),
         spool_peak=normalized.spool_peak,
         seconds=round(time.monotonic() - started, 3),
         phases=phases,
         read_from=read_from,
         fallback_reason="" if read_from != FROM_SAVE else fallback,
-        layers_reused=sum(layer.path is None for layer in normalized.layers),
+        layers_reused=sum(not layer.rewritten for layer in normalized.layers),
         layers=normalized.notes,
     )
+
+
+def streams_into(stored: StoredImage, engine: EngineStore) -> bool:
+    """Whether the rewrite goes straight into the load: overlay2's layers into a legacy archive (the
+    containerd store's OCI layout names each blob by its digest, known only once it is written)."""
+    return engine.kind != PODMAN and not engine.ids_are_manifests and streams_into_load(stored)
 
 
 def _load_archive(normalized: Normalized, engine: EngineStore, what: str) -> tuple[str, Iterator[bytes]]:

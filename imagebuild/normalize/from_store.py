@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import tarfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO, cast
@@ -30,11 +30,22 @@ from imagebuild.normalize.rewrite import LayerError, rewrite_layer
 from imagebuild.normalize.stored_layers import READ_ERRORS, content_digests, layer_entries, layer_tar
 from imagebuild.util.streams import HashingReader, open_stream
 
+# How a build layer is rewritten: (the built layer, its step, what is below it, its number) -> the
+# normalised layer; ``lower`` gets what the built layer held.
+LayerWriter = Callable[[StoredLayer | BlobLayer, BuildLayer, LowerState, int], NormalizedLayer]
+
 
 def normalize_stored(
-    image: StoredImage, plan: LayerPlan, workdir: Path, *, what: str, lower_cache: Path | None = None
+    image: StoredImage,
+    plan: LayerPlan,
+    workdir: Path,
+    *,
+    what: str,
+    lower_cache: Path | None = None,
+    write_layer: LayerWriter | None = None,
 ) -> Normalized:
-    """Rewrite the build's layers straight from the engine's store into ``workdir``.
+    """Rewrite the build's layers straight from the engine's store into ``workdir`` (or as
+    ``write_layer`` does: imagebuild.normalize.streamed_load streams them into the engine's load).
 
     The build's first layers are not rewritten when the last run normalised them from the same
     inputs (``plan.previous``, imagebuild.normalize.reuse); the base's are read for what they hold
@@ -69,7 +80,12 @@ def normalize_stored(
             if found is not None:
                 lower.apply(found.held, found.written_mtimes)
                 reused = found.layer
-        made = reused or _rewritten(layer, step, lower, workdir / f"layer-{index}.tar", what=f"{what} layer {number}")
+        if reused is not None:
+            made = reused
+        elif write_layer is not None:
+            made = write_layer(layer, step, lower, number)
+        else:
+            made = _rewritten(layer, step, lower, workdir / f"layer-{index}.tar", what=f"{what} layer {number}")
         rewritten.append(made)
         notes.append(replace(note, diff_id=made.diff_id if made.entries else ""))
         below += [made.diff_id] if made.entries else []

@@ -47,18 +47,28 @@ def _digest(data: bytes) -> str:
 
 def legacy_chunks(config_bytes: bytes, diff_ids: Sequence[str], layers: Sequence[LoadLayer]) -> Iterator[bytes]:
     """A legacy ``docker load`` archive (graph-driver stores)."""
-    hex_id = _digest(config_bytes).removeprefix("sha256:")
-    yield from tar_bytes_chunks(f"{hex_id}.json", config_bytes)
     for layer in layers:
         if layer.path is not None:  # the engine finds a layer it holds by its chain, never opening the file
-            yield from tar_file_chunks(f"{layer.diff_id.removeprefix('sha256:')}/layer.tar", layer.path)
-    manifest = [
-        {
-            "Config": f"{hex_id}.json",
-            "RepoTags": None,
-            "Layers": [f"{d.removeprefix('sha256:')}/layer.tar" for d in diff_ids],
-        }
-    ]
+            yield from tar_file_chunks(legacy_member(layer.diff_id), layer.path)
+    yield from legacy_end(config_bytes, diff_ids)
+
+
+def legacy_member(diff_id: str) -> str:
+    """The file a layer is (or, for one the engine holds, would be) in a legacy archive."""
+    return f"{diff_id.removeprefix('sha256:')}/layer.tar"
+
+
+def legacy_end(config_bytes: bytes, diff_ids: Sequence[str], members: Mapping[str, str] | None = None) -> Iterator[bytes]:
+    """What a legacy archive ends with, once its layers' files are written: the config, the manifest
+    naming every layer's file (``members``: those not named by their diffID), the end of the tar.
+
+    ``docker load`` unpacks the whole archive before it reads the manifest, so the order is free: a
+    layer streamed as it is rewritten comes first, and the config, which names its diffID, after it.
+    """
+    hex_id = _digest(config_bytes).removeprefix("sha256:")
+    yield from tar_bytes_chunks(f"{hex_id}.json", config_bytes)
+    named = members or {}
+    manifest = [{"Config": f"{hex_id}.json", "RepoTags": None, "Layers": [named.get(d) or legacy_member(d) for d in diff_ids]}]
     yield from tar_bytes_chunks("manifest.json", json.dumps(manifest).encode())
     yield TAR_END
 

@@ -81,11 +81,19 @@ class LayerPlan:
 @dataclass(frozen=True, kw_only=True)
 class NormalizedLayer:
     diff_id: str
-    path: Path | None  # the rewritten tar in the spool; None for a layer the engine holds (reused)
+    # The rewritten tar in the spool; None for a layer streamed into the load as it was rewritten, or
+    # one the engine holds (reused).
+    path: Path | None
     size: int
     entries: int
     clamped: int
     history: int  # the history entry of the step that made it
+    member: str = ""  # streamed: its file in the load archive (named before its diffID is known)
+
+    @property
+    def rewritten(self) -> bool:
+        """Made by this run (spooled or streamed), not taken from the engine."""
+        return self.path is not None or bool(self.member)
 
     @classmethod
     def written(cls, result: RewriteResult, path: Path, layer: BuildLayer) -> NormalizedLayer:

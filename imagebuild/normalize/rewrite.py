@@ -25,6 +25,12 @@ its content can be compared. With ``content`` (the layer store path: every file
 is also in the layer's directory) a file's digest is computed from there, and
 only when a comparison asks for it, instead of hashing every file as it passes.
 
+Sizes only (``sizes_only``): the same rewrite with every file's content taken as zeros and
+nothing written or hashed, only counted: the rewritten tar's size before a byte of it exists, which
+the outer archive's header needs when the layer is streamed into the engine's load
+(imagebuild.normalize.streamed_load). Its decisions need every compared file's digest from
+elsewhere (``content``), never from the stream.
+
 Cost: the rewritten tar is hashed (its new diffID) in a thread of its own, so
 on a machine with a second core the hash overlaps the copy; measured in
 docs/measured.md.
@@ -93,6 +99,39 @@ def clamp(info: tarfile.TarInfo, epoch: int, *, pin: bool = False) -> bool:
     return changed
 
 
+class _Counter:
+    """Where a sizes-only rewrite writes: the bytes are counted, not kept or hashed."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.digest = ""  # not computed
+
+    def write(self, data: bytes) -> int:
+        self.size += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def close(self) -> None:
+        pass
+
+
+_ZERO_CHUNK = bytes(CHUNK)
+
+
+class _Zeros:
+    """A file's content as zeros (a sizes-only rewrite copies these instead of reading the file)."""
+
+    def __init__(self, size: int) -> None:
+        self._left = size
+
+    def read(self, size: int = -1) -> bytes:
+        n = self._left if size < 0 else min(size, self._left)
+        self._left -= n
+        return _ZERO_CHUNK if n == CHUNK else bytes(n)
+
+
 class _HashingSource:
     """A payload read through sha256: its digest once the writer has copied it."""
 
@@ -121,29 +160,38 @@ def rewrite_layer(
     reducer: LayerReducer | None = None,
     pin_times: bool = False,
     content: Callable[[str, int], Digest] | None = None,
+    sizes_only: bool = False,
 ) -> RewriteResult:
     """Copy the layer tar ``source`` to ``sink`` with mtimes clamped to ``epoch`` (and reduced, with ``reducer``).
 
     ``pin_times``: every time becomes ``epoch``, earlier ones too (a COPY of the build context, whose
     times depend on the client that sent it). ``content(name, size)``: a regular file's digest,
     computed when first asked for, from elsewhere than the stream (the layer's directory).
+    ``sizes_only``: nothing is written to ``sink``; the result has the size, entries and what the
+    layer held, and no diffID (see the module's doc).
     """
-    out = HashingWriter(sink, background=True)
+    if sizes_only and content is None:
+        msg = "a sizes-only rewrite needs the files' digests from elsewhere than the stream"
+        raise ValueError(msg)
+    out = _Counter() if sizes_only else HashingWriter(sink, background=True)
     try:
-        return _rewrite(source, out, epoch, what=what, reducer=reducer, pin_times=pin_times, content=content)
+        return _rewrite(
+            source, out, epoch, what=what, reducer=reducer, pin_times=pin_times, content=content, sizes_only=sizes_only
+        )
     finally:
         out.close()
 
 
 def _rewrite(
     source: BinaryIO,
-    out: HashingWriter,
+    out: HashingWriter | _Counter,
     epoch: int,
     *,
     what: str,
     reducer: LayerReducer | None,
     pin_times: bool,
     content: Callable[[str, int], Digest] | None,
+    sizes_only: bool,
 ) -> RewriteResult:
     entries = clamped = 0
     held: list[tuple[str, Meta, Digest | None]] = []
@@ -171,7 +219,9 @@ def _rewrite(
                 meta = Meta.of(info) if reducer is not None else None
                 canonical(info)
                 clamped += clamp(info, epoch, pin=pin_times)
-                data = reader.extractfile(info) if info.isreg() else None
+                data: IO[bytes] | None = None
+                if info.isreg():  # sizes only: the reader skips the content (its next() reads past it)
+                    data = cast("IO[bytes]", _Zeros(info.size)) if sizes_only else reader.extractfile(info)
                 if reducer is None or meta is None:
                     writer.addfile(info, data)
                     entries += 1

@@ -1,0 +1,195 @@
+"""Normalising from overlay2's layer store straight into the engine's load: no spool.
+
+The spooled path (imagebuild.normalize.from_store) writes each rewritten layer to disk, then sends
+the files to ``docker load``, which unpacks the archive into its own temporary directory and then
+into the layer: three writes of every byte, one after the other. Here each layer is rewritten into
+the load request as it is made, so the engine unpacks while this process rewrites (two writes, and
+the two overlap) and the spool's disk (N GB for N GB of build layers) is not needed.
+
+A tar entry's header comes before its content and states its size, so each layer is rewritten
+twice: first for its size alone (imagebuild.normalize.rewrite's ``sizes_only``: the headers from the
+layer's tar-split record, no file read but the few whose digests a comparison needs), then for real
+into the stream. The legacy archive allows the rest: a layer's file may be named before its diffID
+is known, and the config that names the diffIDs comes last (imagebuild.normalize.load_archive).
+
+The checks are the spooled path's: each built layer's tar must hash to its diffID, and the rewrite
+must be as long as its first pass said; when either fails the stream is cut before its manifest,
+so the engine loads nothing, and StoreReadFailure sends the caller to ``docker save``. The engine
+itself checks every streamed layer against the diffID the config names.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import BinaryIO, cast
+
+from imagebuild.engine.interface import BlobLayer, StoredImage, StoredLayer
+from imagebuild.engine.tar_split import header_chunks
+from imagebuild.normalize.canonical import LayerReducer
+from imagebuild.normalize.config import BuildLayer
+from imagebuild.normalize.from_store import normalize_stored
+from imagebuild.normalize.load_archive import legacy_end
+from imagebuild.normalize.lower import Digest, LowerState
+from imagebuild.normalize.model import LayerPlan, Normalized, NormalizedLayer, StoreReadFailure
+from imagebuild.normalize.rewrite import LayerError, RewriteResult, rewrite_layer
+from imagebuild.normalize.stored_layers import READ_ERRORS, directory_digests, layer_tar
+from imagebuild.util.pushed import PushedChunks
+from imagebuild.util.streams import HashingReader, Sink, open_stream, tar_entry, tar_padding
+
+
+def streams_into_load(image: StoredImage) -> bool:
+    """Whether this image's layers can be streamed into a load: overlay2's, whose headers are on record."""
+    return image.layer_db is not None and all(isinstance(layer, StoredLayer) for layer in image.layers)
+
+
+def normalize_into_load(
+    image: StoredImage,
+    plan: LayerPlan,
+    load: Callable[[Iterable[bytes]], list[str]],
+    *,
+    what: str,
+    lower_cache: Path | None = None,
+) -> tuple[Normalized, list[str], float]:
+    """Normalise ``image`` (see streams_into_load) while ``load`` sends it to the engine.
+
+    Returns the normalised image, what the engine says it loaded and the seconds spent sizing the
+    layers (the first pass; the rest of the load's time is the rewrite and the engine's unpacking,
+    which overlap).
+    """
+    sizing: list[float] = []
+
+    def write(sink: Sink) -> Normalized:
+        members: dict[str, str] = {}
+
+        def streamed(layer: StoredLayer | BlobLayer, step: BuildLayer, lower: LowerState, number: int) -> NormalizedLayer:
+            made = _stream_layer(cast("StoredLayer", layer), step, lower, sink, number, what=what, sizing=sizing)
+            if made.member:
+                members[made.diff_id] = made.member
+            return made
+
+        normalized = normalize_stored(image, plan, Path(), what=what, lower_cache=lower_cache, write_layer=streamed)
+        for chunk in legacy_end(normalized.config_bytes, normalized.diff_ids, members):
+            sink.write(chunk)
+        return normalized
+
+    pushed: PushedChunks[Normalized] = PushedChunks(write)
+    chunks = pushed.chunks()
+    try:
+        loaded = load(chunks)
+    finally:
+        chunks.close()  # an engine that stopped reading early: the writer stops too
+    return pushed.result, loaded, round(sum(sizing), 3)
+
+
+def _stream_layer(
+    layer: StoredLayer,
+    step: BuildLayer,
+    lower: LowerState,
+    sink: Sink,
+    number: int,
+    *,
+    what: str,
+    sizing: list[float],
+) -> NormalizedLayer:
+    """The built ``layer`` rewritten into ``sink`` as one file of the archive (none when it holds
+    nothing once reduced); ``lower`` gets what it held."""
+    what = f"{what} layer {number}"
+    content = _once_each(directory_digests(layer.files))
+    started = time.monotonic()
+    sized = _rewrite(open_stream(header_chunks(layer.tar_split)), None, step, lower, content, what=what)
+    sizing.append(time.monotonic() - started)
+    if not sized.entries:  # nothing to send; still checked against its diffID, as the spooled path does
+        _check_source(layer, None, what=what)
+        lower.apply(sized.held, sized.written_mtimes)
+        return NormalizedLayer(diff_id="", path=None, size=0, entries=0, clamped=sized.clamped, history=step.history)
+    member = f"build-{number}/layer.tar"
+    sink.write(tar_entry(member, sized.size))
+    source = HashingReader(open_stream(layer_tar(layer)), background=True)
+    try:
+        result = _rewrite(cast("BinaryIO", source), sink, step, lower, content, what=what)
+        source.drain()
+    except READ_ERRORS as e:
+        msg = f"{what}: {e}"
+        raise StoreReadFailure(msg) from e
+    finally:
+        source.close()
+    if result.size != sized.size:
+        msg = f"{what}: the rewrite gave {result.size} bytes where its sizing pass gave {sized.size}"
+        raise StoreReadFailure(msg)
+    _check_source(layer, source.digest, what=what)
+    sink.write(tar_padding(result.size))
+    lower.apply(result.held, result.written_mtimes)
+    return NormalizedLayer(
+        diff_id=result.diff_id,
+        path=None,
+        size=result.size,
+        entries=result.entries,
+        clamped=result.clamped,
+        history=step.history,
+        member=member,
+    )
+
+
+def _rewrite(
+    source: BinaryIO,
+    sink: Sink | None,
+    step: BuildLayer,
+    lower: LowerState,
+    content: Callable[[str, int], Digest],
+    *,
+    what: str,
+) -> RewriteResult:
+    """One pass of the rewrite: for its size alone (no ``sink``) or into ``sink``."""
+    try:
+        return rewrite_layer(
+            source,
+            sink or _NOWHERE,
+            step.epoch,
+            what=what,
+            reducer=LayerReducer(lower, step.epoch),
+            pin_times=step.copies_context,
+            content=content,
+            sizes_only=sink is None,
+        )
+    except READ_ERRORS as e:
+        msg = f"{what}: {e}"
+        raise StoreReadFailure(msg) from e
+    except LayerError as e:  # its message names the layer
+        raise StoreReadFailure(str(e)) from e
+
+
+def _check_source(layer: StoredLayer, digest: str | None, *, what: str) -> None:
+    """The built layer's tar (``digest``, or hashed now) must be the one its diffID names."""
+    if digest is None:
+        source = HashingReader(open_stream(layer_tar(layer)))
+        try:
+            source.drain()
+        except READ_ERRORS as e:
+            msg = f"{what}: {e}"
+            raise StoreReadFailure(msg) from e
+        digest = source.digest
+    if digest != layer.diff_id:
+        msg = f"{what}: {layer.files} gives sha256 {digest}, the image says {layer.diff_id}"
+        raise StoreReadFailure(msg)
+
+
+def _once_each(content: Callable[[str, int], Digest]) -> Callable[[str, int], Digest]:
+    """``content`` asked once per file for both passes: a compared file is read once, not twice."""
+    known: dict[tuple[str, int], Digest] = {}
+
+    def digest(name: str, size: int) -> Digest:
+        if (name, size) not in known:
+            known[name, size] = content(name, size)
+        return known[name, size]
+
+    return digest
+
+
+class _Nowhere:
+    def write(self, data: bytes, /) -> int:
+        return len(data)
+
+
+_NOWHERE = _Nowhere()

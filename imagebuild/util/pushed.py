@@ -1,0 +1,102 @@
+"""What a writer pushes, as chunks a reader pulls: a producer that writes (tarfile) feeding a consumer
+that iterates (an engine's load request), with neither spooling to disk.
+
+The writer runs in a thread of its own and its writes are gathered into chunks of about ``CHUNK``
+bytes (a large write is passed on as it is, not copied), at most ``depth`` of them waiting, so memory
+stays bounded. An error in the writer is raised in the reader at the point it reached; a reader
+that stops early (the engine refused the stream) makes the writer's next write raise ``ReaderLeft``,
+which ends it. Once the chunks are exhausted, ``result`` is what the writer returned.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Generator
+from typing import Generic, TypeVar
+
+from imagebuild.util.streams import CHUNK
+
+T = TypeVar("T")
+DEPTH = 8
+_POLL_S = 0.1  # how often a writer blocked on a full queue checks whether the reader left
+
+
+class ReaderLeft(Exception):
+    """The reader stopped before the writer finished: the writer's work is no longer wanted."""
+
+
+class _End:
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.error = error
+
+
+class PushedChunks(Generic[T]):
+    """``write(sink)`` run in a thread; ``chunks()`` yields what it wrote; then ``result``."""
+
+    def __init__(self, write: Callable[[PushedChunks[T]], T], depth: int = DEPTH) -> None:
+        self._write = write
+        self._ready: queue.Queue[bytes | _End] = queue.Queue(maxsize=depth)
+        self._left = threading.Event()
+        self._pending = bytearray()
+        self._result: list[T] = []
+
+    # The writer's side.
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        size = len(data)
+        if not self._pending and size >= CHUNK and isinstance(data, bytes):
+            self._put(data)
+            return size
+        self._pending += data
+        if len(self._pending) >= CHUNK:
+            self._flush()
+        return size
+
+    def _flush(self) -> None:
+        if self._pending:
+            chunk, self._pending = bytes(self._pending), bytearray()
+            self._put(chunk)
+
+    def _put(self, item: bytes | _End) -> None:
+        while not self._left.is_set():
+            try:
+                self._ready.put(item, timeout=_POLL_S)
+            except queue.Full:
+                continue
+            return
+        raise ReaderLeft
+
+    def _run(self) -> None:
+        try:
+            result = self._write(self)
+            self._flush()
+            self._result.append(result)
+            self._put(_End())
+        except ReaderLeft:
+            return
+        except BaseException as e:  # handed to the reader, who raises it
+            try:
+                self._put(_End(e))
+            except ReaderLeft:
+                return
+
+    # The reader's side.
+    def chunks(self) -> Generator[bytes, None, None]:
+        thread = threading.Thread(target=self._run, name="pushed", daemon=True)
+        thread.start()
+        try:
+            while not isinstance(item := self._ready.get(), _End):
+                yield item
+            if item.error is not None:
+                raise item.error
+        finally:
+            self._left.set()
+            thread.join()
+
+    @property
+    def result(self) -> T:
+        """What the writer returned (only once ``chunks()`` ran to its end)."""
+        if not self._result:
+            msg = "the writer has not finished"
+            raise RuntimeError(msg)
+        return self._result[0]

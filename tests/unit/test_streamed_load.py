@@ -1,0 +1,131 @@
+"""Normalising from overlay2's layer store into the engine's load with no spool: the same image and
+layer bytes as the spooled path, an archive docker load accepts (each file it names hashes to its
+diffID), and a store that fails its check cut off before the manifest, then save instead."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import tarfile
+import threading
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from imagebuild.engine.interface import StoredImage
+from imagebuild.errors import EngineError
+from imagebuild.normalize.core import normalize_image
+from imagebuild.normalize.from_store import normalize_stored
+from imagebuild.normalize.model import FROM_SAVE, FROM_STORE, LayerPlan, Normalized
+from imagebuild.normalize.streamed_load import normalize_into_load
+from imagebuild.testing import FakeEngine, image_info
+from imagebuild.testing.archives import untarred
+from tests.unit import imagetars as tars
+from tests.unit.imagetars import BASE, EVERY_KIND, Item, layer
+
+UNCHANGED = layer([Item("app/", tarfile.DIRTYPE, mode=0o755)])  # reduces to nothing: an empty layer
+SECOND = layer([Item("app/", tarfile.DIRTYPE, mode=0o755), Item("app/v.txt", data=b"1\n"), Item("etc/.wh.os-release")])
+# A file of EVERY_KIND's written again with the same bytes (left out, its digest compared) and a new one.
+THIRD = layer([Item("app/big.bin", data=bytes(2304000), mode=0o644), Item("srv/new", data=b"new\n")])
+LAYERS = [*BASE, EVERY_KIND, UNCHANGED, SECOND, THIRD]
+EPOCHS = (tars.EPOCH - 300, tars.EPOCH - 200, tars.EPOCH - 100, tars.EPOCH)
+PLAN = LayerPlan(
+    layers=tuple(tars.digest(d) for d in LAYERS), base_layers=2, base_history=3, epochs=EPOCHS, created=tars.EPOCH
+)
+
+
+def store(where: Path, layers: list[bytes] = LAYERS) -> StoredImage:
+    """The image in a hand-made overlay2 store, with a layer database (which the streamed path asks for)."""
+    (where / "layerdb").mkdir(parents=True)
+    return replace(tars.stored_image(layers, tars.config(layers), where / "store"), layer_db=where / "layerdb")
+
+
+def spooled(image: StoredImage, where: Path) -> Normalized:
+    where.mkdir()
+    return normalize_stored(image, PLAN, where, what="test image")
+
+
+def loaded_files(image: StoredImage) -> tuple[Normalized, dict[str, bytes]]:
+    archives: list[bytes] = []
+
+    def load(chunks: Iterable[bytes]) -> list[str]:
+        archives.append(b"".join(chunks))
+        return ["loaded"]
+
+    normalized, loaded, sizing = normalize_into_load(image, PLAN, load, what="test image")
+    assert loaded == ["loaded"]
+    assert sizing >= 0
+    return normalized, untarred(archives[0])
+
+
+def test_the_streamed_image_is_the_spooled_one_byte_for_byte(tmp_path: Path) -> None:
+    image = store(tmp_path)
+    expected = spooled(image, tmp_path / "spool")
+    normalized, files = loaded_files(image)
+
+    assert (normalized.image_id, normalized.config_bytes) == (expected.image_id, expected.config_bytes)
+    assert normalized.spool_peak == 0
+    assert [layer.member for layer in normalized.layers] == ["build-2/layer.tar", "build-4/layer.tar", "build-5/layer.tar"]
+    streamed = [files[layer.member] for layer in normalized.layers]
+    assert streamed == [layer.path.read_bytes() for layer in expected.layers if layer.path is not None]
+    assert len(expected.layers) == 3  # UNCHANGED held nothing once reduced: dropped, not sent
+
+
+def test_the_archive_is_one_docker_load_accepts(tmp_path: Path) -> None:
+    normalized, files = loaded_files(store(tmp_path))
+    (manifest,) = json.loads(files["manifest.json"])
+    config = json.loads(files[manifest["Config"]])
+    assert manifest["Config"] == normalized.image_id.removeprefix("sha256:") + ".json"
+    assert config["rootfs"]["diff_ids"] == list(normalized.diff_ids)
+    sent = [(name, diff_id) for name, diff_id in zip(manifest["Layers"], config["rootfs"]["diff_ids"], strict=True) if name in files]
+    assert len(sent) == 3  # the base's files are named, not sent: the engine holds them
+    for name, diff_id in sent:  # as docker load checks each layer it registers
+        assert "sha256:" + hashlib.sha256(files[name]).hexdigest() == diff_id
+
+
+def test_through_normalize_image_the_engine_gets_the_image_and_no_spool_is_used(tmp_path: Path) -> None:
+    image = store(tmp_path)
+    image_id = "sha256:" + image.config.name  # type: ignore[union-attr]
+    engine = FakeEngine(images=[image_info(image_id)])
+    engine.stored[image_id] = image
+    result = normalize_image(engine, image_id, PLAN, tmp_path / "spool")
+
+    assert (result.read_from, result.fallback_reason, set(result.phases)) == (FROM_STORE, "", {"size", "stream"})
+    assert (result.spool_peak, result.layers_rewritten, result.layers_reused) == (0, 3, 0)
+    assert result.image_id == spooled(image, tmp_path / "spooled").image_id
+    assert engine.has_image(result.image_id)
+    assert engine.loads == 1
+
+
+def test_a_store_that_fails_its_check_is_cut_off_and_save_is_used(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    image = store(tmp_path)
+    (tmp_path / "store" / "5" / "diff" / "srv" / "new").write_bytes(b"old\n")  # same size, other content
+    image_id = "sha256:" + image.config.name  # type: ignore[union-attr]
+    saved = tars.saved(LAYERS, tars.config(LAYERS))
+    engine = FakeEngine(images=[image_info(image_id)], saved={image_id: saved})
+    engine.stored[image_id] = image
+    with caplog.at_level(logging.WARNING, logger="imagebuild"):
+        result = normalize_image(engine, image_id, PLAN, tmp_path / "spool")
+
+    assert result.read_from == FROM_SAVE
+    assert "layer 5: " in result.fallback_reason
+    assert "gives sha256" in result.fallback_reason
+    assert "using docker save" in caplog.text
+    # Two loads were asked; the first one's stream broke off in the reading (the fake engine keeps
+    # only what it received whole), so only the save path's archive was loaded.
+    assert (engine.loads, len(engine.received)) == (2, 1)
+    assert engine.has_image(result.image_id)
+
+
+def test_an_engine_that_refuses_the_stream_stops_the_rewrite(tmp_path: Path) -> None:
+    image = store(tmp_path)
+    image_id = "sha256:" + image.config.name  # type: ignore[union-attr]
+    engine = FakeEngine(images=[image_info(image_id)], refuse_load="no space left on device")
+    engine.stored[image_id] = image
+    before = threading.active_count()
+    with pytest.raises(EngineError, match="no space left on device"):
+        normalize_image(engine, image_id, PLAN, tmp_path / "spool")
+    assert threading.active_count() == before
