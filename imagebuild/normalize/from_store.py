@@ -24,10 +24,17 @@ from imagebuild.normalize.model import (
     NormalizedLayer,
     StoreReadFailure,
     assemble,
+    lower_state,
 )
 from imagebuild.normalize.reuse import reused_layer
 from imagebuild.normalize.rewrite import LayerError, rewrite_layer
-from imagebuild.normalize.stored_layers import READ_ERRORS, content_digests, layer_entries, layer_tar
+from imagebuild.normalize.stored_layers import (
+    READ_ERRORS,
+    content_digests,
+    directory_digests,
+    layer_entries,
+    layer_tar,
+)
 from imagebuild.util.streams import HashingReader, open_stream
 
 # How a build layer is rewritten: (the built layer, its step, what is below it, its number) -> the
@@ -158,9 +165,12 @@ def stored_lower_state(layers: Sequence[StoredLayer | BlobLayer], what: str, *, 
                 raise StoreReadFailure(msg) from e
         return entries
 
-    blobs = bool(layers) and all(isinstance(layer, BlobLayer) for layer in layers)
-    chain = chain_ids([layer.diff_id for layer in layers])[-1] if layers else ""
-    lower = LowerState()
-    for entries in cached_entries(cache, chain, scanned) if blobs and cache is not None else scanned():
-        lower.apply(entries)
-    return lower
+    if not layers or cache is None:
+        return lower_state(scanned())
+    chain = chain_ids([layer.diff_id for layer in layers])[-1]
+    if all(isinstance(layer, BlobLayer) for layer in layers):
+        return lower_state(cached_entries(cache, chain, scanned))
+    directories = [layer.files for layer in layers if isinstance(layer, StoredLayer)]
+    if len(directories) != len(layers):
+        return lower_state(scanned())
+    return lower_state(cached_entries(cache, chain, scanned, directory_digests=lambda n: directory_digests(directories[n])))
