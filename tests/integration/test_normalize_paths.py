@@ -57,6 +57,9 @@ def test_the_sample_image_normalises_to_one_id_from_the_store_and_from_save(
     from_save = normalize_image(engine, built, plan, tmp_path, from_store=False)
     assert (from_store.read_from, from_save.read_from) == (FROM_STORE, FROM_SAVE)
     assert from_store.image_id == from_save.image_id == sample_image["image_id"]
+    # From overlay2's layer store the rewrite streams into the engine's load (sized first): no spool.
+    assert (set(from_store.phases), from_store.spool_peak) == ({"size", "stream"}, 0)
+    assert from_save.spool_peak > 0
     # 17 steps after FROM make a layer on this engine; step 8's changes nothing once reduced to what it
     # changes below it (its layer holds only directories copied up), so it is dropped, as the containerd
     # store never makes it.
