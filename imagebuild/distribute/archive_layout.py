@@ -65,6 +65,12 @@ class PortableArchive:
     manifest_digest: str  # the manifest index.json names: the containerd store's image ID after a load
     diff_ids: tuple[str, ...]
     layer_bytes: int  # the layers' bytes as stored (compressed where the engine keeps them so)
+    layer_paths: tuple[str, ...] = ()  # per diffID, the file manifest.json names for it
+
+    @property
+    def layer_files(self) -> tuple[tuple[str, str], ...]:
+        """(diffID, file) per layer, lowest first: what the export manifest lists for the importer."""
+        return tuple(zip(self.diff_ids, self.layer_paths, strict=True))
 
 
 @dataclass(kw_only=True)
@@ -335,4 +341,5 @@ def portable_archive(chunks: Iterable[bytes], out: Sink) -> PortableArchive:
         manifest_digest=manifest_digest,
         diff_ids=tuple(str(d) for d in diff_ids),
         layer_bytes=sum(b.size for b in layers),
+        layer_paths=tuple(layer_paths),
     )

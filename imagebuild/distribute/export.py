@@ -224,6 +224,7 @@ def _export(
         origin=f"{socket.gethostname()}:{output}",
         attestations={path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in (*attested.paths, *carried)},
         kind=options.export_format.kind,
+        layers=written.layer_files,
     )
     parse_manifest(manifest.to_json(), name)  # what nodes will accept, checked before writing
     manifest_path = output / f"{name}.json"
@@ -317,7 +318,7 @@ def _written_archive(
                 raise EngineError(msg) from e
     return WrittenArchive(
         sha256=sink.hash.hexdigest(), size=sink.size, uncompressed_size=counted.size,
-        config_digest=layout.config_digest, manifest_digest=layout.manifest_digest,
+        config_digest=layout.config_digest, manifest_digest=layout.manifest_digest, layer_files=layout.layer_files,
     )  # fmt: skip
 
 

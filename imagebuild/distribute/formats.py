@@ -81,6 +81,9 @@ class WrittenArchive:
     uncompressed_size: int  # the tar's bytes (a squashfs: the rootfs tar tar2sqfs read)
     config_digest: str  # the identity
     manifest_digest: str  # the OCI manifest naming that config and the layers
+    # A docker archive's layers, lowest first: (diffID, the file holding it), for the importer to
+    # leave out what the engine holds (imagebuild.importer.held_layers); () for the other kinds.
+    layer_files: tuple[tuple[str, str], ...] = ()
 
 
 class _Hashing:

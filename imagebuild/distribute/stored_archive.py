@@ -92,6 +92,7 @@ def stored_archive(
         manifest_digest=manifest[1],
         diff_ids=diff_ids,
         layer_bytes=sum(blobs[d][2] for d in diff_ids),
+        layer_paths=tuple(layer_paths),
     )
 
 

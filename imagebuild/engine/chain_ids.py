@@ -1,18 +1,11 @@
-"""Layer chain IDs (OCI image spec): how an engine's layer store and ``docker save`` name a stack of layers."""
+"""Layer chain IDs (OCI image spec): how an engine's layer store and ``docker save`` name a stack of layers.
+
+ChainID(n) = sha256(ChainID(n-1) + " " + DiffID(n)). Defined once, in the shipped importer (standard
+library only), which computes them on nodes without imagebuild.
+"""
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Sequence
+from imagebuild.importer.held_layers import chain_ids
 
-
-def chain_ids(diff_ids: Sequence[str]) -> list[str]:
-    """The OCI chain ID of each layer: ChainID(n) = sha256(ChainID(n-1) + " " + DiffID(n))."""
-    chains: list[str] = []
-    for diff_id in diff_ids:
-        chains.append(
-            diff_id
-            if not chains
-            else "sha256:" + hashlib.sha256(f"{chains[-1]} {diff_id}".encode()).hexdigest()
-        )
-    return chains
+__all__ = ["chain_ids"]

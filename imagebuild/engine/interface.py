@@ -7,6 +7,7 @@ these types, so the build and verify logic is tested with a fake engine
 
 from __future__ import annotations
 
+import contextlib
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -14,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagebuild.errors import UnknownImageError
 from imagebuild.importer.docker_api import stream_error
+from imagebuild.importer.held_layers import chains_of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,6 +264,18 @@ class Engine(ABC):
     @abstractmethod
     def image_ids(self) -> frozenset[str]:
         """The IDs of every image present, intermediate ones included."""
+
+    def held_chains(self) -> frozenset[str]:
+        """The chain IDs of every layer stack a graph-driver engine holds (every image's layers and
+        their prefixes), which its load finds without opening their files; empty on other stores
+        (imagebuild.importer.held_layers)."""
+        if self.store().kind != GRAPH_DRIVER:
+            return frozenset()
+        layers = []
+        for image_id in self.image_ids():
+            with contextlib.suppress(UnknownImageError):  # removed since the list
+                layers.append(self.inspect_image(image_id).layers)
+        return chains_of(layers)
 
     @abstractmethod
     def tag_table(self) -> dict[str, str]:

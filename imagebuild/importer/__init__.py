@@ -14,6 +14,7 @@ check_only     check_archive: size, sha256 (a squashfs's superblock), nothing lo
 load_stream    what the engine is sent: the archive decompressed here, stopped past its declared size
 decompress     gzip and zstd streams, chunk by chunk (also the engine's reader of compressed layer blobs)
 tar_filter     that tar without the names it carries (RepoTags, repositories, index.json annotations)
+held_layers    which layer files the engine holds already (by chain ID): read and hashed, not sent
 tag_guard      the second line: any tag a load still created or moved, undone
 text           values from a manifest or an engine, escaped for a terminal
 docker_api     the engine API's load and error messages, as both engines read them

@@ -51,15 +51,16 @@ def decompressed_limit(manifest: Manifest) -> int:
     return max(V1_EXPANSION * manifest.size, V1_FLOOR)
 
 
-def engine_tar(chunks: Iterator[bytes], manifest: Manifest, archive: Path) -> Chunks:
-    """The tar the engine loads, from the archive's stored ``chunks`` (hashed by the caller as read)."""
+def engine_tar(chunks: Iterator[bytes], manifest: Manifest, archive: Path, skip: frozenset[str] = frozenset()) -> Chunks:
+    """The tar the engine loads, from the archive's stored ``chunks`` (hashed by the caller as read);
+    ``skip``: layer files the engine holds, left out (``tar_filter``)."""
     decompress: dict[str, Callable[[Iterator[bytes], Path], Chunks]] = {
         "zstd": _unzstd, "gzip": _gunzip, "none": _as_is,
     }  # fmt: skip
     plain = decompress[manifest.compression](chunks, archive)
     bounded = _bounded(plain, decompressed_limit(manifest), manifest, archive)
     try:
-        yield from _filtered(bounded, archive)
+        yield from _filtered(bounded, archive, skip)
     finally:
         bounded.close()
         plain.close()  # stops a zstd process the engine left unread
@@ -79,9 +80,9 @@ def _bounded(chunks: Chunks, limit: int, manifest: Manifest, archive: Path) -> C
         yield chunk
 
 
-def _filtered(chunks: Iterator[bytes], archive: Path) -> Chunks:
+def _filtered(chunks: Iterator[bytes], archive: Path, skip: frozenset[str]) -> Chunks:
     """TarFilter over the chunks, its pieces joined again into chunks of about CHUNK_SIZE."""
-    tar = TarFilter(str(archive))
+    tar = TarFilter(str(archive), skip)
     pieces: list[bytes | memoryview] = []
     size = 0
     for chunk in chunks:

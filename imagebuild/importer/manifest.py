@@ -16,6 +16,7 @@ archive's manifest leaves the key out, so it is the same bytes it always was.
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,9 @@ class Manifest:
     # file name -> sha256 of the file.
     attestations: dict[str, str] = field(default_factory=dict)
     kind: str = DOCKER_ARCHIVE  # one of KINDS
+    # A docker archive's layers, lowest first: (diffID, the archive file holding it). What lets the
+    # importer leave out the files of layers the engine already holds (held_layers); absent before.
+    layers: tuple[tuple[str, str], ...] = ()
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
 
@@ -72,6 +76,9 @@ class Manifest:
         data["attestations"] = dict(self.attestations)
         if self.kind == DOCKER_ARCHIVE:  # as every manifest before the other kinds: the same bytes
             del data["kind"]
+        data["layers"] = [{"diff_id": diff_id, "file": file} for diff_id, file in self.layers]
+        if not self.layers:
+            del data["layers"]
         return data
 
 
@@ -120,6 +127,7 @@ def parse_manifest(data: object, where: str) -> Manifest:
             msg = f"manifest {where}: '{key}' must map strings to strings"
             raise BadInput(msg)
     attestations = _attestations(data, where)
+    layers = _layers(data, where)
     origin = data.get("origin", "")
     return Manifest(
         archive=name, sha256=data["sha256"], size=data["size"], compression=data["compression"],
@@ -127,7 +135,7 @@ def parse_manifest(data: object, where: str) -> Manifest:
         labels=dict(data["labels"]), imagebuild_version=data["imagebuild_version"],
         origin=origin if isinstance(origin, str) else "", manifest_digest=str(data.get("manifest_digest", "")),
         format_version=data["format_version"], uncompressed_size=int(data.get("uncompressed_size") or 0),
-        attestations=dict(attestations), kind=str(data.get("kind", DOCKER_ARCHIVE)),
+        attestations=dict(attestations), kind=str(data.get("kind", DOCKER_ARCHIVE)), layers=layers,
     )  # fmt: skip
 
 
@@ -140,6 +148,35 @@ def _attestations(data: dict[str, Any], where: str) -> dict[str, str]:
         msg = f"manifest {where}: 'attestations' must map bare file names beside the manifest to sha256 hex digests"
         raise BadInput(msg)
     return dict(value)
+
+
+MAX_LAYERS = 1000  # Docker refuses images of more than 127 layers; a longer list is not an image's
+
+
+def _layers(data: dict[str, Any], where: str) -> tuple[tuple[str, str], ...]:
+    """The docker archive's layers as (diffID, file in the archive), each file a clean relative path."""
+    value = data.get("layers", [])
+    ok = isinstance(value, list) and len(value) <= MAX_LAYERS and all(
+        isinstance(item, dict) and set(item) == {"diff_id", "file"}
+        and isinstance(item["diff_id"], str) and IMAGE_ID_RE.match(item["diff_id"]) is not None
+        and isinstance(item["file"], str) and _archive_path(item["file"])
+        for item in value
+    )  # fmt: skip
+    if not ok or (value and data.get("kind", DOCKER_ARCHIVE) != DOCKER_ARCHIVE):
+        msg = (
+            f"manifest {where}: 'layers' must list a docker archive's layers as "
+            "{\"diff_id\": \"sha256:...\", \"file\": a clean path inside the archive}"
+        )
+        raise BadInput(msg)
+    return tuple((str(item["diff_id"]), str(item["file"])) for item in value)
+
+
+def _archive_path(name: str) -> bool:
+    """A member path as the engine's untar writes it: relative, clean, printable, no step up."""
+    return (
+        0 < len(name) <= 4096 and name.isprintable() and not name.startswith("/")
+        and posixpath.normpath(name) == name and name != "." and ".." not in name.split("/")
+    )  # fmt: skip
 
 
 def _bare_name(name: str) -> bool:

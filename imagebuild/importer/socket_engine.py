@@ -25,6 +25,7 @@ from .docker_api import (
     tag_table,
 )
 from .failures import EngineUnavailable
+from .held_layers import chains_of
 
 
 class SocketEngine:
@@ -100,6 +101,21 @@ class SocketEngine:
 
     def image_ids(self) -> frozenset[str]:
         return frozenset(str(i["Id"]) for i in self._json("/images/json?all=1", "list images"))
+
+    def held_chains(self) -> frozenset[str]:
+        if self.ids_are_manifests or self._is_podman():
+            return frozenset()
+        layers = []
+        for image_id in self.image_ids():
+            status, data = self._request("GET", f"/images/{image_id}/json")
+            if status < 300:  # else removed since the list
+                layers.append(((json.loads(data) or {}).get("RootFS") or {}).get("Layers") or [])
+        return chains_of(layers)
+
+    def _is_podman(self) -> bool:
+        """Podman's API says so in ``/version``'s Components; it refuses an archive that lacks a layer."""
+        components = self._json("/version", "report its version").get("Components") or []
+        return any(isinstance(c, dict) and c.get("Name") == "Podman Engine" for c in components)
 
     def load(self, chunks: Iterable[bytes]) -> list[str]:
         data = self._call("POST", "/images/load?quiet=1", "load the archive", body=chunks)

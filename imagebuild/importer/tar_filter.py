@@ -21,6 +21,11 @@ blocks are sent only once the whole input has been read (``end``): a stream refu
 member never reaches the engine as a complete tar, so nothing is loaded from it. What follows the
 end blocks (record padding) is dropped.
 
+Layer files the engine already holds (``skip``: their effective names, from ``held_layers``) are
+left out as well, with any hard link to them: a graph-driver engine's load finds such a layer by
+its chain ID and never opens the file, so it need not be sent (a node that holds the base is sent
+the build's layers alone). Their bytes are still read and hashed by the caller.
+
 Only the 512-byte headers are parsed; member data is handed on as slices of the input chunks, so
 passing a layer costs a slice per chunk (numbers in ``load_stream``'s docstring and the README).
 Standard library only, as the whole importer.
@@ -52,8 +57,10 @@ Piece = Union[bytes, memoryview]
 class TarFilter:
     """Push the decompressed tar in with ``feed``; what the engine may load comes out, then ``end``."""
 
-    def __init__(self, archive: str) -> None:
+    def __init__(self, archive: str, skip: frozenset[str] = frozenset()) -> None:
         self.archive = archive
+        self._skip = skip  # layer files the engine holds: left out (see the module's doc)
+        self.skipped = 0  # bytes of layer files left out
         self._partial = bytearray()  # a header block split across input chunks
         self._data_left = 0  # bytes of the current member's data and padding still to come
         self._data_kind = "pass"  # pass | drop | keep
@@ -157,7 +164,7 @@ class TarFilter:
             self._links.add(name)
         data_size = 0 if member.kind in HEADER_ONLY else _padded(member.size)
         held, self._held = self._held, []
-        if name == DROPPED:
+        if name == DROPPED or self._held_layer(member, name):
             self._read_data(member, data_size, "drop")
             return []
         if name in REWRITTEN:
@@ -169,6 +176,15 @@ class TarFilter:
             return [] if data_size else self._data_done()
         self._read_data(member, data_size, "pass")
         return [*held, block]
+
+    def _held_layer(self, member: _Member, name: str) -> bool:
+        """A layer file the engine holds (a regular file named in ``skip``), or a hard link to one."""
+        if not self._skip:
+            return False
+        if member.kind in REGULAR and name in self._skip:
+            self.skipped += member.size
+            return True
+        return member.kind == ord("1") and posixpath.normpath(member.linkname).lstrip("/") in self._skip
 
     def _read_data(self, member: _Member, size: int, kind: str) -> None:
         self._member, self._data_left, self._data_kind = member, size, kind

@@ -5,7 +5,8 @@ its declared size, without any name it carries. So a load tags nothing; the mani
 are applied only after the sha256 matched and the engine reported the image the manifest names: its
 identity (the config digest) on graph-driver stores and Podman, the digest of the archive's OCI
 manifest (which names that config) on the containerd store. A failed check removes the image the
-load created (never one that was there before). An image already present returns at once. Before
+load created (never one that was there before). An image already present returns at once; the
+files of layers the engine holds already are read and hashed but not sent (``held_layers``). Before
 any of it, every attestation file the manifest names (the export statement, the SBOM, the provenance,
 their envelopes) must be beside it with its sha256.
 """
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Generator, Iterable, Protocol
 
 from .failures import BadInput, IntegrityFailure
+from .held_layers import files_to_skip
 from .load_stream import CHUNK_SIZE, engine_tar
 from .manifest import SQUASHFS, Manifest, read_manifest
 from .tag_guard import release, undo_load_tags
@@ -47,6 +49,10 @@ class ImportEngine(Protocol):
     def tag_table(self) -> dict[str, str]: ...
     def untag(self, name: str) -> None: ...
     def remove_image(self, image_id: str) -> None: ...
+    def held_chains(self) -> frozenset[str]:
+        """The chain IDs of every layer stack the engine holds and finds by chain when it loads an
+        archive (a graph-driver engine's); empty for any other (``held_layers``)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -119,8 +125,12 @@ def import_archive(
         )  # fmt: skip
     archive, again = archive_of(manifest, manifest_path)
     before, tags_before = engine.image_ids(), engine.tag_table()
+    skip = files_to_skip(manifest, engine.held_chains()) if manifest.layers else frozenset()
     report(f"loading {archive.name} ({manifest.size / 1e9:.2f} GB, {manifest.compression}) into {engine.address}")
-    loaded, engine_error, digest = _load_hashed(engine, archive, manifest, report)
+    if skip:
+        held = sum(file in skip for _, file in manifest.layers)
+        report(f"{held} of its {len(manifest.layers)} layers are in the engine already: read and hashed, not sent")
+    loaded, engine_error, digest = _load_hashed(engine, archive, manifest, report, skip)
     touched = undo_load_tags(engine, tags_before, [i for i in loaded if i not in before])
     if touched:
         named = ", ".join(map(shown, touched[:5])) + (" ..." if len(touched) > 5 else "")
@@ -212,7 +222,7 @@ def archive_of(manifest: Manifest, manifest_path: Path) -> tuple[Path, str]:
 
 
 def _load_hashed(
-    engine: ImportEngine, archive: Path, manifest: Manifest, report: Callable[[str], None]
+    engine: ImportEngine, archive: Path, manifest: Manifest, report: Callable[[str], None], skip: frozenset[str]
 ) -> tuple[list[str], BaseException | None, str]:
     """(the IDs the engine loaded, its failure if any, the archive's sha256): one pass over the file."""
     loaded: list[str] = []
@@ -220,7 +230,7 @@ def _load_hashed(
     with archive.open("rb") as file, contextlib.closing(
         _HashingReader(file, manifest.size, report, archive.name)
     ) as reader:
-        stream = engine_tar(reader.chunks(), manifest, archive)
+        stream = engine_tar(reader.chunks(), manifest, archive, skip)
         try:
             loaded = engine.load(stream)
         except Exception as e:  # the engine's failure, or the stream's: judged once the whole file is hashed

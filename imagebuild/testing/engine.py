@@ -210,32 +210,30 @@ class FakeEngine(Engine):
     # at all. `load` reads plain, gzip and zstd tars, as Docker 23 and later do.
 
     def add_saved_image(
-        self, tag: str, *, size: int = 3 << 20, labels: Mapping[str, str] | None = None
+        self, tag: str, *, size: int = 3 << 20, labels: Mapping[str, str] | None = None, layers: int = 1
     ) -> str:
-        """An image that `save` streams as Docker 20.10 does (legacy layout, one layer); returns its ID.
+        """An image that `save` streams as Docker 20.10 does (legacy layout); returns its ID.
 
-        The layer holds ``size`` compressible bytes; the config names its diffID, so a damaged archive
-        loads as another image or not at all, as on a real engine.
+        Each of its ``layers`` holds ``size`` compressible bytes; the config names their diffIDs, so a
+        damaged archive loads as another image or not at all, as on a real engine.
         """
-        body = hashlib.shake_256(tag.encode()).digest(size // 2) * 2
-        layer = tar_of({"payload": body})
-        diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+        tars = [tar_of({"payload": hashlib.shake_256(f"{tag}#{n}".encode() if n else tag.encode()).digest(size // 2) * 2}) for n in range(layers)]  # fmt: skip
+        diff_ids = ["sha256:" + hashlib.sha256(layer).hexdigest() for layer in tars]
         config = json.dumps(
-            {"config": {"Labels": dict(labels or {})}, "rootfs": {"type": "layers", "diff_ids": [diff_id]}},
+            {"config": {"Labels": dict(labels or {})}, "rootfs": {"type": "layers", "diff_ids": diff_ids}},
             sort_keys=True,
         ).encode()
         image_id = "sha256:" + hashlib.sha256(config).hexdigest()
-        manifest = [
-            {"Config": f"{image_id[7:]}.json", "RepoTags": None, "Layers": [f"{diff_id[7:19]}/layer.tar"]}
-        ]
+        files = [f"{diff_id[7:19]}/layer.tar" for diff_id in diff_ids]
+        manifest = [{"Config": f"{image_id[7:]}.json", "RepoTags": None, "Layers": files}]
         self.saved[image_id] = tar_of(
             {
-                f"{diff_id[7:19]}/layer.tar": layer,
+                **dict(zip(files, tars, strict=True)),
                 f"{image_id[7:]}.json": config,
                 "manifest.json": json.dumps(manifest).encode(),
             }
         )
-        self.images.append(image_info(image_id, tags=[tag], labels=labels))
+        self.images.append(replace(image_info(image_id, tags=[tag], labels=labels), layers=tuple(diff_ids)))
         self.tags[tag] = image_id
         return image_id
 
