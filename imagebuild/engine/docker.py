@@ -11,6 +11,7 @@ Load and stream messages are read by ``importer.docker_api``, shared with the no
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 from collections.abc import Iterable, Iterator
@@ -29,6 +30,7 @@ from imagebuild.engine import containerd_store
 from imagebuild.engine.address import check_address, context_host
 from imagebuild.engine.credentials import credentials_for, registry_failure
 from imagebuild.engine.interface import (  # fmt: skip
+    GRAPH_DRIVER,
     BuildEvent,
     BuildRequest,
     Engine,
@@ -47,6 +49,7 @@ from imagebuild.engine.store_kind import api_version_problem, engine_store
 from imagebuild.engine.unreachable import DEFAULT_SOCKET, plain_reason, probe, unreachable
 from imagebuild.errors import EngineError, UnknownImageError
 from imagebuild.importer.docker_api import loaded_images, stream_error, tag_table
+from imagebuild.importer.held_layers import chains_of
 
 PROBE_TIMEOUT_S = 10  # connecting to a live engine takes milliseconds; a filtered port never answers
 CHUNK_SIZE = 1 << 20  # save stream chunks: large enough for throughput, small enough to bound memory
@@ -312,6 +315,21 @@ class DockerEngine(Engine):
         except docker.errors.DockerException as e:
             msg = f"could not list the images of the Docker engine at {self._address}: {plain_reason(e)}"
             raise EngineError(msg) from e
+
+    def held_chains(self) -> frozenset[str]:
+        """As Engine's, from the top-level images alone (an intermediate image's layers are a prefix
+        of its child's), one inspect each."""
+        if self.store().kind != GRAPH_DRIVER:
+            return frozenset()
+        layers = []
+        try:
+            for image in self._api.images():
+                with contextlib.suppress(docker.errors.ImageNotFound):  # removed since the list
+                    layers.append(self._api.inspect_image(image["Id"]).get("RootFS", {}).get("Layers") or [])
+        except docker.errors.DockerException as e:
+            msg = f"could not list the images of the Docker engine at {self._address}: {plain_reason(e)}"
+            raise EngineError(msg) from e
+        return chains_of(layers)
 
     def tag_table(self) -> dict[str, str]:
         try:

@@ -286,6 +286,9 @@ class HttpEngine(Engine):
     def tag_table(self) -> dict[str, str]:
         return self.docker().tag_table()
 
+    def held_chains(self) -> frozenset[str]:
+        return self.docker().held_chains()
+
     def untag(self, name: str) -> None:
         self.docker().untag(name)
 

@@ -105,8 +105,8 @@ class SocketEngine:
     def held_chains(self) -> frozenset[str]:
         if self.ids_are_manifests or self._is_podman():
             return frozenset()
-        layers = []
-        for image_id in self.image_ids():
+        layers = []  # the top-level images': an intermediate image's layers are a prefix of its child's
+        for image_id in {str(i["Id"]) for i in self._json("/images/json", "list images")}:
             status, data = self._request("GET", f"/images/{image_id}/json")
             if status < 300:  # else removed since the list
                 layers.append(((json.loads(data) or {}).get("RootFS") or {}).get("Layers") or [])

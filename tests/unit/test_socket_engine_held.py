@@ -1,0 +1,81 @@
+"""The shipped importer's engine (SocketEngine) says which layer chains a node's engine holds: every
+top-level image's layers and their prefixes on a graph-driver Docker, nothing on Podman or on the
+containerd store (their loads do not find layers by chain)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagebuild.engine.chain_ids import chain_ids
+from imagebuild.importer.socket_engine import SocketEngine
+from tests.unit.engine_support import UnixHttpServer
+
+LAYERS = {
+    "sha256:" + "1" * 64: ["sha256:" + "a" * 64, "sha256:" + "b" * 64],  # the base
+    "sha256:" + "2" * 64: ["sha256:" + "a" * 64, "sha256:" + "c" * 64],  # another image on the same first layer
+}
+
+
+class _Node(http.server.BaseHTTPRequestHandler):
+    # Set per test by the fixture (a subclass each): the engine's /info, /version components, requests.
+    info: dict[str, Any]
+    components: list[dict[str, str]]
+    asked: list[str]
+
+    def do_GET(self) -> None:
+        path = urllib.parse.urlsplit(self.path).path
+        self.asked.append(self.path)
+        if path == "/info":
+            body: Any = self.info
+        elif path == "/version":
+            body = {"Version": "x", "ApiVersion": "1.41", "Components": self.components}
+        elif path == "/images/json":
+            body = [{"Id": image_id} for image_id in LAYERS]
+        elif path.startswith("/images/") and path.endswith("/json") and path[8:-5] in LAYERS:
+            body = {"Id": path[8:-5], "RootFS": {"Type": "layers", "Layers": LAYERS[path[8:-5]]}}
+        else:
+            self.send_response(404)
+            self.end_headers()
+            return
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[type[_Node]]:
+    handler = type("Node", (_Node,), {"asked": [], "info": {"Driver": "overlay2"}, "components": [{"Name": "Engine"}]})
+    server = UnixHttpServer(str(tmp_path / "docker.sock"), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_graph_driver_engine_holds_every_chain_of_its_top_level_images(node: type[_Node], tmp_path: Path) -> None:
+    held = SocketEngine(f"unix://{tmp_path}/docker.sock").held_chains()
+    assert held == frozenset(chain for layers in LAYERS.values() for chain in chain_ids(layers))
+    assert "/images/json" in node.asked  # the top-level images: no ?all=1, intermediates are prefixes
+
+
+def test_podman_and_the_containerd_store_hold_nothing_the_importer_may_leave_out(node: type[_Node], tmp_path: Path) -> None:
+    node.components = [{"Name": "Podman Engine"}]
+    assert SocketEngine(f"unix://{tmp_path}/docker.sock").held_chains() == frozenset()
+    node.components = [{"Name": "Engine"}]
+    node.info = {"Driver": "overlayfs", "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
+    assert SocketEngine(f"unix://{tmp_path}/docker.sock").held_chains() == frozenset()
