@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import tarfile
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.engine.interface import BuildRequest, StoredLayer
 from imagebuild.engine.tar_split import layer_chunks
+from imagebuild.errors import EngineError
 from imagebuild.normalize.after_build import layer_plan
 from imagebuild.normalize.core import normalize_image
 from imagebuild.normalize.model import FROM_SAVE, FROM_STORE, LayerPlan
@@ -102,6 +104,40 @@ def test_links_xattrs_whiteouts_and_opaque_dirs_normalise_alike_from_both(
         for image_id in (*normalized, built):
             with contextlib.suppress(Exception):
                 engine.remove_image(image_id)
+
+
+def test_a_stream_cut_off_by_a_damaged_layer_leaves_the_engine_as_it_was(
+    locked_pins: Path, engine: DockerEngine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The rewrite streams into a real load; a layer that fails its diffID check once its bytes are
+    sent cuts the request before the manifest, and the engine keeps nothing of it."""
+    base = engine.inspect_image(load_pins(locked_pins).image("base").reference)
+    built = _build(engine, f"FROM {base.id}\nRUN head -c 20000000 /dev/urandom > /big\nRUN echo one > /small\n")
+    try:
+        image, stored = engine.inspect_image(built), engine.stored_image(built)
+        assert stored.unavailable == ""
+        small = stored.layers[-1]
+        assert isinstance(small, StoredLayer)
+        (small.files / "small").write_text("two\n")  # same size, other content: the store no longer gives the layer
+        plan = LayerPlan(
+            layers=image.layers,
+            base_layers=len(base.layers),
+            base_history=len(base.history),
+            epochs=(EPOCH, EPOCH),
+            created=EPOCH,
+        )
+        before = engine.image_ids()
+        # The store's read fails its check after the 20 MB layer was sent, so the stream is cut and
+        # docker save is asked instead, which refuses the same damaged layer (its tar-split checksum).
+        with caplog.at_level(logging.WARNING, logger="imagebuild"), pytest.raises(EngineError, match="file integrity checksum failed"):
+            normalize_image(engine, built, plan, tmp_path)
+        assert f"image {built[:19]} layer {len(image.layers) - 1}: " in caplog.text
+        assert "using docker save" in caplog.text
+        assert engine.image_ids() == before
+        assert engine.has_image(built)  # the engine still answers on a new connection
+    finally:
+        with contextlib.suppress(Exception):
+            engine.remove_image(built)
 
 
 def _entries(layer: StoredLayer) -> set[tuple[str, bytes, str, bool]]:
