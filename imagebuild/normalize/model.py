@@ -96,8 +96,8 @@ class NormalizedLayer:
         return self.path is not None or bool(self.member)
 
     @classmethod
-    def written(cls, result: RewriteResult, path: Path, layer: BuildLayer) -> NormalizedLayer:
-        """The layer the rewriter wrote to ``path`` for ``layer``."""
+    def written(cls, result: RewriteResult, path: Path | None, layer: BuildLayer, *, member: str = "") -> NormalizedLayer:
+        """The layer the rewriter wrote for ``layer``: to ``path`` in the spool, or streamed as ``member``."""
         return cls(
             diff_id=result.diff_id,
             path=path,
@@ -105,6 +105,7 @@ class NormalizedLayer:
             entries=result.entries,
             clamped=result.clamped,
             history=layer.history,
+            member=member,
         )
 
 

@@ -121,15 +121,7 @@ def _stream_layer(
     _check_source(layer, source.digest, what=what)
     sink.write(tar_padding(result.size))
     lower.apply(result.held, result.written_mtimes)
-    return NormalizedLayer(
-        diff_id=result.diff_id,
-        path=None,
-        size=result.size,
-        entries=result.entries,
-        clamped=result.clamped,
-        history=step.history,
-        member=member,
-    )
+    return NormalizedLayer.written(result, None, step, member=member)
 
 
 def _rewrite(

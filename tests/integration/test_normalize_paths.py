@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.engine.docker import DockerEngine
-from imagebuild.engine.interface import BuildRequest, StoredLayer
+from imagebuild.engine.interface import BuildRequest, ImageInfo, StoredLayer
 from imagebuild.engine.tar_split import layer_chunks
 from imagebuild.errors import EngineError
 from imagebuild.normalize.after_build import layer_plan
@@ -87,13 +87,7 @@ def test_links_xattrs_whiteouts_and_opaque_dirs_normalise_alike_from_both(
         # link to the first and leaves that link's target in the header it then turns into a plain file:
         # a quirk that a re-derived tar would have to copy, and that the tar-split record keeps.
         assert {("d/.wh.sym", tarfile.REGTYPE), ("d/keep/.wh.k", tarfile.REGTYPE)} <= {n[:2] for n in names}
-        plan = LayerPlan(
-            layers=image.layers,
-            base_layers=len(base.layers),
-            base_history=len(base.history),
-            epochs=(EPOCH, EPOCH),
-            created=EPOCH,
-        )
+        plan = _plan(image, base)
         from_store = normalize_image(engine, built, plan, tmp_path)
         normalized.add(from_store.image_id)
         from_save = normalize_image(engine, built, plan, tmp_path, from_store=False)
@@ -119,13 +113,7 @@ def test_a_stream_cut_off_by_a_damaged_layer_leaves_the_engine_as_it_was(
         small = stored.layers[-1]
         assert isinstance(small, StoredLayer)
         (small.files / "small").write_text("two\n")  # same size, other content: the store no longer gives the layer
-        plan = LayerPlan(
-            layers=image.layers,
-            base_layers=len(base.layers),
-            base_history=len(base.history),
-            epochs=(EPOCH, EPOCH),
-            created=EPOCH,
-        )
+        plan = _plan(image, base)
         before = engine.image_ids()
         # The store's read fails its check after the 20 MB layer was sent, so the stream is cut and
         # docker save is asked instead, which refuses the same damaged layer (its tar-split checksum).
@@ -138,6 +126,17 @@ def test_a_stream_cut_off_by_a_damaged_layer_leaves_the_engine_as_it_was(
     finally:
         with contextlib.suppress(Exception):
             engine.remove_image(built)
+
+
+def _plan(image: ImageInfo, base: ImageInfo) -> LayerPlan:
+    """The plan of an image built from ``base`` with two steps, both at EPOCH."""
+    return LayerPlan(
+        layers=image.layers,
+        base_layers=len(base.layers),
+        base_history=len(base.history),
+        epochs=(EPOCH, EPOCH),
+        created=EPOCH,
+    )
 
 
 def _entries(layer: StoredLayer) -> set[tuple[str, bytes, str, bool]]:
