@@ -151,6 +151,26 @@ def test_sigterm_on_the_head_raises_the_sentinel_and_stops_vllm(
     assert_all_stopped(env)
 
 
+def test_signals_during_teardown_and_exit_do_not_cut_it_short(
+    node_env: dict[str, str], launched: Launch, barrier_peer: Peer
+) -> None:
+    """SLURM signals every process of the step and a runtime's trap may pass one more on: SIGTERM
+    over and over, from the first until the launcher has exited, still ends it by its own exit,
+    143, after its teardown (a late one once killed it with the default action, its status lost)."""
+    env = {**node_env, "STUB_VLLM_MODE": "stubborn", "STOP_GRACE_S": "0.5", "LOG_WAIT_TIMEOUT_SECONDS": "60"}
+    barrier_peer(env, 1)
+    proc = launched(env)
+    wait_for(Path(env["STUB_VLLM_RECORD"]).exists, 5, "the stand-in vllm to start")
+    while proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.005)
+    code, _, err = finish(proc, timeout=10)
+    assert code == 128 + signal.SIGTERM, err
+    assert "ignored SIGTERM for 0.5 s: SIGKILL" in err
+    assert (log_dir(env) / ".shutdown").exists()
+    assert_all_stopped(env)
+
+
 def test_failing_benchmark_fails_the_head(
     node_env: dict[str, str], launched: Launch, barrier_peer: Peer
 ) -> None:
