@@ -76,7 +76,10 @@ def test_charliecloud_runs_the_squashfs_in_place(capsys: pytest.CaptureFixture[s
     assert code == 0, err
     assert f"SQUASHFS={tmp_path / 'kimi-k3-cdcdcdcdcdcd.sqfs'}\n" in out
     assert 'python3 "$ARCHIVE_IMPORTER" "$ARCHIVE_MANIFEST" --check-only >/dev/null' in out
-    assert 'run+=("$SQUASHFS" -- python3 /opt/imagebuild/launcher/serve.py)' in out
+    # ch-run starts with SIGTERM and SIGINT blocked, so that its own process keeps the image mounted
+    # until the launcher, which gets them unblocked, has ended (tests/integration/test_charliecloud_signals.py).
+    assert 'run+=("$SQUASHFS" -- python3 -c "$mask" SIG_UNBLOCK python3 /opt/imagebuild/launcher/serve.py)' in out
+    assert 'python3 -c "$mask" SIG_BLOCK "${run[@]}" &' in out
     # The read-only squashfs has the mount points export adds; the model is served under its own name.
     assert '-b "$LOG_DIR:/run_logs" -b "$MODEL_PATH:/opt/imagebuild/model"' in out
     assert "--set-env=MODEL_PATH=/opt/imagebuild/model --set-env=MODEL_NAME=kimi-k3" in out

@@ -56,11 +56,11 @@ def runtime(name: str) -> Runtime:
     return table[name]
 
 
-def wait_and_record(what: str, after_signal: str) -> str:
+def wait_and_record(what: str, after_signal: str, start: str = '"${run[@]}" &') -> str:
     """run_node's end: start "${run[@]}" in the background (so a trapped SIGTERM runs at once), wait
     for it, and leave its status where the batch script reads the head's."""
     return f"""\
-    "${{run[@]}}" &
+    {start}
     client=$!
     wait "$client" || status=$?
     # A trapped signal ends `wait` early; {after_signal}

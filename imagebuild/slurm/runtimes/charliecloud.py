@@ -21,7 +21,7 @@ _RUN_NODE = """\
 # @LOG_MOUNT@, @MODEL_MOUNT@ and the JIT cache dirs), and ch-run has no read-only bind.
 run_node() {
     settings
-    local run=(ch-run --private-tmp) limit lib var name soft hard flag status=0 client libs=() found
+    local run=(ch-run --private-tmp) limit lib var name soft hard flag status=0 client libs=() found mask
     # ch-run refuses to start without $USER ("$USER not set"), which a job submitted by a service or
     # cron may lack: the task's own user.
     USER=${USER:-$(id -un)}
@@ -83,15 +83,23 @@ run_node() {
     )
     for var in "${EXTRA_ENV[@]}"; do run+=(--set-env="$var"); done
     for var in "${PASS_ENV[@]}"; do export "${var?}"; done
-    run+=("$SQUASHFS" -- python3 @LAUNCHER@)
+    # ch-run is two processes: its own serves the squashfs, its child becomes the launcher; nothing is
+    # left behind (the mount ends with ch-run), so there is no container to remove. SLURM's SIGTERM
+    # (scancel, the wall time, a peer's failure under --kill-on-bad-exit) reaches every process of the
+    # step, and ch-run's own answers it by unmounting the image and exiting 0 at once, under a launcher
+    # still stopping vLLM (ch-run 0.31): the job's status became a race, and the teardown lost its
+    # image. So ch-run starts with SIGTERM and SIGINT blocked (a signal mask is inherited through fork
+    # and exec, and python3 sets one where bash cannot), and its child unblocks them before it runs the
+    # launcher: ch-run's own process then serves the image until the launcher has ended and exits with
+    # its status, while the launcher stops vLLM in order.
+    mask='import os, signal, sys; signal.pthread_sigmask(getattr(signal, sys.argv[1]), {signal.SIGTERM, signal.SIGINT}); os.execvp(sys.argv[2], sys.argv[2:])'
+    run+=("$SQUASHFS" -- python3 -c "$mask" SIG_UNBLOCK python3 @LAUNCHER@)
 
-    # ch-run leaves nothing behind (its squashfuse mount ends with it), so there is no container to
-    # remove. ch-run's own process serves the squashfs and does not pass signals on: a SIGTERM from
-    # SLURM goes to its children (the launcher), which stops vLLM in order; killing ch-run would
-    # leave the launcher running without its image.
+    # The trap passes the signal on to the launcher, ch-run's child (SLURM may not have: scancel
+    # --signal); killing ch-run would leave the launcher running without its image.
     trap 'say "stopping the launcher"; pkill -TERM -P "$client" || true' TERM INT
     say "starting ch-run: node $SLURM_NODEID of $SLURM_NNODES, head $MASTER_ADDR"
-""" + wait_and_record("ch-run", "the launcher is stopping, so wait for it.")
+""" + wait_and_record("ch-run", "the launcher is stopping, so wait for it.", start='python3 -c "$mask" SIG_BLOCK "${run[@]}" &')
 
 CHARLIECLOUD = sq.squashfs_runtime(
     name="charliecloud",
