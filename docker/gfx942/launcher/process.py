@@ -173,8 +173,12 @@ def signals_raise() -> Iterator[None]:
     try:
         yield
     finally:
+        # Once teardown has begun (ignore_signals), the process is on its way out: a late signal (SLURM
+        # signals every process of the step, a runtime's trap may pass one on too) must not end it by the
+        # default action, unsaid and with its exit status lost. So what teardown ignores stays ignored.
         for signum, old in previous.items():
-            signal.signal(signum, old)
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                signal.signal(signum, old)
 
 
 def ignore_signals() -> None:
