@@ -275,6 +275,7 @@ def normalize_image(
         dockerfile=prepared.dockerfile,
         spool_dir=places.record.parent,
         record_path=places.record,
+        keep_cache_image=prepared.options.keep_cache_image,
     )
     show.message(normalized.summary())
     return normalized

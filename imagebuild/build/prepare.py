@@ -42,6 +42,9 @@ class BuildOptions:
     log_path: Path | None = None  # default build/<arch>.build.log
     constraint_mode: ConstraintMode = ConstraintMode.ON
     normalize: bool = True  # clamp timestamps to SOURCE_DATE_EPOCH after the build (imagebuild.normalize)
+    # Keep the built image as TAG-cache, the next build's layer cache; False (--drop-cache-image): remove
+    # it once normalised, so the engine holds the build's layers once and the next build starts cold.
+    keep_cache_image: bool = True
     signing_key: SigningKey | None = None  # --sign-key: the SBOM and provenance also as signed DSSE envelopes
     # --compile-cache: served to steps 4 and 7's ccache while the engine builds.
     compile_cache: CompileCache | None = None
@@ -91,6 +94,9 @@ def prepare_build(project: Project, inputs: Inputs, options: BuildOptions) -> Pr
             "--compile-cache needs --network host: steps 4 and 7 reach the cache on the build host's "
             f"loopback (given: --network {options.network or 'default'})"
         )
+        raise ConfigError(msg)
+    if not options.keep_cache_image and not options.normalize:
+        msg = "--drop-cache-image with --no-normalize: the built image is then the image; leave one of them out"
         raise ConfigError(msg)
     # A tunable that turns an optional layer on or off (WITH_NIXL) is decided at render time.
     inputs = replace(inputs, definition=with_tunables(inputs.definition, options.build_args, "--build-arg"))

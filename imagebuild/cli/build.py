@@ -50,6 +50,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         pull=args.pull,
         iidfile=args.iidfile,
         normalize=not args.no_normalize,
+        keep_cache_image=not args.drop_cache_image,
         signing_key=signing_key,
         compile_cache=args.compile_cache,
     )
@@ -133,6 +134,12 @@ def register(verbs: Verbs) -> None:
         "--no-normalize",
         action="store_true",
         help="skip the timestamp normalisation (the image ID then differs on every cold build)",
+    )
+    p.add_argument(
+        "--drop-cache-image",
+        action="store_true",
+        help="remove the built image (TAG-cache) once normalised: the engine keeps the build's layers once, "
+        "not twice, and the next build starts cold (for a runner that builds once)",
     )
     p.add_argument(
         "--iidfile",

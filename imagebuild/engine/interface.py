@@ -287,7 +287,9 @@ class Engine(ABC):
 
     @abstractmethod
     def remove_image(self, image_id: str) -> None:
-        """Remove an untagged image; a missing one is not an error."""
+        """Remove an untagged image, or a name (the image too when it was its last), with the untagged
+        parents only it held (`docker rmi`: a built image's intermediate images); a missing one is not
+        an error."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, most engines hold nothing
         """Release connections."""

@@ -6,7 +6,8 @@ image is tagged ``<tag>-cache`` to keep that chain out of ``docker image
 prune``'s reach; the next build reuses it step by step as before. A build
 that the cache served entirely gives the same built image again, and its
 normalised image is then taken from the previous build record instead of
-being made again.
+being made again. ``--drop-cache-image`` removes the built image and that
+chain once normalised instead: the build's layers are kept once, not twice.
 """
 
 from __future__ import annotations
@@ -43,11 +44,20 @@ class Normalization:
     engine_id: str  # what this engine calls it, and what the tag names: image_id, or a manifest digest
     cache_tag: str  # the built, unnormalised image: the layer cache of the next build
     result: NormalizeResult
+    cache_dropped: bool = False  # --drop-cache-image: cache_tag was removed once the image was normalised
 
     def summary(self) -> str:
         result = self.result
+        cache = (
+            "the built image and its intermediate images are removed (--drop-cache-image): the next build starts cold"
+            if self.cache_dropped
+            else f"the built image is kept as {self.cache_tag} for the layer cache"
+        )
         if result.reused:
-            return f"timestamps normalised: {result.image_id[:19]} (made by the last build of this image; {result.engine})"
+            return (
+                f"timestamps normalised: {result.image_id[:19]} (made by the last build of this image; "
+                f"{result.engine})" + (f"; {cache}" if self.cache_dropped else "")
+            )
         return (
             f"timestamps normalised: {result.image_id[:19]} in {format_duration(result.seconds)}, "
             f"{result.layers_rewritten} layers ({result.bytes_rewritten / 1e6:.0f} MB) read from "
@@ -57,7 +67,7 @@ class Normalization:
                 if result.layers_reused
                 else ""
             )
-            + f"the built image is kept as {self.cache_tag} for the layer cache"
+            + cache
         )
 
 
@@ -130,10 +140,32 @@ def normalize_build(
     dockerfile: Dockerfile,
     spool_dir: Path,
     record_path: Path,
+    keep_cache_image: bool = True,
 ) -> Normalization:
-    """Normalise the built image (or reuse the last build's result) and tag the built one as the cache."""
+    """Normalise the built image (or reuse the last build's result) and tag the built one as the cache,
+    or remove it once normalised (``keep_cache_image`` False). A failure keeps it tagged either way."""
     keep = cache_tag(tag)
     engine.tag(built_id, keep)
+    normalized = _normalize_or_reuse(
+        engine, built_id, keep, base_ref=base_ref, dockerfile=dockerfile, spool_dir=spool_dir, record_path=record_path
+    )
+    if keep_cache_image:
+        return normalized
+    # By its name: docker removes the image with the intermediate images only it held (the layer cache).
+    engine.remove_image(keep)
+    return replace(normalized, cache_dropped=True)
+
+
+def _normalize_or_reuse(
+    engine: Engine,
+    built_id: str,
+    keep: str,
+    *,
+    base_ref: str,
+    dockerfile: Dockerfile,
+    spool_dir: Path,
+    record_path: Path,
+) -> Normalization:
     reused = previous_normalization(record_path, built_id, engine)
     if reused is not None:
         identity, engine_id = reused

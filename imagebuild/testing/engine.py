@@ -331,6 +331,9 @@ class FakeEngine(Engine):
             self.remove_image(image_id)
 
     def remove_image(self, image_id: str) -> None:
+        if image_id in self.tags:  # a name, as `docker rmi NAME`
+            self.untag(image_id)
+            return
         self.images = [info for info in self.images if info.id != image_id]
         self.saved.pop(image_id, None)
 

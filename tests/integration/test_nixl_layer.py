@@ -3,7 +3,8 @@ and a rebuild of the layer gives the same image ID.
 
 Steps 1-9 come from the session's sample image (WITH_NIXL=0, same Dockerfile lines up to step 10)
 as layer cache, so only steps 10-18 are built, twice: the second build after the first's image and
-its untagged layers are removed (the sample image's tag keeps steps 1-9), as test_reproducible does.
+its untagged layers are removed (the sample image's tag keeps steps 1-9), as test_reproducible does,
+and with --drop-cache-image, which leaves the engine only the normalised image.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ TAG_B = f"imagebuild-test/nixl:b-{CHECKOUT}"
 WITH_NIXL = ["--build-arg", "WITH_NIXL=1"]
 
 
-def build(pins: Path, record: Path, tag: str) -> dict[str, object]:
-    argv = ["build", "--pins", str(pins), "--network", "host", "--tag", tag, "--record", str(record)]
+def build(pins: Path, record: Path, tag: str, *extra: str) -> dict[str, object]:
+    argv = ["build", "--pins", str(pins), "--network", "host", "--tag", tag, "--record", str(record), *extra]
     assert main([*argv, *WITH_NIXL]) == 0
     result: dict[str, object] = json.loads(record.read_text())
     return result
@@ -55,7 +56,16 @@ def test_with_nixl_builds_verifies_and_rebuilds_bit_identically(
         for chunk in docker.from_env().api.get_image(str(first["image_id"])):
             f.write(chunk)
     remove_images(TAG)
-    second = build(locked_pins, tmp_path / "b.json", TAG_B)
+    # The rebuild with --drop-cache-image: the built image and the intermediate images of steps 10-18
+    # go once it is normalised; the engine gains the normalised image alone, the same as before.
+    api = docker.from_env().api
+    images_before = set(api.images(all=True, quiet=True))
+    second = build(locked_pins, tmp_path / "b.json", TAG_B, "--drop-cache-image")
+    normalization = second["normalization"]
+    assert isinstance(normalization, dict)
+    assert set(api.images(all=True, quiet=True)) - images_before == {second["image_id"]}
+    assert normalization["unnormalized_id"] not in set(api.images(all=True, quiet=True))
+    assert f"{TAG_B}-cache" not in {t for image in api.images() for t in image["RepoTags"] or ()}
     capsys.readouterr()
     main(["diff", str(archive), TAG_B, "--json"])
     report = json.loads(capsys.readouterr().out)

@@ -9,8 +9,15 @@ from typing import Any
 
 import pytest
 
-from imagebuild.errors import NormalizeError
-from imagebuild.normalize.after_build import cache_tag, layer_plan, normalize_build, previous_normalization
+from imagebuild.cli import main
+from imagebuild.errors import ExitCode, NormalizeError
+from imagebuild.normalize.after_build import (
+    Normalization,
+    cache_tag,
+    layer_plan,
+    normalize_build,
+    previous_normalization,
+)
 from imagebuild.normalize.model import RULES
 from imagebuild.project import find_project
 from imagebuild.render import Dockerfile, RenderOptions, render_inputs
@@ -40,20 +47,55 @@ def record(path: Path, *, built: str = BUILT, image: str = NORMALIZED, rules: in
     return path
 
 
-def test_a_fully_cached_build_reuses_the_last_normalised_image(tmp_path: Path) -> None:
-    engine = FakeEngine(images=[image_info(BUILT), image_info(NORMALIZED)])
-    result = normalize_build(
+def normalize_sample(engine: FakeEngine, record_path: Path, *, keep_cache_image: bool = True) -> Normalization:
+    """normalize_build of BUILT, tagged as the sample image, with the record at ``record_path``."""
+    return normalize_build(
         engine,
         BUILT,
         tag="imagebuild/kimi-k3:gfx942",
         base_ref="base@sha256:0",
         dockerfile=sample_dockerfile(),
-        spool_dir=tmp_path,
-        record_path=record(tmp_path / "record.json"),
+        spool_dir=record_path.parent,
+        record_path=record_path,
+        keep_cache_image=keep_cache_image,
     )
+
+
+def test_a_fully_cached_build_reuses_the_last_normalised_image(tmp_path: Path) -> None:
+    engine = FakeEngine(images=[image_info(BUILT), image_info(NORMALIZED)])
+    result = normalize_sample(engine, record(tmp_path / "record.json"))
     assert (result.image_id, result.result.reused) == (NORMALIZED, True)
     assert engine.tags == {"imagebuild/kimi-k3:gfx942-cache": BUILT}  # the layer cache stays reachable
     assert engine.loads == 0
+
+
+def test_drop_cache_image_removes_the_built_image_once_normalised(tmp_path: Path) -> None:
+    engine = FakeEngine(images=[image_info(BUILT), image_info(NORMALIZED)])
+    result = normalize_sample(engine, record(tmp_path / "record.json"), keep_cache_image=False)
+    assert result.image_id == NORMALIZED
+    assert engine.tags == {}
+    assert engine.image_ids() == {NORMALIZED}  # the build's layers are kept once
+    assert "removed (--drop-cache-image): the next build starts cold" in result.summary()
+
+
+def test_drop_cache_image_keeps_the_built_image_when_normalisation_fails(tmp_path: Path) -> None:
+    engine = FakeEngine(
+        images=[
+            replace(image_info(BUILT), layers=("sha256:1", "sha256:9")),
+            replace(image_info("base"), tags=("base@sha256:0",), layers=("sha256:1", "sha256:2")),
+        ]
+    )
+    with pytest.raises(NormalizeError):
+        normalize_sample(engine, tmp_path / "record.json", keep_cache_image=False)
+    assert engine.tags["imagebuild/kimi-k3:gfx942-cache"] == BUILT  # the only copy of the build stays
+
+
+def test_drop_cache_image_needs_normalisation_before_the_engine_is_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["-C", str(REPO), "build", "--drop-cache-image", "--no-normalize"])
+    assert code == ExitCode.BAD_INPUT
+    err = capsys.readouterr().err
+    assert "--drop-cache-image with --no-normalize" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(
