@@ -4,7 +4,7 @@ The loads go into a node engine of the sample world (a second dockerd with its o
 sampleworld/engines.py), from which the image is removed before every load, so each load really
 writes the layers. Every command runs as its own process; its peak RSS comes from wait4(2).
 
-    python benchmarks/bench_distribute.py [IMAGE] [--repeat N]   # default imagebuild/kimi-k3:gfx942
+    python benchmarks/bench_distribute.py [IMAGE] [--repeat N] [--compress none,gzip,zstd]   # default imagebuild/kimi-k3:gfx942
 
 Needs the Docker engine (scripts/ensure-docker.sh) and the image (bash scripts/try-sample-world, or the
 docker test tier, builds it). Baselines compare like with like: `--compress none` against plain
@@ -134,7 +134,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("image", nargs="?", default=DEFAULT_IMAGE)
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement; the fastest counts")
+    parser.add_argument("--compress", default="none,gzip,zstd", help="the compressions to measure, comma-separated")
     args = parser.parse_args()
+    if unknown := set(args.compress.split(",")) - set(BASELINE_COMPRESS):
+        sys.exit(f"--compress: {', '.join(sorted(unknown))} is none of {', '.join(BASELINE_COMPRESS)}")
     inspected = subprocess.run(
         ["docker", "image", "inspect", "--format", "{{.Id}} {{.Size}}", args.image],
         capture_output=True,
@@ -155,15 +158,16 @@ def main() -> int:
         print(
             f"image {args.image} ({image_id[:19]}, {int(size) / 1e9:.2f} GB) -> {node.host}", file=sys.stderr
         )
-        for compression in ("none", "gzip", "zstd"):
+        for compression in args.compress.split(","):
             rows.append(
                 measure(args.image, image_id, compression, work=work, on_node=on_node, repeat=args.repeat)
             )
             print(f"  {compression}: done", file=sys.stderr)
-        manifest = next((work / "zstd").glob("*.json"))
+        last = work / args.compress.split(",")[-1]  # its image is on the node now
+        manifest = next(last.glob("*.json"))
         present = best(
             [
-                run([sys.executable, str(work / "zstd" / "imagebuild-import.pyz"), str(manifest)], on_node)
+                run([sys.executable, str(last / "imagebuild-import.pyz"), str(manifest)], on_node)
                 for _ in range(args.repeat)
             ]
         )
