@@ -25,6 +25,7 @@ import pytest
 
 from sampleworld.cluster import Cluster
 from tests.integration.cluster_support import JobDirs, render_job
+from tests.launcher.launcher_support import alive
 from tests.prerequisites import skip_or_fail
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -48,15 +49,6 @@ def _descendants(pid: int) -> list[int]:
         found += children
         todo += children
     return found
-
-
-def _alive(pid: int) -> bool:
-    """Running, not a zombie (an orphan is reaped by whoever adopted it)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
 
 
 def _terminate(pid: int) -> None:
@@ -146,8 +138,8 @@ def test_the_head_stopped_by_a_signal_records_it_whoever_handles_it_first(
             # ch-run's own process first: it must go on serving the image while the launcher runs.
             _terminate(ch_run)
             time.sleep(1)
-            assert _alive(ch_run), head.text()
-            assert _alive(launcher), head.text()
+            assert alive(ch_run), head.text()
+            assert alive(launcher), head.text()
             _terminate(launcher)
             _terminate(head.task.pid)
         else:
@@ -157,7 +149,7 @@ def test_the_head_stopped_by_a_signal_records_it_whoever_handles_it_first(
             _terminate(ch_run)
             _terminate(launcher)
         head_status = head.task.wait(timeout=60)
-        launcher_gone_first = not _alive(launcher)
+        launcher_gone_first = not alive(launcher)
         worker_status = worker.task.wait(timeout=60)
     finally:
         head.stop()

@@ -57,7 +57,7 @@ def runtime(name: str) -> Runtime:
 
 
 def wait_and_record(what: str, after_signal: str, start: str = '"${run[@]}" &') -> str:
-    """run_node's end: start "${run[@]}" in the background (so a trapped SIGTERM runs at once), wait
+    """run_node's end: ``start`` "${run[@]}" in the background (so a trapped SIGTERM runs at once), wait
     for it, and leave its status where the batch script reads the head's."""
     return f"""\
     {start}
