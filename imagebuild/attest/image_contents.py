@@ -34,7 +34,7 @@ from imagebuild.engine.interface import BlobLayer, Engine, StoredLayer
 from imagebuild.engine.saved_image import ArchiveError, read_saved_image
 from imagebuild.errors import EngineError
 from imagebuild.log import logger
-from imagebuild.util.streams import CHUNK, HashingReader, forget_members, open_stream
+from imagebuild.util.streams import EntryReads, HashingReader, forget_members, open_stream
 
 DPKG_STATUS = "var/lib/dpkg/status"
 OS_RELEASES = ("etc/os-release", "usr/lib/os-release")  # the first that is a file wins (os-release(5))
@@ -99,8 +99,10 @@ def entries_of_tar(stream: BinaryIO) -> LayerEntries:
     """One layer tar's entries of interest; reads it to its end (its sha256 is the diffID)."""
     hashing = HashingReader(stream)
     found = _Collector()
-    with tarfile.open(fileobj=hashing, mode="r|", encoding="utf-8", errors="surrogateescape", bufsize=CHUNK) as tar:  # type: ignore[call-overload]
+    reads = EntryReads(hashing)
+    with reads.tar() as tar:
         for entry in tar:
+            reads.content_of(entry)
             path = posixpath.normpath("/" + entry.name).lstrip("/")
             if found.entry(path):
                 if entry.isreg() and entry.size <= _limit(path):

@@ -16,10 +16,9 @@ import tarfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
-from imagebuild.normalize.rewrite import ENCODING, ERRORS
-from imagebuild.util.streams import CHUNK, HashingReader, forget_members
+from imagebuild.util.streams import CHUNK, EntryReads, HashingReader, forget_members
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
@@ -113,7 +112,7 @@ def _entry(info: tarfile.TarInfo, path: str, sha256: str) -> Entry:
     )
 
 
-def _content_sha256(data: BinaryIO | None) -> str:
+def _content_sha256(data: IO[bytes] | None) -> str:
     import hashlib
 
     digest = hashlib.sha256()
@@ -129,8 +128,10 @@ def index_layer(source: BinaryIO) -> LayerIndex:
     entries: dict[str, Entry] = {}
     whiteouts: set[str] = set()
     opaque: set[str] = set()
-    with tarfile.open(fileobj=reader, mode="r|", encoding=ENCODING, errors=ERRORS, bufsize=CHUNK) as tar:  # type: ignore[call-overload]
+    reads = EntryReads(reader)
+    with reads.tar() as tar:
         while (info := tar.next()) is not None:
+            reads.content_of(info)
             path = clean_path(info.name)
             parent, base = posixpath.split(path)
             if base == OPAQUE:

@@ -22,11 +22,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
-from imagebuild.util.streams import CHUNK, TAR_READ_BUFFER, forget_members
+from imagebuild.util.streams import CHUNK, EntryReads, forget_members
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
-ENCODING, ERRORS = "utf-8", "surrogateescape"
 
 
 def entry_path(name: str) -> str:
@@ -191,10 +190,10 @@ def scan_layer(
     (from the layer's directory: the header scan then reads no file at all).
     """
     out: list[tuple[str, Meta, Digest | None]] = []
-    with tarfile.open(
-        fileobj=source, mode="r|", encoding=ENCODING, errors=ERRORS, bufsize=TAR_READ_BUFFER
-    ) as tar:
+    reads = EntryReads(source)
+    with reads.tar() as tar:
         while (info := tar.next()) is not None:
+            reads.content_of(info)
             digest: Digest | None = None
             if digests and info.isreg():
                 data = tar.extractfile(info)

@@ -33,10 +33,10 @@ from imagebuild.engine.interface import BlobLayer, StoredImage, StoredLayer
 from imagebuild.engine.overlay2_store import held_layer
 from imagebuild.engine.tar_split import header_chunks, tar_size
 from imagebuild.normalize.config import BuildLayer
-from imagebuild.normalize.lower import ENCODING, ERRORS, Digest, Meta, entry_path, scan_layer
+from imagebuild.normalize.lower import Digest, Meta, entry_path, scan_layer
 from imagebuild.normalize.model import LayerNote, NormalizedLayer
 from imagebuild.normalize.stored_layers import READ_ERRORS, layer_entries
-from imagebuild.util.streams import forget_members, open_stream
+from imagebuild.util.streams import ENCODING, ERRORS, forget_members, open_stream
 
 
 @dataclass(frozen=True, kw_only=True)

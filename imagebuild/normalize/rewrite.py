@@ -47,12 +47,10 @@ from typing import IO, Any, BinaryIO, cast
 
 from imagebuild.normalize.canonical import LayerReducer
 from imagebuild.normalize.lower import Digest, Meta, entry_path
-from imagebuild.util.streams import CHUNK, TAR_READ_BUFFER, HashingWriter, Sink, forget_members
+from imagebuild.util.streams import CHUNK, ENCODING, ERRORS, EntryReads, HashingWriter, Sink, forget_members
 
 SPOOL_IN_MEMORY = 16 * CHUNK  # a compared file up to this size stays in memory
 
-ENCODING = "utf-8"
-ERRORS = "surrogateescape"  # names that are not UTF-8 round-trip byte for byte
 # PAX records tarfile applies to a TarInfo's own fields when reading, and writes again from them.
 REAPPLIED = frozenset((*tarfile.PAX_FIELDS, "hdrcharset"))
 
@@ -196,11 +194,10 @@ def _rewrite(
     entries = clamped = 0
     held: list[tuple[str, Meta, Digest | None]] = []
     written_mtimes: dict[str, int] = {}
+    entry_reads = EntryReads(source)
     try:
         with (
-            tarfile.open(
-                fileobj=source, mode="r|", encoding=ENCODING, errors=ERRORS, bufsize=TAR_READ_BUFFER
-            ) as reader,
+            entry_reads.tar() as reader,
             tarfile.open(
                 # Not the stream mode ("w|"): its buffer copies itself on every write, a header
                 # included. This mode calls tell() once and then only write(), and writes the same bytes.
@@ -216,6 +213,7 @@ def _rewrite(
                 if any(key.startswith("GNU.sparse.") for key in info.pax_headers) or info.issparse():
                     msg = f"{what}: {info.name} is a sparse file; the rewriter does not handle sparse entries"
                     raise LayerError(msg)
+                entry_reads.content_of(info)
                 meta = Meta.of(info) if reducer is not None else None
                 canonical(info)
                 clamped += clamp(info, epoch, pin=pin_times)

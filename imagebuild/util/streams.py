@@ -12,14 +12,17 @@ import io
 import tarfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol, cast
+from typing import IO, Any, BinaryIO, Protocol, cast
 
 from imagebuild.util.background_hash import BackgroundSha256
 
 CHUNK = 1 << 20  # 1 MiB: large enough for throughput, small enough to never matter in RSS
+# How tar entries' names are decoded: names that are not UTF-8 round-trip byte for byte.
+ENCODING, ERRORS = "utf-8", "surrogateescape"
 # The buffer of tarfile's stream reader ("r|"): it copies what remains of it on every read, a
 # 512-byte header included, so a 1 MiB one cost a megabyte of copying per entry (the sample base's
-# 18,000 headers: 2.3 s of CPU to scan, against 1.1 s with this).
+# 18,000 headers: 2.3 s of CPU to scan, against 1.1 s with this). File contents are read in larger
+# pieces all the same: see EntryReads.
 TAR_READ_BUFFER = 64 << 10
 
 
@@ -43,6 +46,46 @@ class ChunkReader(io.RawIOBase):
         buffer[:n] = self._pending[:n]
         self._pending = self._pending[n:]
         return n
+
+
+class Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+class EntryReads:
+    """The source of a tarfile stream reader ("r|"): headers in small reads, a file's content in large ones.
+
+    The reader asks its source for ``bufsize`` bytes at a time and keeps the excess, copying it on
+    every later read: hence a small buffer (TAR_READ_BUFFER), which makes a file's content cost 16
+    reads, joins and hash updates per MiB (1.4 of the rewrite's 2.7 s of CPU per GB). Told where the
+    content of the entry just parsed ends (``content_of``), this answers each read with up to a chunk,
+    up to exactly there and never past it: the reader then holds nothing of the next entry, and the
+    headers after a large file are not copied with most of a megabyte behind them.
+    """
+
+    def __init__(self, source: Readable) -> None:
+        self._source = source
+        self._position = 0  # bytes handed to the reader: its offsets (TarInfo.offset_data) count the same
+        self._content_end = 0
+
+    def read(self, size: int = -1) -> bytes:
+        left = self._content_end - self._position
+        if left > 0 and size >= 0:
+            size = min(max(size, CHUNK), left)
+        data = self._source.read(size)
+        self._position += len(data)
+        return data
+
+    def content_of(self, info: tarfile.TarInfo) -> None:
+        """``info`` was just parsed: its content is read in large pieces (a regular file's, if any)."""
+        if info.isreg():
+            self._content_end = info.offset_data + info.size
+
+    def tar(self) -> tarfile.TarFile:
+        """The stream reader over this source; call ``content_of`` with each entry it gives."""
+        return tarfile.open(
+            fileobj=cast("IO[bytes]", self), mode="r|", encoding=ENCODING, errors=ERRORS, bufsize=TAR_READ_BUFFER
+        )
 
 
 def open_stream(chunks: Iterable[bytes]) -> BinaryIO:

@@ -29,7 +29,7 @@ from imagebuild.errors import EngineError
 from imagebuild.inputs.values import escape_controls
 from imagebuild.log import logger
 from imagebuild.secrets import find_secrets
-from imagebuild.util.streams import CHUNK, HashingReader, forget_members, open_stream
+from imagebuild.util.streams import EntryReads, HashingReader, forget_members, open_stream
 from imagebuild.verify.checks.probe import BINARY_SNIFF_BYTES, SCAN_BUDGET_BYTES
 from imagebuild.verify.result import CheckResult
 
@@ -97,8 +97,10 @@ def scan_layer_tar(
     """The findings in one layer tar's regular files under ``roots``; reads the tar to its end."""
     hashing = HashingReader(stream)
     found: list[tuple[str, int, str, str]] = []
-    with tarfile.open(fileobj=hashing, mode="r|", encoding="utf-8", errors="surrogateescape", bufsize=CHUNK) as tar:  # type: ignore[call-overload]
+    reads = EntryReads(hashing)
+    with reads.tar() as tar:
         for entry in tar:
+            reads.content_of(entry)
             path = posixpath.normpath("/" + entry.name)
             whiteout = posixpath.basename(path).startswith(WHITEOUT)
             if entry.isreg() and not whiteout and _under(path, roots) and _take(entry.size, max_bytes, budget):
