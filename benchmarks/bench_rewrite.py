@@ -3,7 +3,9 @@
 Two synthetic layers, written once under a temporary directory: one file of ``--mb`` MB of random
 bytes (the N-GB stage's shape), and ``--files`` small files of 4 KiB (a package tree's shape). Each is
 rewritten as the layer-store path does it (``imagebuild.normalize.rewrite.rewrite_layer`` with a
-reducer, the input hashed for its diffID check) into a sink that only counts, ``--rounds`` times.
+reducer, the input hashed for its diffID check) into a sink that only counts, ``--rounds`` times;
+then the large one's sizing pass (``sizes_only``: its content skipped, as the streamed load's first
+pass skips it).
 Printed per layer: wall time, the process's CPU seconds (every thread: what the machine pays) and
 the main thread's (the critical path when a second core is free), per GB or per 1000 entries, and
 the load average. On this shared 2-core machine the wall time follows other work; the CPU seconds
@@ -85,8 +87,9 @@ def chunks(path: Path) -> Iterator[bytes]:
             yield chunk
 
 
-def rewrite_once(path: Path) -> tuple[float, float, float, int]:
-    """(wall, process CPU, main-thread CPU, entries) of one rewrite as the layer-store path runs it."""
+def rewrite_once(path: Path, *, sizes_only: bool = False) -> tuple[float, float, float, int]:
+    """(wall, process CPU, main-thread CPU, entries) of one rewrite as the layer-store path runs it;
+    ``sizes_only``: its sizing pass (the content skipped, not read)."""
     before, thread_before, started = (
         resource.getrusage(resource.RUSAGE_SELF),
         time.thread_time(),
@@ -94,17 +97,21 @@ def rewrite_once(path: Path) -> tuple[float, float, float, int]:
     )
     # As the layer-store path calls it: the layer directory's digests are never asked for here.
     new: dict[str, Any] = {"content": lambda _name, _size: lambda: ""} if NEW else {}
+    if sizes_only:
+        new["sizes_only"] = True
+    # The sizing pass reads its stream unhashed (the headers, and zeros for the content).
     source = HashingReader(open_stream(chunks(path)), **({"background": True} if NEW else {}))
     try:
         result = rewrite_layer(
-            source,  # type: ignore[arg-type]  # only read() is called
+            open_stream(chunks(path)) if sizes_only else source,  # type: ignore[arg-type]  # only read() is called
             Counted(),
             EPOCH,
             reducer=LayerReducer(LowerState(), EPOCH),
             **new,
         )
-        source.drain()
-        _ = source.digest
+        if not sizes_only:
+            source.drain()
+            _ = source.digest
     finally:
         if NEW:
             source.close()
@@ -125,12 +132,16 @@ def main() -> int:
         blob_layer(blob, args.mb)
         tree_layer(tree, args.files)
         print(f"imagebuild of {REPO}; load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        for path, per, scale in ((blob, "GB", blob.stat().st_size / 1e9), (tree, "1000 entries", 0.0)):
+        sizing = "sizes_only" in inspect.signature(rewrite_layer).parameters
+        cases = [(blob, "GB", blob.stat().st_size / 1e9, False), (tree, "1000 entries", 0.0, False)]
+        cases += [(blob, "GB", blob.stat().st_size / 1e9, True)] if sizing else []
+        for path, per, scale, sizes_only in cases:
             for _ in range(args.rounds):
-                wall, cpu, main_cpu, entries = rewrite_once(path)
+                wall, cpu, main_cpu, entries = rewrite_once(path, sizes_only=sizes_only)
                 unit = scale or entries / 1000
                 print(
-                    f"{path.name}: {path.stat().st_size / 1e6:.0f} MB, {entries} entries; wall {wall:.2f} s, "
+                    f"{path.name}{' (sizes only)' if sizes_only else ''}: {path.stat().st_size / 1e6:.0f} MB, "
+                    f"{entries} entries; wall {wall:.2f} s, "
                     f"CPU {cpu:.2f} s ({cpu / unit:.2f} s per {per}), main thread {main_cpu:.2f} s "
                     f"({main_cpu / unit:.2f} s per {per})"
                 )

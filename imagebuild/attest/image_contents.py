@@ -102,11 +102,10 @@ def entries_of_tar(stream: BinaryIO) -> LayerEntries:
     reads = EntryReads(hashing)
     with reads.tar() as tar:
         for entry in tar:
-            reads.content_of(entry)
             path = posixpath.normpath("/" + entry.name).lstrip("/")
             if found.entry(path):
                 if entry.isreg() and entry.size <= _limit(path):
-                    data = tar.extractfile(entry)
+                    data = reads.extractfile(tar, entry)
                     assert data is not None
                     found.files[path] = data.read()
                 else:

@@ -131,7 +131,6 @@ def index_layer(source: BinaryIO) -> LayerIndex:
     reads = EntryReads(reader)
     with reads.tar() as tar:
         while (info := tar.next()) is not None:
-            reads.content_of(info)
             path = clean_path(info.name)
             parent, base = posixpath.split(path)
             if base == OPAQUE:
@@ -142,7 +141,7 @@ def index_layer(source: BinaryIO) -> LayerIndex:
                 target = entries.get(clean_path(info.linkname))
                 entries[path] = _entry(info, path, target.sha256 if target else "")
             else:
-                data = tar.extractfile(info) if info.isreg() else None
+                data = reads.extractfile(tar, info) if info.isreg() else None
                 entries[path] = _entry(info, path, _content_sha256(data) if info.isreg() else "")
             forget_members(tar)
     reader.drain()

@@ -193,10 +193,9 @@ def scan_layer(
     reads = EntryReads(source)
     with reads.tar() as tar:
         while (info := tar.next()) is not None:
-            reads.content_of(info)
             digest: Digest | None = None
             if digests and info.isreg():
-                data = tar.extractfile(info)
+                data = reads.extractfile(tar, info)
                 assert data is not None
                 h = hashlib.sha256()
                 while chunk := data.read(CHUNK):

@@ -213,13 +213,12 @@ def _rewrite(
                 if any(key.startswith("GNU.sparse.") for key in info.pax_headers) or info.issparse():
                     msg = f"{what}: {info.name} is a sparse file; the rewriter does not handle sparse entries"
                     raise LayerError(msg)
-                entry_reads.content_of(info)
                 meta = Meta.of(info) if reducer is not None else None
                 canonical(info)
                 clamped += clamp(info, epoch, pin=pin_times)
                 data: IO[bytes] | None = None
                 if info.isreg():  # sizes only: the reader skips the content (its next() reads past it)
-                    data = cast("IO[bytes]", _Zeros(info.size)) if sizes_only else reader.extractfile(info)
+                    data = cast("IO[bytes]", _Zeros(info.size)) if sizes_only else entry_reads.extractfile(reader, info)
                 if reducer is None or meta is None:
                     writer.addfile(info, data)
                     entries += 1

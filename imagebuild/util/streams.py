@@ -21,8 +21,8 @@ CHUNK = 1 << 20  # 1 MiB: large enough for throughput, small enough to never mat
 ENCODING, ERRORS = "utf-8", "surrogateescape"
 # The buffer of tarfile's stream reader ("r|"): it copies what remains of it on every read, a
 # 512-byte header included, so a 1 MiB one cost a megabyte of copying per entry (the sample base's
-# 18,000 headers: 2.3 s of CPU to scan, against 1.1 s with this). File contents are read in larger
-# pieces all the same: see EntryReads.
+# 18,000 headers: 2.3 s of CPU to scan, against 1.1 s with this). EntryReads reads a file's content
+# in larger pieces.
 TAR_READ_BUFFER = 64 << 10
 
 
@@ -53,39 +53,52 @@ class Readable(Protocol):
 
 
 class EntryReads:
-    """The source of a tarfile stream reader ("r|"): headers in small reads, a file's content in large ones.
+    """A tar read as a stream (tarfile's "r|"): headers in small reads, an extracted file's content in
+    large ones.
 
-    The reader asks its source for ``bufsize`` bytes at a time and keeps the excess, copying it on
-    every later read: hence a small buffer (TAR_READ_BUFFER), which makes a file's content cost 16
-    reads, joins and hash updates per MiB (1.4 of the rewrite's 2.7 s of CPU per GB). Told where the
-    content of the entry just parsed ends (``content_of``), this answers each read with up to a chunk,
-    up to exactly there and never past it: the reader then holds nothing of the next entry, and the
-    headers after a large file are not copied with most of a megabyte behind them.
+    tarfile's stream reader asks its source for ``bufsize`` bytes at a time and keeps the excess,
+    copying it on every later read. With a small ``bufsize`` (TAR_READ_BUFFER) a file's content
+    costs 16 reads, joins and hash updates per MiB (the rewrite of a 1 GB file: 2.4 s of CPU per GB,
+    against 1.9-2.2 in chunks); with a large one every header copies most of a megabyte, and so does
+    skipping a file's content (a header scan: 0.25 s per GB skipped in small reads, 1.1 s in chunks).
+    So the content of a file ``extractfile`` opens is read a chunk at a time, up to exactly its end
+    and never past it, and everything else in small reads: the reader never holds part of the next
+    entry.
     """
 
     def __init__(self, source: Readable) -> None:
         self._source = source
         self._position = 0  # bytes handed to the reader: its offsets (TarInfo.offset_data) count the same
-        self._content_end = 0
+        self._content_end = 0  # of the file being extracted
+        self._stream: Any = None  # the reader's buffered stream (tarfile's _Stream)
+
+    def tar(self) -> tarfile.TarFile:
+        """The stream reader over this source; open its files' contents with ``extractfile``."""
+        tar = tarfile.open(  # noqa: SIM115 - the caller's to close (a with block)
+            fileobj=cast("IO[bytes]", self), mode="r|", encoding=ENCODING, errors=ERRORS, bufsize=TAR_READ_BUFFER
+        )
+        self._stream = cast("Any", tar).fileobj
+        return tar
+
+    def extractfile(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> IO[bytes] | None:
+        """``tar.extractfile(info)`` (``info`` just parsed), its content read a chunk at a time."""
+        data = tar.extractfile(info)
+        if data is not None and info.isreg() and info.size > TAR_READ_BUFFER:
+            self._content_end = info.offset_data + info.size
+            self._stream.bufsize = CHUNK
+        return data
 
     def read(self, size: int = -1) -> bytes:
-        left = self._content_end - self._position
-        if left > 0 and size >= 0:
-            size = min(max(size, CHUNK), left)
+        if size >= 0:
+            left = self._content_end - self._position
+            if left > 0:
+                size = min(size, left)
+            elif self._stream is not None and self._stream.bufsize != TAR_READ_BUFFER:
+                self._stream.bufsize = TAR_READ_BUFFER  # past the content: headers again
+                size = min(size, TAR_READ_BUFFER)
         data = self._source.read(size)
         self._position += len(data)
         return data
-
-    def content_of(self, info: tarfile.TarInfo) -> None:
-        """``info`` was just parsed: its content is read in large pieces (a regular file's, if any)."""
-        if info.isreg():
-            self._content_end = info.offset_data + info.size
-
-    def tar(self) -> tarfile.TarFile:
-        """The stream reader over this source; call ``content_of`` with each entry it gives."""
-        return tarfile.open(
-            fileobj=cast("IO[bytes]", self), mode="r|", encoding=ENCODING, errors=ERRORS, bufsize=TAR_READ_BUFFER
-        )
 
 
 def open_stream(chunks: Iterable[bytes]) -> BinaryIO:

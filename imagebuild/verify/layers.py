@@ -100,11 +100,10 @@ def scan_layer_tar(
     reads = EntryReads(hashing)
     with reads.tar() as tar:
         for entry in tar:
-            reads.content_of(entry)
             path = posixpath.normpath("/" + entry.name)
             whiteout = posixpath.basename(path).startswith(WHITEOUT)
             if entry.isreg() and not whiteout and _under(path, roots) and _take(entry.size, max_bytes, budget):
-                data = tar.extractfile(entry)
+                data = reads.extractfile(tar, entry)
                 assert data is not None
                 _scan_text(path, data.read(), found, budget)
             forget_members(tar)
