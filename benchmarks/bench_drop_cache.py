@@ -9,11 +9,13 @@ image loaded beside the built one), and after `docker rmi` of the built image by
 what --drop-cache-image does. Printed: each growth over the start and its ratio to the built
 layers' own growth (the goal of issue 27: <= 1.1x).
 
-    python benchmarks/bench_drop_cache.py [--size 1] [--engines main,docker26-overlay2,docker26-containerd]
+    python benchmarks/bench_drop_cache.py [--size 1] [--engines main,docker26-overlay2,docker26-containerd,podman]
 
 Needs the engines (scripts/ensure-docker.sh; `python -m sampleworld engines up`) and the sample
-world, as bench_stage_size.py does; nothing else writing to the disk while it runs. Removes every
-image it made.
+world, as bench_stage_size.py does; nothing else writing to the disk while it runs. ``podman`` is
+the sample world's Podman service (sampleworld.podman_engine), started for the run unless it is
+running, and stopped again if it was started here; it builds with buildah, whose intermediate
+images are counted like the classic builder's. Removes every image it made.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ sys.path.insert(0, str(HERE.parent))
 
 import bench_stage_size as stage  # noqa: E402  # the same step and the same normalisation
 
-from sampleworld import engine_matrix  # noqa: E402
+from sampleworld import engine_matrix, podman_engine  # noqa: E402
+from sampleworld.layout import StateDir  # noqa: E402
 
 TAG = f"bench-drop/n{os.getpid()}"
 
@@ -87,25 +90,36 @@ def main() -> int:
     args = parser.parse_args()
     state_env = os.environ.get("IMAGEBUILD_SAMPLEWORLD_STATE")
     state = Path(state_env) if state_env else HERE.parent / ".sampleworld"
-    engines = {e.name: e for e in engine_matrix.status(state) if e.version}
-    missing = [n for n in args.engines.split(",") if n not in engines]
+    hosts = {e.name: e.docker_host for e in engine_matrix.status(state) if e.version}
+    wanted = args.engines.split(",")
+    missing = [n for n in wanted if n not in hosts and n != podman_engine.NAME]
     if missing:
         print(f"engines not running: {', '.join(missing)} (python -m sampleworld engines up)", file=sys.stderr)
         return 2
+    started_podman = podman_engine.NAME in wanted and podman_engine.ensure_podman(StateDir(state.resolve()))
+    try:
+        return _measure_all(state, hosts, wanted, args.size)
+    finally:
+        if started_podman:
+            podman_engine.stop_podman(StateDir(state.resolve()))
+
+
+def _measure_all(state: Path, hosts: dict[str, str], wanted: list[str], size: float) -> int:
+    if podman_engine.NAME in wanted:
+        hosts[podman_engine.NAME] = podman_engine.podman_engine(StateDir(state.resolve())).host
     base = stage.base_reference(state)
     print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; base {base}")
     print("| engine | step | built | normalised, built kept (default) | built removed (--drop-cache-image) |")
     print("|---|---|---|---|---|")
-    for name in args.engines.split(","):
-        engine = engines[name]
-        host = engine.docker_host
+    for name in wanted:
+        host = hosts[name]
         root = Path(stage.docker(host, "info", "--format", "{{.DockerRootDir}}").strip())
         if subprocess.run(
             ["docker", "image", "inspect", base], env={**os.environ, "DOCKER_HOST": host},
             capture_output=True, check=False,
         ).returncode:  # fmt: skip
             stage.docker(host, "pull", "-q", base)
-        measure(name, host, root, base, args.size)
+        measure(name, host, root, base, size)
     print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
