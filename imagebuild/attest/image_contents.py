@@ -105,7 +105,7 @@ def entries_of_tar(stream: BinaryIO) -> LayerEntries:
             path = posixpath.normpath("/" + entry.name).lstrip("/")
             if found.entry(path):
                 if entry.isreg() and entry.size <= _limit(path):
-                    data = reads.extractfile(tar, entry)
+                    data = reads.extractfile(entry)
                     assert data is not None
                     found.files[path] = data.read()
                 else:

@@ -141,7 +141,7 @@ def index_layer(source: BinaryIO) -> LayerIndex:
                 target = entries.get(clean_path(info.linkname))
                 entries[path] = _entry(info, path, target.sha256 if target else "")
             else:
-                data = reads.extractfile(tar, info) if info.isreg() else None
+                data = reads.extractfile(info) if info.isreg() else None
                 entries[path] = _entry(info, path, _content_sha256(data) if info.isreg() else "")
             forget_members(tar)
     reader.drain()

@@ -195,7 +195,7 @@ def scan_layer(
         while (info := tar.next()) is not None:
             digest: Digest | None = None
             if digests and info.isreg():
-                data = reads.extractfile(tar, info)
+                data = reads.extractfile(info)
                 assert data is not None
                 h = hashlib.sha256()
                 while chunk := data.read(CHUNK):

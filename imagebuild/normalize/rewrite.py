@@ -218,7 +218,7 @@ def _rewrite(
                 clamped += clamp(info, epoch, pin=pin_times)
                 data: IO[bytes] | None = None
                 if info.isreg():  # sizes only: the reader skips the content (its next() reads past it)
-                    data = cast("IO[bytes]", _Zeros(info.size)) if sizes_only else entry_reads.extractfile(reader, info)
+                    data = cast("IO[bytes]", _Zeros(info.size)) if sizes_only else entry_reads.extractfile(info)
                 if reducer is None or meta is None:
                     writer.addfile(info, data)
                     entries += 1

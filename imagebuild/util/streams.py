@@ -59,7 +59,7 @@ class EntryReads:
     tarfile's stream reader asks its source for ``bufsize`` bytes at a time and keeps the excess,
     copying it on every later read. With a small ``bufsize`` (TAR_READ_BUFFER) a file's content
     costs 16 reads, joins and hash updates per MiB (the rewrite of a 1 GB file: 2.4 s of CPU per GB,
-    against 1.9-2.2 in chunks); with a large one every header copies most of a megabyte, and so does
+    against 1.8 in chunks); with a large one every header copies most of a megabyte, and so does
     skipping a file's content (a header scan: 0.25 s per GB skipped in small reads, 1.1 s in chunks).
     So the content of a file ``extractfile`` opens is read a chunk at a time, up to exactly its end
     and never past it, and everything else in small reads: the reader never holds part of the next
@@ -70,6 +70,7 @@ class EntryReads:
         self._source = source
         self._position = 0  # bytes handed to the reader: its offsets (TarInfo.offset_data) count the same
         self._content_end = 0  # of the file being extracted
+        self._tar: tarfile.TarFile | None = None
         self._stream: Any = None  # the reader's buffered stream (tarfile's _Stream)
 
     def tar(self) -> tarfile.TarFile:
@@ -77,12 +78,15 @@ class EntryReads:
         tar = tarfile.open(  # noqa: SIM115 - the caller's to close (a with block)
             fileobj=cast("IO[bytes]", self), mode="r|", encoding=ENCODING, errors=ERRORS, bufsize=TAR_READ_BUFFER
         )
-        self._stream = cast("Any", tar).fileobj
+        self._tar, self._stream = tar, cast("Any", tar).fileobj
         return tar
 
-    def extractfile(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> IO[bytes] | None:
-        """``tar.extractfile(info)`` (``info`` just parsed), its content read a chunk at a time."""
-        data = tar.extractfile(info)
+    def extractfile(self, info: tarfile.TarInfo) -> IO[bytes] | None:
+        """The reader's ``extractfile(info)`` (``info`` just parsed), its content read a chunk at a time."""
+        if self._tar is None:
+            msg = "extractfile() before tar()"
+            raise ValueError(msg)
+        data = self._tar.extractfile(info)
         if data is not None and info.isreg() and info.size > TAR_READ_BUFFER:
             self._content_end = info.offset_data + info.size
             self._stream.bufsize = CHUNK

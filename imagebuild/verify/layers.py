@@ -103,7 +103,7 @@ def scan_layer_tar(
             path = posixpath.normpath("/" + entry.name)
             whiteout = posixpath.basename(path).startswith(WHITEOUT)
             if entry.isreg() and not whiteout and _under(path, roots) and _take(entry.size, max_bytes, budget):
-                data = reads.extractfile(tar, entry)
+                data = reads.extractfile(entry)
                 assert data is not None
                 _scan_text(path, data.read(), found, budget)
             forget_members(tar)

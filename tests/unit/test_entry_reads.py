@@ -42,7 +42,7 @@ def _read_all(source: RecordedSource) -> tuple[dict[str, bytes], dict[str, tuple
     spans: dict[str, tuple[int, int]] = {}
     with reads.tar() as tar:
         while (info := tar.next()) is not None:
-            data = reads.extractfile(tar, info)
+            data = reads.extractfile(info)
             assert data is not None
             contents[info.name] = data.read()
             spans[info.name] = (info.offset_data, info.offset_data + info.size)
