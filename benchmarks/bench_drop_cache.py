@@ -96,17 +96,18 @@ def main() -> int:
     if missing:
         print(f"engines not running: {', '.join(missing)} (python -m sampleworld engines up)", file=sys.stderr)
         return 2
-    started_podman = podman_engine.NAME in wanted and podman_engine.ensure_podman(StateDir(state.resolve()))
+    world = StateDir(state.resolve())
+    started_podman = podman_engine.NAME in wanted and podman_engine.ensure_podman(world)
+    if podman_engine.NAME in wanted:
+        hosts[podman_engine.NAME] = podman_engine.podman_engine(world).host
     try:
         return _measure_all(state, hosts, wanted, args.size)
     finally:
         if started_podman:
-            podman_engine.stop_podman(StateDir(state.resolve()))
+            podman_engine.stop_podman(world)
 
 
 def _measure_all(state: Path, hosts: dict[str, str], wanted: list[str], size: float) -> int:
-    if podman_engine.NAME in wanted:
-        hosts[podman_engine.NAME] = podman_engine.podman_engine(StateDir(state.resolve())).host
     base = stage.base_reference(state)
     print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; base {base}")
     print("| engine | step | built | normalised, built kept (default) | built removed (--drop-cache-image) |")

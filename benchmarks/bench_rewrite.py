@@ -100,20 +100,20 @@ def rewrite_once(path: Path, *, sizes_only: bool = False) -> tuple[float, float,
     if sizes_only:
         new["sizes_only"] = True
     # The sizing pass reads its stream unhashed (the headers, and zeros for the content).
-    source = HashingReader(open_stream(chunks(path)), **({"background": True} if NEW else {}))
+    source = None if sizes_only else HashingReader(open_stream(chunks(path)), **({"background": True} if NEW else {}))
     try:
         result = rewrite_layer(
-            open_stream(chunks(path)) if sizes_only else source,  # type: ignore[arg-type]  # only read() is called
+            source or open_stream(chunks(path)),  # type: ignore[arg-type]  # only read() is called
             Counted(),
             EPOCH,
             reducer=LayerReducer(LowerState(), EPOCH),
             **new,
         )
-        if not sizes_only:
+        if source is not None:
             source.drain()
             _ = source.digest
     finally:
-        if NEW:
+        if NEW and source is not None:
             source.close()
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime

@@ -70,16 +70,19 @@ class EntryReads:
         self._source = source
         self._position = 0  # bytes handed to the reader: its offsets (TarInfo.offset_data) count the same
         self._content_end = 0  # of the file being extracted
-        self._tar: tarfile.TarFile | None = None
-        self._stream: Any = None  # the reader's buffered stream (tarfile's _Stream)
+        self._tar: tarfile.TarFile | None = None  # None while tarfile.open reads the first header
 
     def tar(self) -> tarfile.TarFile:
         """The stream reader over this source; open its files' contents with ``extractfile``."""
         tar = tarfile.open(  # noqa: SIM115 - the caller's to close (a with block)
             fileobj=cast("IO[bytes]", self), mode="r|", encoding=ENCODING, errors=ERRORS, bufsize=TAR_READ_BUFFER
         )
-        self._tar, self._stream = tar, cast("Any", tar).fileobj
+        self._tar = tar
         return tar
+
+    def _reader_stream(self) -> Any:
+        """The reader's buffered stream over this source (tarfile's ``_Stream``, whose ``bufsize`` it reads by)."""
+        return None if self._tar is None else cast("Any", self._tar).fileobj
 
     def extractfile(self, info: tarfile.TarInfo) -> IO[bytes] | None:
         """The reader's ``extractfile(info)`` (``info`` just parsed), its content read a chunk at a time."""
@@ -89,7 +92,7 @@ class EntryReads:
         data = self._tar.extractfile(info)
         if data is not None and info.isreg() and info.size > TAR_READ_BUFFER:
             self._content_end = info.offset_data + info.size
-            self._stream.bufsize = CHUNK
+            self._reader_stream().bufsize = CHUNK
         return data
 
     def read(self, size: int = -1) -> bytes:
@@ -97,8 +100,8 @@ class EntryReads:
             left = self._content_end - self._position
             if left > 0:
                 size = min(size, left)
-            elif self._stream is not None and self._stream.bufsize != TAR_READ_BUFFER:
-                self._stream.bufsize = TAR_READ_BUFFER  # past the content: headers again
+            elif (stream := self._reader_stream()) is not None and stream.bufsize != TAR_READ_BUFFER:
+                stream.bufsize = TAR_READ_BUFFER  # past the content: headers again
                 size = min(size, TAR_READ_BUFFER)
         data = self._source.read(size)
         self._position += len(data)
