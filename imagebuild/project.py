@@ -123,6 +123,11 @@ class Inputs:
     def all_pins(self) -> PinSet:
         return self.every_pin or self.pins
 
+    @property
+    def base_reference(self) -> str:
+        """The base image as its pin names it (by digest once locked): the build's FROM."""
+        return self.pins.image(self.definition.base_pin).reference
+
 
 def find_project(start: Path, pins: Path | None = None, *, search_parents: bool = True) -> Project:
     """The project containing ``start``: the nearest directory with stages/image.toml.

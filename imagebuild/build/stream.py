@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,6 +29,7 @@ BUILDAH_STEP_RE = re.compile(r"^(?:\[(\d+)/(\d+)\] )?STEP (\d+)/(\d+): ")
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # the classic builder paints stderr red
 LOG_TAIL_LINES = 40
 RUNNING_MARK = "---> Running in "  # the classic builder starts a container: no cache hit
+COMMITTED_RE = re.compile(r"^ ---> ([0-9a-f]{12,64})$")  # the classic builder's image after an instruction
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +70,17 @@ class StepTracker:
     one lock, so the listener sees one event at a time.
     """
 
-    def __init__(self, dockerfile: Dockerfile, clock: Clock, listener: StepListener) -> None:
+    def __init__(
+        self,
+        dockerfile: Dockerfile,
+        clock: Clock,
+        listener: StepListener,
+        *,
+        committed: Callable[[str, int, bool], None] | None = None,
+    ) -> None:
+        """``committed(image, step, cached)``: told each image the classic builder commits after an
+        instruction of the final stage (its short ID, the step, whether it came from the cache); it must
+        not block."""
         # The classic builder numbers every instruction, ARG and ENV included.
         self._step_of = [
             line.step
@@ -77,7 +89,7 @@ class StepTracker:
         ]
         self._titles = {s.number: s.title for s in dockerfile.steps}
         self.total = len(dockerfile.steps)
-        self._clock, self._listener = clock, listener
+        self._clock, self._listener, self._committed = clock, listener, committed
         self._lock = threading.Lock()
         self._partial = ""  # text after the last newline
         self.current: int | None = None  # step of the final stage being built
@@ -138,6 +150,8 @@ class StepTracker:
             self._instruction_cached = text[match.end() :].startswith("FROM ")
         elif text.strip() == "---> Using cache" or text.startswith("--> Using cache "):
             self._instruction_cached = True
+        elif (image := COMMITTED_RE.match(text)) and self._committed is not None and self.current is not None:
+            self._committed(image[1], self.current, bool(self._instruction_cached))
         shown = display_text(text).strip()
         if shown:
             self._last_line = shown

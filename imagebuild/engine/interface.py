@@ -42,6 +42,7 @@ class ImageInfo:
     exposed_ports: tuple[str, ...] = ()  # "8000/tcp", as the config's ExposedPorts names them
     history: tuple[str, ...] = field(default=())  # created_by of every layer, newest first
     layers: tuple[str, ...] = field(default=())  # the layers' diffIDs (sha256:...), lowest first
+    size: int = 0  # bytes, as the engine counts the image (its layers, the base's included)
     # The config's digest, imagebuild's identity of the image, where ``id`` is not it (the containerd
     # image store names images by their manifest); "" with ``identity_unknown`` saying why when the
     # engine's store could not be read.
@@ -335,6 +336,7 @@ def image_info(data: Mapping[str, Any], history: Iterable[Mapping[str, Any]], **
         exposed_ports=tuple(sorted(config.get("ExposedPorts") or {})),
         history=tuple(str(h.get("CreatedBy", "")) for h in history),
         layers=tuple((data.get("RootFS") or {}).get("Layers") or ()),
+        size=int(data.get("Size") or 0),
         **identity,
     )
 

@@ -72,10 +72,14 @@ def build_layers(
     epochs: Sequence[int],
     what: str,
     context_copies: Sequence[bool] = (),
+    prefix: bool = False,
 ) -> tuple[BuildLayer, ...]:
-    """Which step made each of the image's ``layers`` above its base, from the config's history."""
+    """Which step made each of the image's ``layers`` above its base, from the config's history
+    (``prefix``: an intermediate image of the build, made by the first of the steps only)."""
     numbered = list(enumerate(config.get("history") or []))[base_history:]
     steps = [index for index, entry in numbered if _is_step(entry)]
+    if prefix and len(steps) <= len(epochs):
+        epochs, context_copies = epochs[: len(steps)], context_copies[: len(steps)]
     if len(steps) != len(epochs):
         msg = f"{what}: its history has {len(steps)} build steps, but the Dockerfile makes {len(epochs)}"
         raise HistoryMismatch(msg)

@@ -58,6 +58,7 @@ from imagebuild.normalize.model import (
     NormalizeFailure,
     NormalizeResult,
     StoreReadFailure,
+    StoreUnavailable,
 )
 from imagebuild.normalize.streamed_load import normalize_into_load, streams_into_load
 from imagebuild.util.streams import open_stream
@@ -71,12 +72,19 @@ def load_chunks(image: Normalized) -> Iterator[bytes]:
 
 
 def normalize_image(
-    store: ImageStore, image_id: str, plan: LayerPlan, spool_dir: Path, *, from_store: bool = True
+    store: ImageStore,
+    image_id: str,
+    plan: LayerPlan,
+    spool_dir: Path,
+    *,
+    from_store: bool = True,
+    save_fallback: bool = True,
 ) -> NormalizeResult:
     """Normalise ``image_id`` in ``store``; the result is loaded but not tagged.
 
     Read from the engine's store when it allows it and ``from_store``, else
-    (and when that read fails its checks) from ``save``. The spool is a fresh
+    (and when that read fails its checks) from ``save``; without ``save_fallback`` NormalizeFailure
+    says why the store could not be read instead (a save is the whole image, base included). The spool is a fresh
     directory under ``spool_dir`` (on disk, not /tmp, which may be memory),
     removed afterwards whatever happens; what a containerd-store base holds
     is kept under ``spool_dir/lower-state`` for the next normalisation.
@@ -105,8 +113,11 @@ def normalize_image(
                     normalized = normalize_stored(stored, plan, Path(workdir), what=what, lower_cache=spool_dir / LOWER_CACHE)
             except StoreReadFailure as e:
                 fallback = str(e)
-                logger.warning("reading %s from the engine's %s failed (%s); using docker save", what, source, e)
+                if save_fallback:
+                    logger.warning("reading %s from the engine's %s failed (%s); using docker save", what, source, e)
         read_from = FROM_SAVE if normalized is None else source
+        if normalized is None and not save_fallback:
+            raise (StoreUnavailable if stored is None or stored.unavailable else NormalizeFailure)(fallback)
         if normalized is None:
             logger.debug("normalising %s from docker save: %s", what, fallback)
             save_started = time.monotonic()

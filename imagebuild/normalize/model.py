@@ -24,6 +24,11 @@ class NormalizeFailure(Exception):
     """Normalisation could not be done; the message says why (the caller adds what to do)."""
 
 
+class StoreUnavailable(NormalizeFailure):
+    """The engine's store cannot be read from here at all (a remote engine, another storage driver, an
+    unreadable data root): only ``save`` gives the image."""
+
+
 class StoreReadFailure(Exception):
     """The engine's store did not give the image the engine reports: normalisation reads ``save`` instead."""
 
@@ -57,6 +62,9 @@ class LayerPlan:
     created: int  # the config's created time and the build's history entries
     context_copies: tuple[bool, ...] = ()  # per step after FROM: a COPY from the build context (see RenderedStep)
     previous: tuple[LayerNote, ...] = ()  # the last run's build layers (its record), to reuse what did not change
+    # An intermediate image of the build (imagebuild.normalize.ahead): its history has the first of
+    # ``epochs``' steps only.
+    prefix: bool = False
 
     @property
     def kept(self) -> tuple[str, ...]:
@@ -73,6 +81,7 @@ class LayerPlan:
                 epochs=self.epochs,
                 context_copies=self.context_copies,
                 what=what,
+                prefix=self.prefix,
             )
         except HistoryMismatch as e:
             raise NormalizeFailure(str(e)) from e
@@ -128,6 +137,17 @@ class Normalized:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AheadWork:
+    """What was normalised while the build ran (imagebuild.normalize.ahead)."""
+
+    prefixes: int = 0  # the build's intermediate images normalised
+    layers: int = 0  # build layers rewritten then (the normalisation after the build took them as they were)
+    bytes: int = 0  # their size
+    seconds: float = 0.0  # spent on it, beside the build
+    stopped: str = ""  # why it stopped early: the normalisation after the build did the rest
+
+
+@dataclass(frozen=True, kw_only=True)
 class NormalizeResult:
     image_id: str  # the identity: the normalised config's digest, the same on every engine
     unnormalized_id: str
@@ -145,6 +165,7 @@ class NormalizeResult:
     rules: int = RULES  # the normalisation rules it was made under
     layers_reused: int = 0  # build layers the last run normalised from the same inputs: taken from the engine
     layers: tuple[LayerNote, ...] = ()  # per build layer: what the next run may reuse
+    ahead: AheadWork | None = None  # done while the build ran (None: not tried)
 
     def to_json(self) -> dict[str, object]:
         from dataclasses import asdict
