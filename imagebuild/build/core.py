@@ -44,7 +44,8 @@ from imagebuild.engine.interface import PODMAN, BuildRequest, Engine
 from imagebuild.errors import AttestationError, BuildError, EngineError
 from imagebuild.inputs.layout import build_log_path, build_record_path, default_tag
 from imagebuild.log import logger
-from imagebuild.normalize.after_build import Normalization, normalize_build
+from imagebuild.normalize.after_build import Normalization, ahead_of_build, normalize_build
+from imagebuild.normalize.ahead import NormalizeAhead
 from imagebuild.project import Inputs
 from imagebuild.secrets import redact
 from imagebuild.util.clock import Clock, SystemClock
@@ -117,18 +118,24 @@ def build_image(
         logger.warning("imagebuild: warning: %s", podman_identity(store))
     if options.pull:
         pull_images(prepared.inputs, engine, show, steady)
-    tracker = StepTracker(prepared.dockerfile, steady, show)
+    ahead = start_ahead(prepared, engine, places, show) if store.kind != PODMAN else None
+    tracker = StepTracker(prepared.dockerfile, steady, show, committed=ahead.committed if ahead else None)
     started = Started(steady=steady.now(), wall=datetime.now(UTC))
-    with serving(options.compile_cache, network=options.network) as cache:
-        image_id = run_build(prepared, engine, request, tracker, clock=steady, show=show, log_path=places.log)
-    if cache is not None:
-        show.message(cache.summary())
-    if store.kind == PODMAN:
-        check_labels(engine, store, image_id, labels, places.log)
     normalized = None
-    if options.normalize:
-        normalized = normalize_image(prepared, engine, image_id, tag=tags[0], places=places, show=show)
-        image_id = normalized.image_id
+    try:
+        with serving(options.compile_cache, network=options.network) as cache:
+            image_id = run_build(prepared, engine, request, tracker, clock=steady, show=show, log_path=places.log)
+        if cache is not None:
+            show.message(cache.summary())
+        if store.kind == PODMAN:
+            check_labels(engine, store, image_id, labels, places.log)
+        if options.normalize:
+            normalized = normalize_image(prepared, engine, image_id, tag=tags[0], places=places, show=show, ahead=ahead)
+            image_id = normalized.image_id
+    except BaseException:
+        if ahead is not None:  # what it loaded is not wanted (a no-op once the normalisation removed it)
+            ahead.remove_prefixes()
+        raise
     finished = datetime.now(UTC)
     # On the containerd image store the engine knows the image by its manifest digest, not its identity.
     tag_image(
@@ -153,8 +160,7 @@ def build_image(
         compile_cache=cache,
     )
     write_atomically(places.record, json.dumps(record.to_json(), indent=2) + "\n")
-    base_ref = prepared.inputs.pins.image(prepared.inputs.definition.base_pin).reference
-    return attest(record, engine, show=show, key=options.signing_key, base_ref=base_ref)
+    return attest(record, engine, show=show, key=options.signing_key, base_ref=prepared.inputs.base_reference)
 
 
 def names_to_tag(options: BuildOptions, arch: str) -> list[str]:
@@ -256,6 +262,24 @@ def stream_build(
     return image_id, error
 
 
+def start_ahead(
+    prepared: PreparedBuild, engine: Engine, places: BuildPlaces, show: BuildProgress
+) -> NormalizeAhead | None:
+    """Normalising the build's intermediate images while it runs (imagebuild.normalize.ahead), unless off."""
+    options = prepared.options
+    if not options.normalize or options.normalize_ahead_mb is None:
+        return None
+    return ahead_of_build(
+        engine,
+        base_ref=prepared.inputs.base_reference,
+        dockerfile=prepared.dockerfile,
+        spool_dir=places.record.parent,
+        record_path=places.record,
+        min_mb=options.normalize_ahead_mb,
+        tell=show.message,
+    )
+
+
 def normalize_image(
     prepared: PreparedBuild,
     engine: Engine,
@@ -264,18 +288,19 @@ def normalize_image(
     tag: str,
     places: BuildPlaces,
     show: BuildProgress,
+    ahead: NormalizeAhead | None = None,
 ) -> Normalization:
     """Clamp the built image's timestamps to SOURCE_DATE_EPOCH (imagebuild.normalize)."""
-    inputs = prepared.inputs
     normalized = normalize_build(
         engine,
         image_id,
         tag=tag,
-        base_ref=inputs.pins.image(inputs.definition.base_pin).reference,
+        base_ref=prepared.inputs.base_reference,
         dockerfile=prepared.dockerfile,
         spool_dir=places.record.parent,
         record_path=places.record,
         keep_cache_image=prepared.options.keep_cache_image,
+        ahead=ahead,
     )
     show.message(normalized.summary())
     return normalized

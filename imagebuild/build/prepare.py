@@ -18,6 +18,7 @@ from imagebuild.errors import ConfigError
 from imagebuild.inputs.layers import with_tunables
 from imagebuild.inputs.schema import suggest
 from imagebuild.inputs.values import ENV_NAME, TUNABLE
+from imagebuild.normalize.ahead import DEFAULT_MIN_MB
 from imagebuild.project import Inputs, Project
 from imagebuild.render import ConstraintMode, Dockerfile, RenderOptions, render_inputs
 from imagebuild.render.context import BuildContext, build_context
@@ -45,6 +46,9 @@ class BuildOptions:
     # Keep the built image as TAG-cache, the next build's layer cache; False (--drop-cache-image): remove
     # it once normalised, so the engine holds the build's layers once and the next build starts cold.
     keep_cache_image: bool = True
+    # --normalize-ahead: normalise the build's intermediate images while later steps build, once this
+    # many MB of new layers wait (imagebuild.normalize.ahead); None: only after the build.
+    normalize_ahead_mb: int | None = DEFAULT_MIN_MB
     signing_key: SigningKey | None = None  # --sign-key: the SBOM and provenance also as signed DSSE envelopes
     # --compile-cache: served to steps 4 and 7's ccache while the engine builds.
     compile_cache: CompileCache | None = None

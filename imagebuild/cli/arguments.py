@@ -100,6 +100,19 @@ def compile_cache(text: str) -> CompileCache:
     return CompileCache(url=text) if "://" in text else CompileCache(directory=Path(text).resolve())
 
 
+AHEAD_OFF = "off"
+
+
+def normalize_ahead(text: str) -> int | None:
+    """--normalize-ahead MB|off: a whole number of megabytes (0: after every built step), or off."""
+    if text == AHEAD_OFF:
+        return None
+    if not text.isascii() or not text.isdigit() or len(text) > 9:
+        msg = f"{text[:40]!r}: not a size: a whole number of MB (0 to 999999999), or {AHEAD_OFF}"
+        raise argparse.ArgumentTypeError(msg)
+    return int(text)
+
+
 def _printable_path(text: str) -> None:
     """A path the verb writes and names in its messages: no control characters (each message is one line)."""
     problem = control_problem(text)

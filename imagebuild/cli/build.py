@@ -11,9 +11,10 @@ from imagebuild.cli import arguments
 from imagebuild.cli.attestations import add_signing_flags, signing_key_of
 from imagebuild.cli.output import with_new_names, write_json
 from imagebuild.cli.verbs import Verb, Verbs, project_of
-from imagebuild.errors import ExitCode
+from imagebuild.errors import ConfigError, ExitCode
 from imagebuild.inputs.layout import BUILD_DIR, DEFAULT_REPOSITORY
 from imagebuild.log import format_duration, logger
+from imagebuild.normalize.ahead import DEFAULT_MIN_MB
 
 if TYPE_CHECKING:
     from imagebuild.build.core import BuildRecord
@@ -35,6 +36,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     from imagebuild.build.progress import BuildProgress, ProgressMode, make_progress
     from imagebuild.engine.http_api import HttpEngine
 
+    if args.no_normalize and args.normalize_ahead != ():
+        msg = "--normalize-ahead with --no-normalize: nothing is normalised; leave one of them out"
+        raise ConfigError(msg)
     project = project_of(args)
     inputs = project.load(args.arch)
     signing_key = signing_key_of(args)
@@ -51,6 +55,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         iidfile=args.iidfile,
         normalize=not args.no_normalize,
         keep_cache_image=not args.drop_cache_image,
+        normalize_ahead_mb=DEFAULT_MIN_MB if args.normalize_ahead == () else args.normalize_ahead,
         signing_key=signing_key,
         compile_cache=args.compile_cache,
     )
@@ -140,6 +145,15 @@ def register(verbs: Verbs) -> None:
         action="store_true",
         help="remove the built image (TAG-cache) once normalised: the engine keeps the build's layers once, "
         "not twice, and the next build starts cold (for a runner that builds once)",
+    )
+    p.add_argument(
+        "--normalize-ahead",
+        type=arguments.normalize_ahead,
+        default=(),
+        metavar="MB|off",
+        help=f"normalise the build's intermediate images while its later steps build, each time its uncached "
+        f"steps have added MB of layers (default {DEFAULT_MIN_MB}; 0: after every such step; off: only after "
+        "the build; a round waits for an idle core); the image is the same either way (docs/bit-identical.md)",
     )
     p.add_argument(
         "--iidfile",

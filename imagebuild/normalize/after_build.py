@@ -13,6 +13,7 @@ chain once normalised instead: the build's layers are kept once, not twice.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from imagebuild.engine.interface import Engine
 from imagebuild.errors import EngineError, NormalizeError
 from imagebuild.inputs.stage_model import Instruction
 from imagebuild.log import format_duration
+from imagebuild.normalize.ahead import NormalizeAhead
 from imagebuild.normalize.model import (
     FROM_CONTENT,
     FROM_SAVE,
@@ -63,7 +65,14 @@ class Normalization:
             f"{result.layers_rewritten} layers ({result.bytes_rewritten / 1e6:.0f} MB) read from "
             f"{SOURCES.get(result.read_from, result.read_from)} of {result.engine} and rewritten; "
             + (
-                f"{result.layers_reused} unchanged since the last build taken as they were normalised then; "
+                f"before that, {result.ahead.layers} layers ({result.ahead.bytes / 1e6:.0f} MB) while the build "
+                f"ran ({format_duration(result.ahead.seconds)} beside it); "
+                if result.ahead and result.ahead.prefixes
+                else ""
+            )
+            + (
+                f"{result.layers_reused} taken from the engine as they were normalised before (while the build "
+                "ran, or by the last build of the same inputs); "
                 if result.layers_reused
                 else ""
             )
@@ -92,6 +101,27 @@ def layer_plan(engine: Engine, image_id: str, base_ref: str, dockerfile: Dockerf
         epochs=epochs,
         created=dockerfile.steps[-1].source_date_epoch,
         context_copies=tuple(s.copies_context for s in steps),
+    )
+
+
+def ahead_of_build(
+    engine: Engine,
+    *,
+    base_ref: str,
+    dockerfile: Dockerfile,
+    spool_dir: Path,
+    record_path: Path,
+    min_mb: int,
+    tell: Callable[[str], None],
+) -> NormalizeAhead:
+    """Normalising ahead (imagebuild.normalize.ahead) for a build of ``dockerfile`` on ``engine``, started."""
+    return NormalizeAhead(
+        engine,
+        lambda image_id: layer_plan(engine, image_id, base_ref, dockerfile),
+        spool_dir,
+        min_bytes=min_mb * 10**6,
+        previous=previous_layers(record_path),
+        tell=tell,
     )
 
 
@@ -141,14 +171,31 @@ def normalize_build(
     spool_dir: Path,
     record_path: Path,
     keep_cache_image: bool = True,
+    ahead: NormalizeAhead | None = None,
 ) -> Normalization:
     """Normalise the built image (or reuse the last build's result) and tag the built one as the cache,
-    or remove it once normalised (``keep_cache_image`` False). A failure keeps it tagged either way."""
+    or remove it once normalised (``keep_cache_image`` False). A failure keeps it tagged either way.
+    ``ahead``: what was normalised while the build ran is taken from the engine, and its intermediate
+    images removed once the image holds their layers."""
     keep = cache_tag(tag)
     engine.tag(built_id, keep)
-    normalized = _normalize_or_reuse(
-        engine, built_id, keep, base_ref=base_ref, dockerfile=dockerfile, spool_dir=spool_dir, record_path=record_path
-    )
+    try:
+        normalized = _normalize_or_reuse(
+            engine,
+            built_id,
+            keep,
+            base_ref=base_ref,
+            dockerfile=dockerfile,
+            spool_dir=spool_dir,
+            record_path=record_path,
+            ahead=ahead,
+        )
+    except BaseException:
+        if ahead is not None:
+            ahead.remove_prefixes()
+        raise
+    if ahead is not None:
+        ahead.remove_prefixes(keep=normalized.engine_id)
     if keep_cache_image:
         return normalized
     # By its name: docker removes the image with the intermediate images only it held (the layer cache).
@@ -165,7 +212,9 @@ def _normalize_or_reuse(
     dockerfile: Dockerfile,
     spool_dir: Path,
     record_path: Path,
+    ahead: NormalizeAhead | None,
 ) -> Normalization:
+    ahead_notes = ahead.finish() if ahead is not None else ()
     reused = previous_normalization(record_path, built_id, engine)
     if reused is not None:
         identity, engine_id = reused
@@ -184,7 +233,10 @@ def _normalize_or_reuse(
         return Normalization(image_id=identity, engine_id=engine_id, cache_tag=keep, result=result)
     from imagebuild.normalize.core import normalize_image  # the rewrite: not on a reused build's path
 
-    plan = replace(layer_plan(engine, built_id, base_ref, dockerfile), previous=previous_layers(record_path))
+    last_build = previous_layers(record_path)
+    # Normalised ahead: this run's notes, made with the last build's, for the first layers; the last build's above.
+    previous = ahead_notes + last_build[len(ahead_notes) :]
+    plan = replace(layer_plan(engine, built_id, base_ref, dockerfile), previous=previous)
     try:
         result = normalize_image(engine, built_id, plan, spool_dir)
     except (NormalizeFailure, EngineError) as e:
@@ -193,4 +245,6 @@ def _normalize_or_reuse(
             "rebuild with --no-normalize to skip normalisation"
         )
         raise NormalizeError(msg) from e
+    if ahead is not None:
+        result = replace(result, ahead=ahead.work)
     return Normalization(image_id=result.image_id, engine_id=result.engine_id, cache_tag=keep, result=result)

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+from pathlib import Path
 
 import docker
+
+# Per checkout: several checkouts share one Docker engine, and a shared tag would be overwritten.
+CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]
 
 
 def remove_images(*tags: str) -> None:

@@ -11,16 +11,19 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
+import docker
 from imagebuild.build.sbom import validate_sbom
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.errors import EngineError, ExitCode
 from imagebuild.inputs.python_lock import lock_path_for, require_python_lock
 from imagebuild.inputs.stage_model import BUILD_GROUP
+from imagebuild.normalize import ahead as ahead_module
 from imagebuild.pins import PinSet, load_pins
 from imagebuild.project import find_project
 from sampleworld.layout import BAD_SHA
 from tests import REPO
+from tests.integration.image_support import CHECKOUT, remove_images
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 
@@ -187,6 +190,45 @@ def test_second_build_is_fully_cached(built: dict[str, object], locked_pins: Pat
     assert again["all_cached"], [s for s in again["steps"] if not s["cached"]]
     if again["labels"] == built["labels"]:  # a working tree edited in between changes the revision label
         assert again["image_id"] == built["image_id"]
+
+
+def test_normalising_ahead_of_the_build_s_end_gives_the_same_image(
+    built: dict[str, object],
+    locked_pins: Path,
+    tmp_path: Path,
+    engine: DockerEngine,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cold build whose intermediate images are normalised while later steps build (every step that
+    adds a megabyte, a core taken as idle whatever this machine's load): the identity of the session's
+    build, normalised after it, and no image of the rounds left behind."""
+    monkeypatch.setattr(ahead_module, "idle_cores", lambda: 2.0)
+    tag, record = f"imagebuild-test/ahead:gfx942-{CHECKOUT}", tmp_path / "ahead.json"
+    before = engine.image_ids()
+    try:
+        assert build(locked_pins, record, "--tag", tag, "--no-cache", "--normalize-ahead", "1") == 0
+        result = json.loads(record.read_text())
+        assert result["labels"] == built["labels"]  # the same inputs, checkout and revision
+        assert result["image_id"] == built["image_id"]
+        ahead = result["normalization"]["ahead"]
+        assert ahead["prefixes"] >= 2, ahead  # MoRI's step and the router's each add more than a MB
+        assert ahead["stopped"] == ""
+        assert result["normalization"]["layers_reused"] >= ahead["layers"]
+        # What is new is the built image with its parents (the layer cache) and the image: no round's
+        left = engine.image_ids() - before - {result["image_id"]} - _with_parents(f"{tag}-cache")
+        assert not left, [engine.inspect_image(i).history[:1] for i in left]
+    finally:
+        remove_images(tag)
+
+
+def _with_parents(name: str) -> set[str]:
+    api = docker.from_env().api
+    chain, image = set(), api.inspect_image(name)
+    while True:
+        chain.add(image["Id"])
+        if not image.get("Parent"):
+            return chain
+        image = api.inspect_image(image["Parent"])
 
 
 def test_failing_step_is_named_and_nothing_tagged(
