@@ -15,7 +15,7 @@ looks at the last of them only. A cached instruction never starts one (a fully c
 nothing here, not even an inspect). And only with a core to spare: a round is CPU work for this
 process and the engine (about 8 s of CPU per GB here), and beside a step that keeps every core busy
 it slowed that step by more than it saved (measured: docs/measured.md), so a round that is due waits
-until the machine has a core idle, or for the build's end. Nothing here falls back to ``docker
+until the machine has a core idle (or is left to the normalisation after the build). Nothing here falls back to ``docker
 save`` (the whole image, base included): a failure stops the work ahead with a warning, and the
 normalisation after the build does the rest as it always did.
 
