@@ -125,6 +125,8 @@ class NormalizeAhead:
                     if idle < SPARE_CORES:
                         logger.debug("normalising ahead up to step %d waits: %.2f cores idle", due[1], idle)
                         continue
+                    if self._ended():  # while it looked: the normalisation after the build does it all now
+                        return
                     self._normalize(due[0], due[1])
                     since, due = due[2], None
             except StoreUnavailable as e:  # only `docker save` gives the image: nothing to do ahead
@@ -146,6 +148,10 @@ class NormalizeAhead:
                 self._changed.wait(timeout)
             newest, self._newest = self._newest, None
             return self._done, newest
+
+    def _ended(self) -> bool:
+        with self._changed:
+            return self._done
 
     def _normalize(self, image: str, step: int) -> None:
         from imagebuild.normalize.core import normalize_image  # as after_build: off the no-op path

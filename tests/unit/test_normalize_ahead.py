@@ -190,6 +190,25 @@ def test_a_round_never_started_when_no_core_came_free(tmp_path: Path, rounds: Ro
     assert (rounds.images, work.work) == ([], AheadWork())
 
 
+def test_no_round_starts_once_the_build_has_ended(tmp_path: Path, rounds: Rounds) -> None:
+    """A round found due just before the build's end would only add a load: the normalisation after
+    the build does the same work in one go."""
+    work: NormalizeAhead
+
+    def idle_once_the_build_ended() -> float:
+        threading.Thread(target=work.finish).start()  # the build ends while the round looks for a core
+        time.sleep(0.2)
+        return 2.0
+
+    engine = Counting([image(0, 0), image(1, 20)])
+    work = ahead(engine, tmp_path, idle=idle_once_the_build_ended)
+    work.committed(f"sha256:{0:064x}", 1, True)
+    work.committed(f"sha256:{1:064x}", 18, False)
+    _wait_for(lambda: f"sha256:{1:064x}" in engine.inspected)
+    assert work.finish() == ()
+    assert (rounds.images, work.work) == ([], AheadWork())
+
+
 def test_finish_waits_for_the_round_under_way(tmp_path: Path, rounds: Rounds) -> None:
     engine = Counting([image(0, 0), image(1, 20)])
     work = ahead(engine, tmp_path)
