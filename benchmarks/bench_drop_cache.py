@@ -115,11 +115,7 @@ def _measure_all(state: Path, hosts: dict[str, str], wanted: list[str], size: fl
     for name in wanted:
         host = hosts[name]
         root = Path(stage.docker(host, "info", "--format", "{{.DockerRootDir}}").strip())
-        if subprocess.run(
-            ["docker", "image", "inspect", base], env={**os.environ, "DOCKER_HOST": host},
-            capture_output=True, check=False,
-        ).returncode:  # fmt: skip
-            stage.docker(host, "pull", "-q", base)
+        stage.pull_if_missing(host, base)
         measure(name, host, root, base, size)
     print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0

@@ -34,11 +34,9 @@ Needs the engines and the sample world, as bench_stage_size.py does. Removes eve
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from dataclasses import replace
@@ -72,18 +70,12 @@ NEXT = {
 
 def context(base: str, size: float, *, next_step: str, work_gb: float, wait_s: float) -> bytes:
     work = NEXT[next_step].format(bytes=int(work_gb * GB), mib=int(work_gb * GB) >> 20, seconds=wait_s)
-    dockerfile = (
+    return stage.dockerfile_context(
         f"FROM {base}\n"
         f"RUN head -c {int(size * GB)} /dev/urandom > /blob\n"
         f"RUN {work}\n"
         "ARG NONCE=1\nRUN echo $NONCE > /nonce\n"
-    ).encode()
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(dockerfile)
-        tar.addfile(info, io.BytesIO(dockerfile))
-    return out.getvalue()
+    )
 
 
 def plan(engine: DockerEngine, image_id: str, base: str) -> LayerPlan:
@@ -215,11 +207,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in wanted:
         host = hosts[name]
-        if subprocess.run(
-            ["docker", "image", "inspect", base], env={**os.environ, "DOCKER_HOST": host},
-            capture_output=True, check=False,
-        ).returncode:  # fmt: skip
-            stage.docker(host, "pull", "-q", base)
+        stage.pull_if_missing(host, base)
         for size in sizes * args.rounds:
             with tempfile.TemporaryDirectory(prefix="bench-ahead-") as spool:
                 row = measure(

@@ -159,15 +159,30 @@ def base_reference(state: Path) -> str:
 
 
 def context(base: str, size: float) -> bytes:
-    dockerfile = (
+    return dockerfile_context(
         f"FROM {base}\nRUN head -c {int(size * GB)} /dev/urandom > /blob\nARG NONCE=1\nRUN echo $NONCE > /nonce\n"
-    ).encode()
+    )
+
+
+def dockerfile_context(dockerfile: str) -> bytes:
+    """A build context (a tar) holding only ``dockerfile``."""
+    content = dockerfile.encode()
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as tar:
         info = tarfile.TarInfo("Dockerfile")
-        info.size = len(dockerfile)
-        tar.addfile(info, io.BytesIO(dockerfile))
+        info.size = len(content)
+        tar.addfile(info, io.BytesIO(content))
     return out.getvalue()
+
+
+def pull_if_missing(host: str, base: str) -> bool:
+    """Pull ``base`` into the engine at ``host`` unless it has it; whether it pulled."""
+    missing = subprocess.run(
+        ["docker", "image", "inspect", base], check=False, env={**os.environ, "DOCKER_HOST": host}, capture_output=True
+    ).returncode != 0
+    if missing:
+        docker(host, "pull", "-q", base)
+    return missing
 
 
 def normalise(host: str, built: str, base: str, spool: Path, previous: object = ()) -> dict[str, object]:
@@ -383,17 +398,7 @@ def main() -> int:
     rows: list[Row] = []
     for name in wanted:
         host = engines[name].docker_host
-        pulled = (
-            subprocess.run(
-                ["docker", "image", "inspect", base],
-                check=False,
-                env={**os.environ, "DOCKER_HOST": host},
-                capture_output=True,
-            ).returncode
-            != 0
-        )
-        if pulled:
-            docker(host, "pull", "-q", base)
+        pulled = pull_if_missing(host, base)
         try:
             for size in sizes:
                 with tempfile.TemporaryDirectory(

@@ -15,6 +15,12 @@ def rendered(root: Path = REPO, **options: object) -> Dockerfile:
     return render_inputs(inputs, opts)
 
 
+def sample_dockerfile() -> Dockerfile:
+    """The checkout's image rendered with the sample world's pins (as its builds are)."""
+    inputs = find_project(REPO, REPO / "sampleworld" / "pins.toml").load("gfx942")
+    return render_inputs(inputs, RenderOptions(allow_unpinned=True))
+
+
 def final_stage(text: str) -> list[str]:
     """Instruction lines of the final stage (after the second FROM)."""
     instructions = [line for line in text.splitlines() if line and not line.startswith((" ", "#"))]

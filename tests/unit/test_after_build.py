@@ -19,9 +19,8 @@ from imagebuild.normalize.after_build import (
     previous_normalization,
 )
 from imagebuild.normalize.model import RULES
-from imagebuild.project import find_project
-from imagebuild.render import Dockerfile, RenderOptions, render_inputs
 from imagebuild.testing import FakeEngine, image_info
+from tests.unit.render_support import sample_dockerfile
 
 
 @pytest.mark.parametrize(
@@ -123,8 +122,3 @@ def test_a_built_image_that_does_not_sit_on_its_base_is_refused() -> None:
     )
     with pytest.raises(NormalizeError, match="does not start with the layers of its base base@sha256:0"):
         layer_plan(engine, BUILT, "base@sha256:0", sample_dockerfile())
-
-
-def sample_dockerfile() -> Dockerfile:
-    inputs = find_project(REPO, REPO / "sampleworld" / "pins.toml").load("gfx942")
-    return render_inputs(inputs, RenderOptions(allow_unpinned=True))

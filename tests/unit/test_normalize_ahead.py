@@ -32,9 +32,9 @@ from imagebuild.normalize.model import (
     StoreUnavailable,
 )
 from imagebuild.project import find_project
-from imagebuild.render import Dockerfile, RenderOptions, render_inputs
 from imagebuild.testing import FakeClock, FakeEngine, Recording, image_info
 from imagebuild.util import cpu
+from tests.unit.render_support import sample_dockerfile
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_STREAMS = REPO / "tests" / "data" / "build_streams"
@@ -117,6 +117,14 @@ def ahead(
     return NormalizeAhead(engine, plan_of, tmp_path, min_bytes=min_mb * MB, previous=previous, idle=idle)
 
 
+def base_committed(tmp_path: Path, idle: Callable[[], float] = lambda: 2.0) -> tuple[Counting, NormalizeAhead]:
+    """Work ahead of a build whose FROM (image 0) is committed; its next image (1) adds 20 MB."""
+    engine = Counting([image(0, 0), image(1, 20)])
+    work = ahead(engine, tmp_path, idle=idle)
+    work.committed(f"sha256:{0:064x}", 1, True)
+    return engine, work
+
+
 def test_a_round_starts_once_the_uncached_steps_added_enough(tmp_path: Path, rounds: Rounds) -> None:
     engine = Counting([image(0, 300), image(1, 305), image(2, 316), image(3, 320), image(4, 331)])
     work = ahead(engine, tmp_path, previous=(note(50),))
@@ -164,9 +172,7 @@ def test_a_due_round_waits_for_an_idle_core(
     """Beside a step that keeps every core busy a round would slow the build: it starts once one is free."""
     monkeypatch.setattr(ahead_module, "RECHECK_S", 0.01)
     idle = [0.3, 0.8, 0.0, 1.6]  # cores idle at each look; then one is
-    engine = Counting([image(0, 0), image(1, 20)])
-    work = ahead(engine, tmp_path, idle=lambda: idle.pop(0) if len(idle) > 1 else idle[0])
-    work.committed(f"sha256:{0:064x}", 1, True)
+    _, work = base_committed(tmp_path, idle=lambda: idle.pop(0) if len(idle) > 1 else idle[0])
     work.committed(f"sha256:{1:064x}", 4, False)
     _wait_for(lambda: len(rounds.images) == 1)
     assert idle == [1.6]  # looked four times, started on the fourth
@@ -181,9 +187,7 @@ def test_a_round_never_started_when_no_core_came_free(tmp_path: Path, rounds: Ro
         looks.append(0.2)
         return 0.2
 
-    engine = Counting([image(0, 0), image(1, 20)])
-    work = ahead(engine, tmp_path, idle=busy)
-    work.committed(f"sha256:{0:064x}", 1, True)
+    _, work = base_committed(tmp_path, idle=busy)
     work.committed(f"sha256:{1:064x}", 4, False)
     _wait_for(lambda: len(looks) >= 3)  # it keeps looking while the build runs
     assert work.finish() == ()  # the build ended first: all of it is done after the build
@@ -200,9 +204,7 @@ def test_no_round_starts_once_the_build_has_ended(tmp_path: Path, rounds: Rounds
         time.sleep(0.2)
         return 2.0
 
-    engine = Counting([image(0, 0), image(1, 20)])
-    work = ahead(engine, tmp_path, idle=idle_once_the_build_ended)
-    work.committed(f"sha256:{0:064x}", 1, True)
+    engine, work = base_committed(tmp_path, idle=idle_once_the_build_ended)
     work.committed(f"sha256:{1:064x}", 18, False)
     _wait_for(lambda: f"sha256:{1:064x}" in engine.inspected)
     assert work.finish() == ()
@@ -210,9 +212,7 @@ def test_no_round_starts_once_the_build_has_ended(tmp_path: Path, rounds: Rounds
 
 
 def test_finish_waits_for_the_round_under_way(tmp_path: Path, rounds: Rounds) -> None:
-    engine = Counting([image(0, 0), image(1, 20)])
-    work = ahead(engine, tmp_path)
-    work.committed(f"sha256:{0:064x}", 1, True)
+    engine, work = base_committed(tmp_path)
     rounds.gate.clear()
     work.committed(f"sha256:{1:064x}", 4, False)
     _wait_for(lambda: f"sha256:{1:064x}" in engine.inspected)
@@ -252,9 +252,7 @@ def test_only_the_prefixes_this_run_loaded_are_removed(tmp_path: Path, rounds: R
 
 
 def test_the_final_image_is_never_removed(tmp_path: Path, rounds: Rounds) -> None:
-    engine = Counting([image(0, 0), image(1, 20)])
-    work = ahead(engine, tmp_path)
-    work.committed(f"sha256:{0:064x}", 1, True)
+    engine, work = base_committed(tmp_path)
     commit(work, engine, 1, 18)  # the last step's commit: the round made the final image
     work.finish()
     engine.images.append(image(901, 0))
@@ -337,11 +335,6 @@ class _Silent:
     def step_finished(self, timing: object, total: int) -> None: ...
 
 
-def sample_dockerfile() -> Dockerfile:
-    inputs = find_project(REPO, REPO / "sampleworld" / "pins.toml").load("gfx942")
-    return render_inputs(inputs, RenderOptions(allow_unpinned=True))
-
-
 def commit(work: NormalizeAhead, engine: Counting, n: int, step: int) -> None:
     """Image ``n`` committed uncached, once the worker has begun to look at it: it finishes with it
     (and its round, if any) before it takes the next commit, so the commits are looked at one by one."""
@@ -375,9 +368,7 @@ def test_an_engine_whose_store_cannot_be_read_here_is_left_to_the_save_after_the
     read the image; no warning from here."""
     rounds.fail = "the engine at tcp://build-host:2376 is remote: its store cannot be read from here"
     rounds.unavailable = True
-    engine = Counting([image(0, 0), image(1, 20)])
-    work = ahead(engine, tmp_path)
-    work.committed(f"sha256:{0:064x}", 1, True)
+    engine, work = base_committed(tmp_path)
     commit(work, engine, 1, 4)
     assert work.finish() == ()
     assert work.work.stopped == rounds.fail
