@@ -132,10 +132,9 @@ def build_image(
         if options.normalize:
             normalized = normalize_image(prepared, engine, image_id, tag=tags[0], places=places, show=show, ahead=ahead)
             image_id = normalized.image_id
-    except BaseException:
-        if ahead is not None:  # what it loaded is not wanted (a no-op once the normalisation removed it)
-            ahead.remove_prefixes()
-        raise
+    finally:
+        if ahead is not None:  # what it loaded: the image holds the layers it needs (or the build failed)
+            ahead.remove_prefixes(keep=normalized.engine_id if normalized else "")
     finished = datetime.now(UTC)
     # On the containerd image store the engine knows the image by its manifest digest, not its identity.
     tag_image(

@@ -175,27 +175,20 @@ def normalize_build(
 ) -> Normalization:
     """Normalise the built image (or reuse the last build's result) and tag the built one as the cache,
     or remove it once normalised (``keep_cache_image`` False). A failure keeps it tagged either way.
-    ``ahead``: what was normalised while the build ran is taken from the engine, and its intermediate
-    images removed once the image holds their layers."""
+    ``ahead``: what was normalised while the build ran is taken from the engine (its caller removes
+    the intermediate images it loaded)."""
     keep = cache_tag(tag)
     engine.tag(built_id, keep)
-    try:
-        normalized = _normalize_or_reuse(
-            engine,
-            built_id,
-            keep,
-            base_ref=base_ref,
-            dockerfile=dockerfile,
-            spool_dir=spool_dir,
-            record_path=record_path,
-            ahead=ahead,
-        )
-    except BaseException:
-        if ahead is not None:
-            ahead.remove_prefixes()
-        raise
-    if ahead is not None:
-        ahead.remove_prefixes(keep=normalized.engine_id)
+    normalized = _normalize_or_reuse(
+        engine,
+        built_id,
+        keep,
+        base_ref=base_ref,
+        dockerfile=dockerfile,
+        spool_dir=spool_dir,
+        record_path=record_path,
+        ahead=ahead,
+    )
     if keep_cache_image:
         return normalized
     # By its name: docker removes the image with the intermediate images only it held (the layer cache).
