@@ -142,8 +142,8 @@ def main() -> int:
                 print(
                     f"{path.name}{' (sizes only)' if sizes_only else ''}: {path.stat().st_size / 1e6:.0f} MB, "
                     f"{entries} entries; wall {wall:.2f} s, "
-                    f"CPU {cpu:.2f} s ({cpu / unit:.2f} s per {per}), main thread {main_cpu:.2f} s "
-                    f"({main_cpu / unit:.2f} s per {per})"
+                    f"CPU {cpu:.2f} s ({cpu / unit:.3f} s per {per}), main thread {main_cpu:.2f} s "
+                    f"({main_cpu / unit:.3f} s per {per})"
                 )
         print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
