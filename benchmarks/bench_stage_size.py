@@ -6,7 +6,9 @@ Per engine and size N (GB, 1 GB = 1e9 bytes):
 
 * build: a classic `docker build --no-cache` of ``FROM <the sample base pin>`` plus one
   ``RUN head -c N /dev/urandom > /blob`` and a small last step (``RUN echo $NONCE > /nonce``): the
-  step's time, as an extra stage of the image would take;
+  step's time, as an extra stage of the image would take; with ``--files K`` the step writes the N GB
+  as K files instead, 100 to a directory (a package tree's shape: the per-entry cost, which one blob
+  does not show);
 * normalisation: ``imagebuild.normalize.core.normalize_image`` of that image, as `imagebuild build`
   does it (from the engine's own store where it can: overlay2's layer store, the containerd store's
   content store; else from `docker save`), with the engine's
@@ -29,6 +31,7 @@ load average (1 minute) at its start and end; ``--rounds`` repeats every size.
 
     python benchmarks/bench_stage_size.py [--sizes 0.5,1,2,4] [--rounds 1] [--engines main,docker26-overlay2,docker26-containerd]
     python benchmarks/bench_stage_size.py --no-distribute ...   # normalisation only
+    python benchmarks/bench_stage_size.py --sizes 0.1,0.2 --files 50000 ...   # N GB in 50,000 files
 
 Needs the engines (scripts/ensure-docker.sh; `python -m sampleworld engines up`) and the sample world
 (IMAGEBUILD_SAMPLEWORLD_STATE names a shared one): the base is the sample base image, pulled by digest
@@ -94,6 +97,7 @@ class Row:
     import_: float
     save: float
     docker_load: float
+    files: int = 1  # the step's N GB in this many files
 
 
 ENGINE_PIDS: dict[str, int] = {}  # docker host -> the dockerd answering there
@@ -158,10 +162,15 @@ def base_reference(state: Path) -> str:
     return f"{base['image']}@{base['digest']}" if base.get("digest") else f"{base['image']}:{base['tag']}"
 
 
-def context(base: str, size: float) -> bytes:
-    return dockerfile_context(
-        f"FROM {base}\nRUN head -c {int(size * GB)} /dev/urandom > /blob\nARG NONCE=1\nRUN echo $NONCE > /nonce\n"
+def context(base: str, size: float, files: int = 1) -> bytes:
+    write = (
+        f"head -c {int(size * GB)} /dev/urandom > /blob"
+        if files == 1
+        else 'python3 -c "import os; [os.makedirs(f\'/tree/d{i // 100}\', exist_ok=True) or '
+        f"open(f'/tree/d{{i // 100}}/f{{i}}', 'wb').write(os.urandom({int(size * GB) // files})) "
+        f'for i in range({files})]"'
     )
+    return dockerfile_context(f"FROM {base}\nRUN {write}\nARG NONCE=1\nRUN echo $NONCE > /nonce\n")
 
 
 def dockerfile_context(dockerfile: str) -> bytes:
@@ -231,11 +240,11 @@ def image_bytes(host: str, ref: str) -> int:
     return int(docker(host, "image", "inspect", "--format", "{{.Size}}", ref).strip())
 
 
-def measure(name: str, host: str, base: str, size: float, work: Path, *, distribute: bool) -> Row:
+def measure(name: str, host: str, base: str, size: float, work: Path, *, distribute: bool, files: int = 1) -> Row:
     built_tag, rebuilt_tag, normalized = f"{TAG}:built", f"{TAG}:rebuilt", f"{TAG}:normalized"
     load_start = os.getloadavg()[0]
     ctx = work / "context.tar"
-    ctx.write_bytes(context(base, size))
+    ctx.write_bytes(context(base, size, files))
     first_id = ""
     try:
         with ctx.open("rb") as stdin:
@@ -284,6 +293,7 @@ def measure(name: str, host: str, base: str, size: float, work: Path, *, distrib
     return Row(
         engine=name,
         size_gb=size,
+        files=files,
         build=build,
         normalize=normalize,
         # Streamed into the load (overlay2): "size" is the sizing pass, "stream" the rewrite and the
@@ -359,6 +369,7 @@ def main() -> int:
         "--sizes", default="0.5,1,2,4", help="GB of the step, comma-separated (default 0.5,1,2,4)"
     )
     parser.add_argument("--rounds", type=int, default=1, help="measurements of every size (default 1)")
+    parser.add_argument("--files", type=int, default=1, help="files the step writes its N GB as (default 1)")
     parser.add_argument("--engines", default=",".join(["main", *(s.name for s in engine_matrix.DOCKER26)]))
     parser.add_argument("--no-distribute", action="store_true", help="skip export/import and save/load")
     parser.add_argument("--checkout", help="measure the imagebuild of this checkout (main, before a change)")
@@ -404,7 +415,9 @@ def main() -> int:
                 with tempfile.TemporaryDirectory(
                     prefix="bench-stage-", dir=HERE / "build" if (HERE / "build").is_dir() else None
                 ) as work:
-                    row = measure(name, host, base, size, Path(work), distribute=not args.no_distribute)
+                    row = measure(
+                        name, host, base, size, Path(work), distribute=not args.no_distribute, files=args.files
+                    )
                 rows.append(row)
                 print(json.dumps(row.__dict__), flush=True)
         finally:
@@ -437,7 +450,7 @@ def print_table(rows: list[Row], engines: list[str], *, distribute: bool) -> Non
             else "- | - | - | -"
         )
         print(
-            f"| {r.engine} | {r.size_gb:g} GB | {r.load_start:.1f}-{r.load_end:.1f} | {r.build:.1f} s | "
+            f"| {r.engine} | {r.size_gb:g} GB{f' in {r.files} files' if r.files > 1 else ''} | {r.load_start:.1f}-{r.load_end:.1f} | {r.build:.1f} s | "
             f"{r.normalize:.1f} s | {r.rewrite:.1f} s | {r.load:.1f} s | {r.cpu:.1f} + {r.engine_cpu:.1f} s | {r.read_from} | "
             f"{r.disk_mb:.0f} MB | {r.spool_mb:.0f} MB | {r.rebuild_normalize:.1f} s ({r.reused} reused) | {moved} |"
         )
