@@ -73,6 +73,7 @@ class StoredLayer:
     diff_id: str  # sha256 of the layer tar, as the image config names it
     files: Path  # the layer's directory (overlay2: its diff directory)
     tar_split: Path  # the engine's tar-split record (tar-split.json.gz): headers and order of the tar
+    held_bytes: int | None = None  # what its files hold, as the layer database records it; None: not known
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -93,4 +93,14 @@ def _layer(store: Path, diff_id: str, chain: str, directory: Path) -> StoredLaye
     if (record / "cache-id").read_text(encoding="ascii").strip() != directory.parent.name:
         msg = f"{DRIVER} names {directory} for layer {diff_id[:19]}, the layer database another directory"
         raise _Mismatch(msg)
-    return StoredLayer(diff_id=diff_id, files=directory, tar_split=record / "tar-split.json.gz")
+    return StoredLayer(
+        diff_id=diff_id, files=directory, tar_split=record / "tar-split.json.gz", held_bytes=_held_bytes(record)
+    )
+
+
+def _held_bytes(record: Path) -> int | None:
+    """The bytes of the layer's files, from its ``size`` record (a hint: None when absent or unreadable)."""
+    try:
+        return int((record / "size").read_text(encoding="ascii").strip())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None

@@ -60,7 +60,7 @@ from imagebuild.normalize.model import (
     StoreReadFailure,
     StoreUnavailable,
 )
-from imagebuild.normalize.streamed_load import normalize_into_load, streams_into_load
+from imagebuild.normalize.streamed_load import SPOOL_BELOW, normalize_into_load, streams_into_load
 from imagebuild.util.streams import open_stream
 
 LOWER_CACHE = "lower-state"  # under the spool directory: what base layers hold (imagebuild.normalize.lower_cache)
@@ -79,6 +79,7 @@ def normalize_image(
     *,
     from_store: bool = True,
     save_fallback: bool = True,
+    spool_below: int = SPOOL_BELOW,
 ) -> NormalizeResult:
     """Normalise ``image_id`` in ``store``; the result is loaded but not tagged.
 
@@ -87,7 +88,9 @@ def normalize_image(
     says why the store could not be read instead (a save is the whole image, base included). The spool is a fresh
     directory under ``spool_dir`` (on disk, not /tmp, which may be memory),
     removed afterwards whatever happens; what a containerd-store base holds
-    is kept under ``spool_dir/lower-state`` for the next normalisation.
+    is kept under ``spool_dir/lower-state`` for the next normalisation. Streamed into the load, a
+    layer whose files hold less than ``spool_below`` bytes goes through the spool, the others are
+    sized first (imagebuild.normalize.streamed_load).
     """
     started = time.monotonic()
     spool_dir.mkdir(parents=True, exist_ok=True)
@@ -106,7 +109,13 @@ def normalize_image(
                 if streams_into(stored, engine):
                     stream_started = time.monotonic()
                     normalized, loaded, sized = normalize_into_load(
-                        stored, plan, store.load, what=what, lower_cache=spool_dir / LOWER_CACHE
+                        stored,
+                        plan,
+                        store.load,
+                        what=what,
+                        lower_cache=spool_dir / LOWER_CACHE,
+                        spool=Path(workdir),
+                        spool_below=spool_below,
                     )
                     streamed = {"size": sized, "stream": round(time.monotonic() - stream_started - sized, 3)}
                 else:

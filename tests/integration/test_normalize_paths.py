@@ -23,6 +23,7 @@ from imagebuild.errors import EngineError
 from imagebuild.normalize.after_build import layer_plan
 from imagebuild.normalize.core import normalize_image
 from imagebuild.normalize.model import FROM_SAVE, FROM_STORE, LayerPlan
+from imagebuild.normalize.streamed_load import SPOOL_BELOW
 from imagebuild.pins import load_pins
 from imagebuild.project import find_project
 from imagebuild.render import RenderOptions, render_inputs
@@ -56,12 +57,16 @@ def test_the_sample_image_normalises_to_one_id_from_the_store_and_from_save(
     dockerfile = render_inputs(inputs, RenderOptions())
     plan = layer_plan(engine, built, inputs.pins.image(inputs.definition.base_pin).reference, dockerfile)
     from_store = normalize_image(engine, built, plan, tmp_path)
+    sized = normalize_image(engine, built, plan, tmp_path, spool_below=0)
     from_save = normalize_image(engine, built, plan, tmp_path, from_store=False)
-    assert (from_store.read_from, from_save.read_from) == (FROM_STORE, FROM_SAVE)
-    assert from_store.image_id == from_save.image_id == sample_image["image_id"]
-    # From overlay2's layer store the rewrite streams into the engine's load (sized first): no spool.
-    assert (set(from_store.phases), from_store.spool_peak) == ({"size", "stream"}, 0)
-    assert from_save.spool_peak > 0
+    assert (from_store.read_from, sized.read_from, from_save.read_from) == (FROM_STORE, FROM_STORE, FROM_SAVE)
+    assert from_store.image_id == sized.image_id == from_save.image_id == sample_image["image_id"]
+    # From overlay2's layer store the rewrite streams into the engine's load. Every layer of this image
+    # is small, so each goes through the spool on its own (the largest is the peak) and none is sized
+    # first; with spool_below=0 each is sized first and nothing is spooled.
+    assert (set(from_store.phases), from_store.phases["size"]) == ({"size", "stream"}, 0)
+    assert 0 < from_store.spool_peak < from_store.bytes_rewritten
+    assert (sized.phases["size"] > 0, sized.spool_peak) == (True, 0)
     # 17 steps after FROM make a layer on this engine; step 8's changes nothing once reduced to what it
     # changes below it (its layer holds only directories copied up), so it is dropped, as the containerd
     # store never makes it.
@@ -100,8 +105,9 @@ def test_links_xattrs_whiteouts_and_opaque_dirs_normalise_alike_from_both(
                 engine.remove_image(image_id)
 
 
+@pytest.mark.parametrize("spool_below", [0, SPOOL_BELOW], ids=["sized first", "spooled"])
 def test_a_stream_cut_off_by_a_damaged_layer_leaves_the_engine_as_it_was(
-    locked_pins: Path, engine: DockerEngine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    locked_pins: Path, engine: DockerEngine, tmp_path: Path, caplog: pytest.LogCaptureFixture, spool_below: int
 ) -> None:
     """The rewrite streams into a real load; a layer that fails its diffID check once its bytes are
     sent cuts the request before the manifest, and the engine keeps nothing of it."""
@@ -118,7 +124,7 @@ def test_a_stream_cut_off_by_a_damaged_layer_leaves_the_engine_as_it_was(
         # The store's read fails its check after the 20 MB layer was sent, so the stream is cut and
         # docker save is asked instead, which refuses the same damaged layer (its tar-split checksum).
         with caplog.at_level(logging.WARNING, logger="imagebuild"), pytest.raises(EngineError, match="file integrity checksum failed"):
-            normalize_image(engine, built, plan, tmp_path)
+            normalize_image(engine, built, plan, tmp_path, spool_below=spool_below)
         assert f"image {built[:19]} layer {len(image.layers) - 1}: " in caplog.text
         assert "using docker save" in caplog.text
         assert engine.image_ids() == before

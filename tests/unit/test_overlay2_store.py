@@ -32,6 +32,7 @@ def data_root(root: Path) -> tuple[str, dict[str, Any]]:
         (record / "diff").write_text(diff_id)
         (record / "cache-id").write_text(f"cache{index}")
         (record / "tar-split.json.gz").write_bytes(b"")
+        (record / "size").write_text(str(index))
         directory = root / "overlay2" / f"cache{index}" / "diff"
         directory.mkdir(parents=True)
         directories.append(str(directory))
@@ -54,6 +55,15 @@ def test_the_layers_are_found_lowest_first_with_their_records(tmp_path: Path) ->
     assert image.layers[0].tar_split.parent.name == chain_ids(DIFF_IDS)[0].removeprefix("sha256:")
     assert image.config is not None
     assert image.config.name == image_id.removeprefix("sha256:")
+
+
+def test_what_each_layer_s_files_hold_comes_from_its_record_when_it_can_be_read(tmp_path: Path) -> None:
+    image_id, inspected = data_root(tmp_path)
+    records = tmp_path / "image/overlay2/layerdb/sha256"
+    (records / chain_ids(DIFF_IDS)[1].removeprefix("sha256:") / "size").write_text("many")
+    (records / chain_ids(DIFF_IDS)[2].removeprefix("sha256:") / "size").unlink()
+    image = stored_image(image_id, inspected=inspected, data_root=str(tmp_path))
+    assert [getattr(layer, "held_bytes", "?") for layer in image.layers] == [0, None, None]  # a hint, never an error
 
 
 def test_another_storage_driver_is_not_read(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """Normalising from overlay2's layer store into the engine's load with no spool: the same image and
 layer bytes as the spooled path, an archive docker load accepts (each file it names hashes to its
-diffID), and a store that fails its check cut off before the manifest, then save instead."""
+diffID), and a store that fails its check cut off before the manifest, then save instead. Small
+layers are spooled rather than sized first: the same bytes either way."""
 
 from __future__ import annotations
 
@@ -15,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.engine.interface import StoredImage
+from imagebuild.engine.interface import StoredImage, StoredLayer
 from imagebuild.errors import EngineError
-from imagebuild.normalize.core import normalize_image
+from imagebuild.normalize.core import LOWER_CACHE, normalize_image
 from imagebuild.normalize.from_store import normalize_stored
 from imagebuild.normalize.model import FROM_SAVE, FROM_STORE, LayerPlan, Normalized
-from imagebuild.normalize.streamed_load import normalize_into_load
+from imagebuild.normalize.streamed_load import SPOOL_BELOW, normalize_into_load
 from imagebuild.testing import FakeEngine, image_info
 from imagebuild.testing.archives import untarred
 from tests.unit import imagetars as tars
@@ -48,23 +49,30 @@ def spooled(image: StoredImage, where: Path) -> Normalized:
     return normalize_stored(image, PLAN, where, what="test image")
 
 
-def loaded_files(image: StoredImage) -> tuple[Normalized, dict[str, bytes]]:
+def held(image: StoredImage, *held_bytes: int | None) -> StoredImage:
+    """``image`` with its layer database's record of what each layer's files hold."""
+    layers = [replace(layer, held_bytes=size) for layer, size in zip(image.layers, held_bytes, strict=True)]
+    assert all(isinstance(layer, StoredLayer) for layer in layers)
+    return replace(image, layers=layers)
+
+
+def loaded_files(image: StoredImage, spool: Path | None = None) -> tuple[Normalized, dict[str, bytes], float]:
     archives: list[bytes] = []
 
     def load(chunks: Iterable[bytes]) -> list[str]:
         archives.append(b"".join(chunks))
         return ["loaded"]
 
-    normalized, loaded, sizing = normalize_into_load(image, PLAN, load, what="test image")
+    normalized, loaded, sizing = normalize_into_load(image, PLAN, load, what="test image", spool=spool)
     assert loaded == ["loaded"]
     assert sizing >= 0
-    return normalized, untarred(archives[0])
+    return normalized, untarred(archives[0]), sizing
 
 
 def test_the_streamed_image_is_the_spooled_one_byte_for_byte(tmp_path: Path) -> None:
     image = store(tmp_path)
     expected = spooled(image, tmp_path / "spool")
-    normalized, files = loaded_files(image)
+    normalized, files, _ = loaded_files(image)
 
     assert (normalized.image_id, normalized.config_bytes) == (expected.image_id, expected.config_bytes)
     assert normalized.spool_peak == 0
@@ -75,7 +83,7 @@ def test_the_streamed_image_is_the_spooled_one_byte_for_byte(tmp_path: Path) -> 
 
 
 def test_the_archive_is_one_docker_load_accepts(tmp_path: Path) -> None:
-    normalized, files = loaded_files(store(tmp_path))
+    normalized, files, _ = loaded_files(store(tmp_path))
     (manifest,) = json.loads(files["manifest.json"])
     config = json.loads(files[manifest["Config"]])
     assert manifest["Config"] == normalized.image_id.removeprefix("sha256:") + ".json"
@@ -84,6 +92,40 @@ def test_the_archive_is_one_docker_load_accepts(tmp_path: Path) -> None:
     assert len(sent) == 3  # the base's files are named, not sent: the engine holds them
     for name, diff_id in sent:  # as docker load checks each layer it registers
         assert "sha256:" + hashlib.sha256(files[name]).hexdigest() == diff_id
+
+
+@pytest.mark.parametrize(
+    "sizes", [(None, None, 10, 10, 10, 10), (None, None, 10, 10, 10, SPOOL_BELOW)], ids=["all small", "last large"]
+)
+def test_small_layers_are_spooled_not_sized_and_give_the_same_bytes(
+    tmp_path: Path, sizes: tuple[int | None, ...]
+) -> None:
+    image = held(store(tmp_path), *sizes)
+    expected = spooled(image, tmp_path / "spool")
+    (tmp_path / "small").mkdir()
+    normalized, files, sizing = loaded_files(image, tmp_path / "small")
+
+    assert (normalized.image_id, normalized.config_bytes) == (expected.image_id, expected.config_bytes)
+    streamed = [files[layer.member] for layer in normalized.layers]
+    assert streamed == [layer.path.read_bytes() for layer in expected.layers if layer.path is not None]
+    sent = [layer.size for layer in expected.layers if layer.path is not None]
+    assert normalized.spool_peak == max(sent if sizes[-1] == 10 else sent[:-1])  # one at a time, then removed
+    assert list((tmp_path / "small").iterdir()) == []
+    assert (sizing == 0) == (sizes[-1] == 10)
+
+
+def test_a_small_layer_that_fails_its_check_is_cut_off_and_save_is_used(tmp_path: Path) -> None:
+    image = held(store(tmp_path), None, None, 10, 10, 10, 10)
+    (tmp_path / "store" / "5" / "diff" / "srv" / "new").write_bytes(b"old\n")  # same size, other content
+    image_id = "sha256:" + image.config.name  # type: ignore[union-attr]
+    engine = FakeEngine(images=[image_info(image_id)], saved={image_id: tars.saved(LAYERS, tars.config(LAYERS))})
+    engine.stored[image_id] = image
+    result = normalize_image(engine, image_id, PLAN, tmp_path / "spool")
+
+    assert result.read_from == FROM_SAVE
+    assert "layer 5: " in result.fallback_reason
+    assert "gives sha256" in result.fallback_reason
+    assert (engine.loads, len(engine.received)) == (2, 1)  # the first archive broke off before its manifest
 
 
 def test_through_normalize_image_the_engine_gets_the_image_and_no_spool_is_used(tmp_path: Path) -> None:
@@ -98,6 +140,19 @@ def test_through_normalize_image_the_engine_gets_the_image_and_no_spool_is_used(
     assert result.image_id == spooled(image, tmp_path / "spooled").image_id
     assert engine.has_image(result.image_id)
     assert engine.loads == 1
+
+
+def test_through_normalize_image_small_layers_go_through_its_spool_directory(tmp_path: Path) -> None:
+    image = held(store(tmp_path), None, None, 10, 10, 10, 10)
+    image_id = "sha256:" + image.config.name  # type: ignore[union-attr]
+    engine = FakeEngine(images=[image_info(image_id)])
+    engine.stored[image_id] = image
+    result = normalize_image(engine, image_id, PLAN, tmp_path / "spool")
+
+    assert result.phases["size"] == 0
+    assert result.spool_peak == max(layer.size for layer in spooled(image, tmp_path / "spooled").layers)
+    assert result.image_id == spooled(image, tmp_path / "again").image_id
+    assert [p.name for p in (tmp_path / "spool").iterdir()] == [LOWER_CACHE]  # its work directory is gone
 
 
 def test_a_store_that_fails_its_check_is_cut_off_and_save_is_used(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
