@@ -35,6 +35,7 @@ class TarSplitError(Exception):
 
 def layer_chunks(tar_split: Path, files: Path) -> Iterator[bytes]:
     """The layer tar as chunks: the record's segments, and each file's content from ``files``."""
+    directories = _Directories(files)
     try:
         with gzip.open(tar_split, "rt", encoding="utf-8") as record:
             for number, line in enumerate(record, start=1):
@@ -44,13 +45,15 @@ def layer_chunks(tar_split: Path, files: Path) -> Iterator[bytes]:
                 elif entry.get("type") == FILE:
                     size = int(entry.get("size") or 0)
                     if size:  # directories, links, whiteouts and empty files have no content
-                        yield from _content(files, _name(entry), size)
+                        yield from _content(directories, _name(entry), size)
                 else:
                     msg = f"{tar_split} line {number}: unknown entry type {entry.get('type')!r}"
                     raise TarSplitError(msg)
     except (OSError, EOFError, ValueError, binascii.Error) as e:  # JSON and base64 errors are ValueErrors
         msg = f"cannot rebuild the layer from {tar_split}: {e}"
         raise TarSplitError(msg) from e
+    finally:
+        directories.close()
 
 
 def _name(entry: dict[str, object]) -> bytes:
@@ -61,31 +64,57 @@ def _name(entry: dict[str, object]) -> bytes:
     )
 
 
-def _content(files: Path, name: bytes, size: int) -> Iterator[bytes]:
-    """Exactly ``size`` bytes of the regular file ``name`` under ``files``, never through a symlink."""
+class _Directories:
+    """Open directories of a layer, one path component at a time and never through a symlink.
+
+    The record lists a directory's files one after the other (the tar's walk order), so the open
+    directories of the last file's path are kept: the next file in the same directory costs one
+    open, not one per component of its path (a file of a package tree sits 6-8 deep).
+    """
+
+    def __init__(self, files: Path) -> None:
+        self.files = files
+        self._parts: list[bytes] = []  # the path of the innermost open directory, by component
+        self._fds: list[int] = []  # the layer's directory, then one per component of _parts
+
+    def open(self, parts: list[bytes]) -> int:
+        """An fd of the directory ``parts`` (the caller must not close it)."""
+        if not self._fds:
+            self._fds.append(os.open(self.files, os.O_RDONLY | os.O_DIRECTORY))
+        shared = 0
+        while shared < min(len(parts), len(self._parts)) and parts[shared] == self._parts[shared]:
+            shared += 1
+        while len(self._parts) > shared:
+            self._parts.pop()
+            os.close(self._fds.pop())
+        for part in parts[shared:]:
+            self._fds.append(os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self._fds[-1]))
+            self._parts.append(part)
+        return self._fds[-1]
+
+    def close(self) -> None:
+        while self._fds:
+            os.close(self._fds.pop())
+        self._parts.clear()
+
+
+def _content(directories: _Directories, name: bytes, size: int) -> Iterator[bytes]:
+    """Exactly ``size`` bytes of the regular file ``name`` in the layer, never through a symlink."""
     parts = [p for p in name.split(b"/") if p not in (b"", b".")]
     if not parts or b".." in parts:
         msg = f"{name!r} is not a path inside the layer"
         raise TarSplitError(msg)
-    fd = os.open(files, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for part in parts[:-1]:  # one component at a time, so no symlink in the layer leads outside it
-            next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = next_fd
-        file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
-    finally:
-        os.close(fd)
+    file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directories.open(parts[:-1]))
     with os.fdopen(file_fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            msg = f"{name!r} in {files} is not a regular file"
+            msg = f"{name!r} in {directories.files} is not a regular file"
             raise TarSplitError(msg)
         left = size
         while left and (chunk := f.read(min(CHUNK, left))):
             left -= len(chunk)
             yield chunk
     if left:
-        msg = f"{name!r} in {files} is {size - left} bytes, the layer's record says {size}"
+        msg = f"{name!r} in {directories.files} is {size - left} bytes, the layer's record says {size}"
         raise TarSplitError(msg)
 
 
@@ -129,4 +158,8 @@ def tar_size(tar_split: Path) -> int:
 
 def file_content(files: Path, name: str, size: int) -> Iterator[bytes]:
     """A regular file's content in a layer's directory, as its tar entry names it."""
-    return _content(files, name.encode("utf-8", "surrogateescape"), size)
+    directories = _Directories(files)
+    try:
+        yield from _content(directories, name.encode("utf-8", "surrogateescape"), size)
+    finally:
+        directories.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
+import tarfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -54,6 +55,48 @@ def test_a_symlink_in_the_layer_directory_is_never_followed(tmp_path: Path) -> N
     (stored.files / "srv").symlink_to(tmp_path / "elsewhere" / "srv")
     with pytest.raises(TarSplitError, match=r"Too many levels of symbolic links|Not a directory"):
         b"".join(layer_chunks(stored.tar_split, stored.files))
+
+
+# In and out of directories, as a walk lists a package tree: the directories kept open between files
+# must follow every turn.
+TREE = layer(
+    [
+        Item("a/", tarfile.DIRTYPE, mode=0o755),
+        Item("a/b/", tarfile.DIRTYPE, mode=0o755),
+        Item("a/b/c/", tarfile.DIRTYPE, mode=0o755),
+        Item("a/b/c/one", data=b"1"),
+        Item("a/b/c/two", data=b"22"),
+        Item("a/b/three", data=b"333"),
+        Item("a/d/", tarfile.DIRTYPE, mode=0o755),
+        Item("a/d/four", data=b"4444"),
+        Item("a/five", data=b"55555"),
+        Item("six", data=b"666666"),
+        Item("z/", tarfile.DIRTYPE, mode=0o755),
+        Item("z/seven", data=b"7777777"),
+    ]
+)
+
+
+def open_fds() -> int:
+    return sum(1 for _ in Path("/proc/self/fd").iterdir())
+
+
+def test_a_tree_walked_in_and_out_of_directories_is_rebuilt_and_no_directory_stays_open(tmp_path: Path) -> None:
+    stored = stored_layer(TREE, tmp_path)
+    before = open_fds()
+    assert b"".join(layer_chunks(stored.tar_split, stored.files)) == TREE
+    assert open_fds() == before
+
+
+def test_a_symlink_below_a_directory_already_open_is_never_followed(tmp_path: Path) -> None:
+    stored = stored_layer(TREE, tmp_path / "layer")
+    (tmp_path / "elsewhere").mkdir()
+    (stored.files / "a" / "d").rename(tmp_path / "elsewhere" / "d")  # a/ is open by then, for a/b/c/one
+    (stored.files / "a" / "d").symlink_to(tmp_path / "elsewhere" / "d")
+    before = open_fds()
+    with pytest.raises(TarSplitError, match=r"Too many levels of symbolic links|Not a directory"):
+        b"".join(layer_chunks(stored.tar_split, stored.files))
+    assert open_fds() == before
 
 
 def test_a_file_shorter_than_its_record_is_refused(tmp_path: Path) -> None:
