@@ -23,6 +23,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 from imagebuild.util.streams import CHUNK
 
@@ -137,6 +138,78 @@ def header_chunks(tar_split: Path) -> Iterator[bytes]:
     except (OSError, EOFError, ValueError, binascii.Error) as e:
         msg = f"cannot read the layer's headers from {tar_split}: {e}"
         raise TarSplitError(msg) from e
+
+
+class HeaderFile:
+    """The layer tar as a file whose regular files' content is left out: read it with tarfile's
+    seeking mode (``r:``), which seeks past each file's content instead of reading it.
+
+    A header scan through ``header_chunks`` makes every content byte (as zeros) and passes it through
+    the stream reader; here the record is read forward, one item at a time, and a file's content is
+    only a span of offsets. tarfile seeks backward only within the item it is in (to the last byte
+    of an entry it has just read), which is kept.
+    """
+
+    def __init__(self, tar_split: Path) -> None:
+        self._tar_split = tar_split
+        try:
+            self._record: IO[str] | None = gzip.open(tar_split, "rt", encoding="utf-8")  # noqa: SIM115 - closed by close()
+        except OSError as e:
+            msg = f"cannot read the layer's headers from {tar_split}: {e}"
+            raise TarSplitError(msg) from e
+        self._position = 0
+        self._start, self._end, self._bytes = 0, 0, b""  # the current item: a segment's bytes, or content (b"")
+        self._content = False
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if whence != 0 or offset < self._start:
+            msg = f"{self._tar_split}: only forward seeks are possible (to {offset} from {self._position})"
+            raise TarSplitError(msg)
+        self._position = offset
+        return offset
+
+    def read(self, size: int = -1) -> bytes:
+        out: list[bytes] = []
+        wanted = size
+        while wanted:
+            while self._position >= self._end:
+                if not self._next_item():
+                    return b"".join(out)
+            n = self._end - self._position if wanted < 0 else min(wanted, self._end - self._position)
+            at = self._position - self._start
+            out.append(bytes(n) if self._content else self._bytes[at : at + n])
+            self._position += n
+            wanted -= n if wanted > 0 else 0
+        return b"".join(out)
+
+    def _next_item(self) -> bool:
+        """Move on to the record's next item; False at its end."""
+        if self._record is None:
+            return False
+        try:
+            line = self._record.readline()
+            if not line:
+                return False
+            entry = json.loads(line)
+            self._start = self._end
+            if entry.get("type") == SEGMENT:
+                self._bytes, self._content = base64.b64decode(entry.get("payload") or "", validate=True), False
+                self._end = self._start + len(self._bytes)
+            else:
+                self._bytes, self._content = b"", True
+                self._end = self._start + int(entry.get("size") or 0)
+        except (OSError, EOFError, ValueError, binascii.Error) as e:
+            msg = f"cannot read the layer's headers from {self._tar_split}: {e}"
+            raise TarSplitError(msg) from e
+        return True
+
+    def close(self) -> None:
+        if self._record is not None:
+            self._record.close()
+            self._record = None
 
 
 def tar_size(tar_split: Path) -> int:

@@ -20,9 +20,9 @@ import posixpath
 import tarfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import BinaryIO
+from typing import IO, BinaryIO, Protocol, cast
 
-from imagebuild.util.streams import CHUNK, EntryReads, forget_members
+from imagebuild.util.streams import CHUNK, ENCODING, ERRORS, EntryReads, forget_members
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
@@ -204,6 +204,25 @@ def scan_layer(
                 digest = lambda value=value: value  # noqa: E731 - a constant getter
             elif content is not None and info.isreg():
                 digest = content(info.name, info.size)
+            out.append((info.name, Meta.of(info), digest))
+            forget_members(tar)
+    return out
+
+
+class Seekable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+    def tell(self) -> int: ...
+
+
+def scan_headers(source: Seekable, *, content: Callable[[str, int], Digest] | None = None) -> list[tuple[str, Meta, Digest | None]]:
+    """Every entry of a layer tar, read with tarfile's seeking mode: past each file's content, not
+    through it (``source``: imagebuild.engine.tar_split.HeaderFile, which holds no content). Each
+    regular file's digest as scan_layer's ``content`` gives it."""
+    out: list[tuple[str, Meta, Digest | None]] = []
+    with tarfile.open(fileobj=cast("IO[bytes]", source), mode="r:", encoding=ENCODING, errors=ERRORS) as tar:
+        while (info := tar.next()) is not None:
+            digest = content(info.name, info.size) if content is not None and info.isreg() else None
             out.append((info.name, Meta.of(info), digest))
             forget_members(tar)
     return out

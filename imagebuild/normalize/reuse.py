@@ -31,12 +31,12 @@ from imagebuild.engine.chain_ids import chain_ids
 from imagebuild.engine.containerd_store import held_blob
 from imagebuild.engine.interface import BlobLayer, StoredImage, StoredLayer
 from imagebuild.engine.overlay2_store import held_layer
-from imagebuild.engine.tar_split import header_chunks, tar_size
+from imagebuild.engine.tar_split import tar_size
 from imagebuild.normalize.config import BuildLayer
-from imagebuild.normalize.lower import Digest, Meta, entry_path, scan_layer
+from imagebuild.normalize.lower import Digest, Meta, entry_path
 from imagebuild.normalize.model import LayerNote, NormalizedLayer
-from imagebuild.normalize.stored_layers import READ_ERRORS, layer_entries
-from imagebuild.util.streams import ENCODING, ERRORS, forget_members, open_stream
+from imagebuild.normalize.stored_layers import READ_ERRORS, layer_entries, record_entries
+from imagebuild.util.streams import ENCODING, ERRORS, forget_members
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +80,7 @@ def _written(image: StoredImage, chain: str, diff_id: str) -> tuple[list[tuple[s
         record = held_layer(image.layer_db, chain, diff_id)
         if record is None:
             return None
-        entries = scan_layer(open_stream(header_chunks(record)), digests=False)
+        entries = record_entries(record)
         return [(name, meta.mtime) for name, meta, _ in entries], tar_size(record)
     blob = held_blob(image.blobs, diff_id) if image.blobs is not None else None
     if blob is None:

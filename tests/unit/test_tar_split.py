@@ -11,12 +11,15 @@ from pathlib import Path
 import pytest
 
 from imagebuild.engine.interface import StoredImage
-from imagebuild.engine.tar_split import TarSplitError, layer_chunks
+from imagebuild.engine.tar_split import HeaderFile, TarSplitError, header_chunks, layer_chunks
 from imagebuild.normalize.core import normalize_image
 from imagebuild.normalize.from_save import normalize_saved
 from imagebuild.normalize.from_store import normalize_stored
+from imagebuild.normalize.lower import scan_layer
 from imagebuild.normalize.model import FROM_SAVE, FROM_STORE, LayerPlan, StoreReadFailure
+from imagebuild.normalize.stored_layers import record_entries
 from imagebuild.testing import FakeEngine, image_info
+from imagebuild.util.streams import open_stream
 from tests.unit.imagetars import (
     BASE,
     EPOCH,
@@ -97,6 +100,37 @@ def test_a_symlink_below_a_directory_already_open_is_never_followed(tmp_path: Pa
     with pytest.raises(TarSplitError, match=r"Too many levels of symbolic links|Not a directory"):
         b"".join(layer_chunks(stored.tar_split, stored.files))
     assert open_fds() == before
+
+
+@pytest.mark.parametrize("data", [EVERY_KIND, TREE], ids=["every kind", "tree"])
+def test_the_record_s_headers_read_past_the_content_are_those_of_the_whole_tar(tmp_path: Path, data: bytes) -> None:
+    stored = stored_layer(data, tmp_path)
+    streamed = scan_layer(open_stream(header_chunks(stored.tar_split)), digests=False)
+    seeked = record_entries(stored.tar_split)
+    assert [(name, meta) for name, meta, _ in seeked] == [(name, meta) for name, meta, _ in streamed]
+    assert [(name, meta) for name, meta, _ in seeked] == [(name, meta) for name, meta, _ in scan_layer(io.BytesIO(data), digests=False)]
+
+
+def test_a_header_file_reads_segments_and_content_spans_and_refuses_to_seek_back_past_its_item(tmp_path: Path) -> None:
+    stored = stored_layer(TREE, tmp_path)
+    headers = HeaderFile(stored.tar_split)
+    try:
+        whole = b"".join(iter(lambda: headers.read(1000), b""))  # the content as zeros
+        assert len(whole) == len(TREE)
+        assert whole[:512] == TREE[:512]
+        with pytest.raises(TarSplitError, match="only forward seeks"):
+            headers.seek(0)
+    finally:
+        headers.close()
+
+
+def test_a_damaged_record_is_a_tar_split_error_not_a_parse_error(tmp_path: Path) -> None:
+    stored = stored_layer(TREE, tmp_path)
+    stored.tar_split.write_bytes(stored.tar_split.read_bytes()[:-20])  # its gzip stream cut short
+    with pytest.raises(TarSplitError, match="cannot read the layer's headers"):
+        record_entries(stored.tar_split)
+    with pytest.raises(TarSplitError, match="cannot read the layer's headers"):
+        record_entries(tmp_path / "missing.json.gz")
 
 
 def test_a_file_shorter_than_its_record_is_refused(tmp_path: Path) -> None:
