@@ -82,7 +82,7 @@ def normalize_stored(
         reusing = reusing and index < len(plan.previous) and plan.previous[index].same_input(note)
         reused = None
         if reusing:
-            found = reused_layer(layer, step, plan.previous[index], below=below, image=image)
+            found = reused_layer(layer, step, plan.previous[index], below=below, image=image, cache=lower_cache)
             reusing = found is not None
             if found is not None:
                 lower.apply(found.held, found.written_mtimes)

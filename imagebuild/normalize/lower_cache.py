@@ -16,13 +16,22 @@ every file of the base, and the layer's directory gives any one of them when a c
 the headers cost about 60 microseconds of CPU per entry to scan from the tar-split records (1.1 s for
 the sample base's 18,000 entries; a real base holds hundreds of thousands), against a fraction of
 that to read back from here (measured in docs/measured.md).
+
+A rebuild that takes an unchanged build layer from the engine (imagebuild.normalize.reuse) needs two
+more facts of the same kind: what the built layer holds (a stack of one, kept by its diffID as
+above) and the time each entry of its normalised layer wrote, with that layer's size
+(``<diffID>.v<FORMAT>.times.json.gz``). Both are kept the first time a rebuild reads them, so the
+next rebuild reads neither layer's headers. A file read is touched; one untouched for ``KEEP_DAYS``
+is removed when a new one is written, so the directory holds what recent builds used.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 import tarfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +40,7 @@ from imagebuild.normalize.lower import Digest, Meta
 from imagebuild.util.files import atomic_file
 
 FORMAT = 1  # bump when Meta or what scan_layer records changes
+KEEP_DAYS = 30  # a file no normalisation read for this long is removed
 Entries = list[tuple[str, Meta, Digest | None]]
 
 
@@ -52,6 +62,7 @@ def cached_entries(
     path = directory / f"{chain.removeprefix('sha256:')}.v{FORMAT}{kind}.json.gz"
     try:
         document = json.loads(gzip.decompress(path.read_bytes()))
+        os.utime(path)
         if directory_digests is None:
             return [[_entry(item) for item in layer] for layer in document]
         return [_with_digests(layer, directory_digests(number)) for number, layer in enumerate(document)]
@@ -62,10 +73,40 @@ def cached_entries(
         [_item(name, meta, None if directory_digests is not None else digest) for name, meta, digest in layer]
         for layer in layers
     ]
-    directory.mkdir(parents=True, exist_ok=True)
+    _keep(path, document)
+    return layers
+
+
+Times = tuple[list[tuple[str, int]], int]  # (each entry's name and the mtime it wrote, the layer's size)
+
+
+def cached_times(directory: Path, diff_id: str, compute: Callable[[], Times]) -> Times:
+    """The times the layer ``diff_id`` wrote and its size, from ``directory`` or made by ``compute``
+    (and kept there)."""
+    path = directory / f"{diff_id.removeprefix('sha256:')}.v{FORMAT}.times.json.gz"
+    try:
+        document = json.loads(gzip.decompress(path.read_bytes()))
+        os.utime(path)
+        return [(str(name), int(mtime)) for name, mtime in document["times"]], int(document["size"])
+    except (OSError, EOFError, ValueError, TypeError, KeyError):
+        pass  # absent, damaged or another format: made again
+    times, size = compute()
+    _keep(path, {"times": times, "size": size})
+    return times, size
+
+
+def _keep(path: Path, document: object) -> None:
+    """Write ``document`` to ``path`` atomically, then remove what no normalisation used for KEEP_DAYS."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(path, mode=0o644) as file:
         file.write(gzip.compress(json.dumps(document, separators=(",", ":")).encode(), compresslevel=1, mtime=0))
-    return layers
+    stale = time.time() - KEEP_DAYS * 86400
+    for old in path.parent.glob("*.json.gz"):
+        try:
+            if old.stat().st_mtime < stale:
+                old.unlink()
+        except OSError:
+            continue  # another normalisation removed it first
 
 
 def _item(name: str, meta: Meta, digest: Digest | None) -> list[Any]:

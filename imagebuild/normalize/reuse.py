@@ -23,8 +23,9 @@ layer the engine no longer holds) every layer above is rewritten, as they all st
 from __future__ import annotations
 
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from imagebuild.engine.chain_ids import chain_ids
@@ -34,8 +35,9 @@ from imagebuild.engine.overlay2_store import held_layer
 from imagebuild.engine.tar_split import tar_size
 from imagebuild.normalize.config import BuildLayer
 from imagebuild.normalize.lower import Digest, Meta, entry_path
+from imagebuild.normalize.lower_cache import Entries, Times, cached_entries, cached_times
 from imagebuild.normalize.model import LayerNote, NormalizedLayer
-from imagebuild.normalize.stored_layers import READ_ERRORS, layer_entries, record_entries
+from imagebuild.normalize.stored_layers import READ_ERRORS, directory_digests, layer_entries, record_entries
 from imagebuild.util.streams import ENCODING, ERRORS, forget_members
 
 
@@ -53,19 +55,21 @@ def reused_layer(
     *,
     below: Sequence[str],
     image: StoredImage,
+    cache: Path | None = None,
 ) -> Reused | None:
     """The layer the last run made from the same inputs, when the engine still holds it; else None.
 
     ``below``: the normalised image's diffIDs under it (the base's and the kept build layers').
+    ``cache``: where what the two layers hold is kept once read (imagebuild.normalize.lower_cache).
     """
     try:
         if not previous.diff_id:  # it held nothing: nothing written, nothing to find
-            held = layer_entries(layer)
+            held = _held(layer, cache)
             return Reused(layer=_note(previous, step, 0, 0), held=held, written_mtimes={})
-        written = _written(image, chain_ids([*below, previous.diff_id])[-1], previous.diff_id)
+        written = _written(image, chain_ids([*below, previous.diff_id])[-1], previous.diff_id, cache)
         if written is None:
             return None
-        held = layer_entries(layer)
+        held = _held(layer, cache)
     except (*READ_ERRORS, tarfile.TarError, OSError):
         return None  # rewritten instead: the store is not as it was (a damaged layer then fails its check)
     times, size = written
@@ -73,18 +77,38 @@ def reused_layer(
     return Reused(layer=_note(previous, step, size, len(times)), held=held, written_mtimes=mtimes)
 
 
-def _written(image: StoredImage, chain: str, diff_id: str) -> tuple[list[tuple[str, int]], int] | None:
+def _held(layer: StoredLayer | BlobLayer, cache: Path | None) -> Entries:
+    """What the built layer holds: a function of its bytes alone, so kept by its diffID."""
+    if cache is None:
+        return layer_entries(layer)
+    if isinstance(layer, BlobLayer):
+        return cached_entries(cache, layer.diff_id, lambda: [layer_entries(layer)])[0]
+    digests = directory_digests(layer.files)
+    return cached_entries(cache, layer.diff_id, lambda: [layer_entries(layer)], directory_digests=lambda _: digests)[0]
+
+
+def _written(image: StoredImage, chain: str, diff_id: str, cache: Path | None) -> Times | None:
     """(each entry of the normalised layer ``diff_id`` with the time it wrote; its size), when the
     engine holds that layer."""
+    compute: Callable[[], Times]
     if image.layer_db is not None:
         record = held_layer(image.layer_db, chain, diff_id)
         if record is None:
             return None
-        entries = record_entries(record)
-        return [(name, meta.mtime) for name, meta, _ in entries], tar_size(record)
-    blob = held_blob(image.blobs, diff_id) if image.blobs is not None else None
-    if blob is None:
-        return None
+        compute = partial(_record_times, record)
+    else:
+        blob = held_blob(image.blobs, diff_id) if image.blobs is not None else None
+        if blob is None:
+            return None
+        compute = partial(_blob_times, blob)
+    return compute() if cache is None else cached_times(cache, diff_id, compute)
+
+
+def _record_times(record: Path) -> Times:
+    return [(name, meta.mtime) for name, meta, _ in record_entries(record)], tar_size(record)
+
+
+def _blob_times(blob: Path) -> Times:
     return _header_times(blob), blob.stat().st_size
 
 

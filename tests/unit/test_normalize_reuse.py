@@ -3,12 +3,13 @@ same result as rewriting them."""
 
 from __future__ import annotations
 
+import os
 import tarfile
 from dataclasses import replace
 from pathlib import Path
 
 from imagebuild.engine.chain_ids import chain_ids
-from imagebuild.engine.interface import StoredImage
+from imagebuild.engine.interface import StoredImage, StoredLayer
 from imagebuild.normalize.from_store import normalize_stored
 from imagebuild.normalize.model import LayerPlan, Normalized
 from tests.unit import imagetars as tars
@@ -48,11 +49,25 @@ def engine_holds(normalized: Normalized, where: Path) -> Path:
     return where
 
 
-def normalise(layers: list[bytes], where: Path, *, previous: Normalized | None = None, db: Path | None = None) -> Normalized:
+def normalise(
+    layers: list[bytes],
+    where: Path,
+    *,
+    previous: Normalized | None = None,
+    db: Path | None = None,
+    cache: Path | None = None,
+    emptied: tuple[int, ...] = (),
+) -> Normalized:
+    """``layers`` normalised from a hand-made store; ``emptied``: the layers whose tar-split records are
+    emptied first (nothing can be read from them)."""
     image: StoredImage = replace(tars.stored_image(layers, tars.config(layers), where / "store"), layer_db=db)
+    for number in emptied:
+        stored = image.layers[number]
+        assert isinstance(stored, StoredLayer)
+        stored.tar_split.write_bytes(b"")
     (where / "work").mkdir()
     the_plan = replace(plan(layers), previous=previous.notes if previous else ())
-    return normalize_stored(image, the_plan, where / "work", what="test image")
+    return normalize_stored(image, the_plan, where / "work", what="test image", lower_cache=cache)
 
 
 def test_the_unchanged_layers_are_taken_from_the_engine_and_the_image_is_the_same(tmp_path: Path) -> None:
@@ -71,6 +86,45 @@ def test_the_unchanged_layers_are_taken_from_the_engine_and_the_image_is_the_sam
     assert reused.layers[-1].path.read_bytes() == rewritten.layers[-1].path.read_bytes()
     assert [n.diff_id for n in first.notes[:3]] == [n.diff_id for n in reused.notes[:3]]
     assert reused.notes[1].diff_id == ""  # UNCHANGED held nothing
+
+
+def test_what_reused_layers_held_and_wrote_is_kept_so_the_next_rebuild_reads_none_of_their_headers(
+    tmp_path: Path,
+) -> None:
+    first = normalise([*BASE, EVERY_KIND, UNCHANGED, SECOND, layer([Item("x", data=b"1")])], tmp_path / "1")
+    db = engine_holds(first, tmp_path / "layerdb")
+    rebuilt = [*BASE, EVERY_KIND, UNCHANGED, SECOND, THIRD]
+    cache = tmp_path / "lower-state"
+    reused = normalise(rebuilt, tmp_path / "2", previous=first, db=db, cache=cache)
+    kept = sorted(path.name for path in cache.iterdir())
+    assert len([name for name in kept if name.endswith(".times.json.gz")]) == 2  # EVERY_KIND's and SECOND's
+    assert len([name for name in kept if name.endswith(".headers.json.gz")]) == 4  # the base, the 3 reused
+
+    # Nothing can be read of the reused layers any more, built or normalised (the engine still holds
+    # the normalised ones): what they held and wrote comes from the cache, and the image is the same.
+    for record in db.glob("*/tar-split.json.gz"):
+        record.write_bytes(b"")
+    again = normalise(rebuilt, tmp_path / "3", previous=first, db=db, cache=cache, emptied=(2, 3, 4))
+    assert again.image_id == reused.image_id == normalise(rebuilt, tmp_path / "4").image_id
+    assert [layer.path is None for layer in again.layers] == [True, True, False]
+
+
+def test_kept_facts_that_cannot_be_read_are_made_again_and_old_ones_are_removed(tmp_path: Path) -> None:
+    first = normalise([*BASE, EVERY_KIND, UNCHANGED, SECOND, layer([Item("x", data=b"1")])], tmp_path / "1")
+    db = engine_holds(first, tmp_path / "layerdb")
+    rebuilt = [*BASE, EVERY_KIND, UNCHANGED, SECOND, THIRD]
+    cache = tmp_path / "lower-state"
+    reused = normalise(rebuilt, tmp_path / "2", previous=first, db=db, cache=cache)
+    for kept in cache.glob("*.times.json.gz"):
+        kept.write_bytes(b"not gzip")
+    stale = cache / "0123.v1.times.json.gz"
+    stale.write_bytes(b"")
+    os.utime(stale, (0, 0))  # untouched since 1970
+    again = normalise(rebuilt, tmp_path / "3", previous=first, db=db, cache=cache)
+    assert again.image_id == reused.image_id
+    assert not stale.exists()
+    for kept in cache.glob("*.times.json.gz"):
+        assert kept.read_bytes()[:2] == b"\x1f\x8b"  # made again
 
 
 def test_a_layer_the_engine_no_longer_holds_is_rewritten_and_so_is_every_layer_above(tmp_path: Path) -> None:
