@@ -13,8 +13,8 @@ into the stream. That first pass costs per entry (about 80 us, measured on a lay
 of 2 KB: 4 s) and little per byte; a spool costs per byte. So a layer whose files hold less than
 ``SPOOL_BELOW`` (the layer database records it) is rewritten once into a spool file and sent from
 there: at most that much disk for a moment, and no second pass over its headers. The legacy
-archive allows the rest: a layer's file may be named before its diffID
-is known, and the config that names the diffIDs comes last (imagebuild.normalize.load_archive).
+archive allows the rest: a layer's file may be named before its diffID is known, and the config
+that names the diffIDs comes last (imagebuild.normalize.load_archive).
 
 The checks are the spooled path's: each built layer's tar must hash to its diffID, and the rewrite
 must be as long as its first pass said; when either fails the stream is cut before its manifest,
@@ -67,9 +67,10 @@ def normalize_into_load(
     """Normalise ``image`` (see streams_into_load) while ``load`` sends it to the engine.
 
     ``spool``: where a layer whose files hold less than ``spool_below`` is rewritten before it is
-    sent (None: every layer is sized first). Returns the normalised image (its spool peak: the largest layer spooled), what the engine
-    says it loaded and the seconds spent sizing the layers (the first pass; the rest of the load's time
-    is the rewrite and the engine's unpacking, which overlap).
+    sent (None: every layer is sized first). Returns the normalised image (its spool peak: the
+    largest layer spooled), what the engine says it loaded and the seconds spent sizing the layers
+    (the first pass; the rest of the load's time is the rewrite and the engine's unpacking, which
+    overlap).
     """
     sizing: list[float] = []
     spooled: list[int] = [0]
