@@ -16,6 +16,10 @@ holds (the times it wrote), headers only where the store allows:
   checked against its diffID), the normalised layer found as the uncompressed blob imagebuild
   loaded, its headers read by seeking past every file's content.
 
+Both facts depend on one layer's bytes alone, so they are kept by diffID once read
+(imagebuild.normalize.lower_cache): the next rebuild that keeps the layer reads neither. The engine
+is still asked whether it holds the normalised layer.
+
 Only for a prefix of the build layers: from the first layer whose inputs differ (or whose normalised
 layer the engine no longer holds) every layer above is rewritten, as they all stand on it.
 """
