@@ -126,19 +126,11 @@ def _stream_layer(
         return NormalizedLayer(diff_id="", path=None, size=0, entries=0, clamped=sized.clamped, history=step.history)
     member = f"build-{number}/layer.tar"
     sink.write(tar_entry(member, sized.size))
-    source = HashingReader(open_stream(layer_tar(layer)), background=True)
-    try:
-        result = _rewrite(cast("BinaryIO", source), sink, step, lower, content, what=what)
-        source.drain()
-    except READ_ERRORS as e:
-        msg = f"{what}: {e}"
-        raise StoreReadFailure(msg) from e
-    finally:
-        source.close()
+    result, digest = _rewrite_built(layer, sink, step, lower, content, what=what)
     if result.size != sized.size:
         msg = f"{what}: the rewrite gave {result.size} bytes where its sizing pass gave {sized.size}"
         raise StoreReadFailure(msg)
-    _check_source(layer, source.digest, what=what)
+    _check_source(layer, digest, what=what)
     sink.write(tar_padding(result.size))
     lower.apply(result.held, result.written_mtimes)
     return NormalizedLayer.written(result, None, step, member=member)
@@ -150,16 +142,8 @@ def _spooled_layer(
     """The built ``layer`` rewritten into a spool file, then sent from it into ``sink`` (as _stream_layer)."""
     what = f"{what} layer {number}"
     with tempfile.TemporaryFile(dir=spool, prefix=f"build-{number}-") as file:
-        source = HashingReader(open_stream(layer_tar(layer)), background=True)
-        try:
-            result = _rewrite(cast("BinaryIO", source), file, step, lower, directory_digests(layer.files), what=what)
-            source.drain()
-        except READ_ERRORS as e:
-            msg = f"{what}: {e}"
-            raise StoreReadFailure(msg) from e
-        finally:
-            source.close()
-        _check_source(layer, source.digest, what=what)
+        result, digest = _rewrite_built(layer, file, step, lower, directory_digests(layer.files), what=what)
+        _check_source(layer, digest, what=what)
         lower.apply(result.held, result.written_mtimes)
         if not result.entries:
             return NormalizedLayer(diff_id="", path=None, size=0, entries=0, clamped=result.clamped, history=step.history)
@@ -170,6 +154,29 @@ def _spooled_layer(
             sink.write(chunk)
         sink.write(tar_padding(result.size))
     return NormalizedLayer.written(result, None, step, member=member)
+
+
+def _rewrite_built(
+    layer: StoredLayer,
+    sink: Sink,
+    step: BuildLayer,
+    lower: LowerState,
+    content: Callable[[str, int], Digest],
+    *,
+    what: str,
+) -> tuple[RewriteResult, str]:
+    """The built ``layer``'s tar, read from the store and hashed as it passes, rewritten into
+    ``sink``: the result and the built tar's digest (the caller checks it against the diffID)."""
+    source = HashingReader(open_stream(layer_tar(layer)), background=True)
+    try:
+        result = _rewrite(cast("BinaryIO", source), sink, step, lower, content, what=what)
+        source.drain()
+    except READ_ERRORS as e:
+        msg = f"{what}: {e}"
+        raise StoreReadFailure(msg) from e
+    finally:
+        source.close()
+    return result, source.digest
 
 
 def _rewrite(
