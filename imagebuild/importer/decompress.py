@@ -4,12 +4,14 @@ imagebuild reads from the containerd image store's content store (imagebuild.eng
 Output is pulled at most CHUNK_SIZE at a time, so a small input that decompresses to terabytes costs
 one chunk of memory before the caller stops it. A damaged or cut stream raises StreamError, whose
 message says which; the caller names the file. The standard library only (zstd through the
-``zstandard`` module, which the caller passes in when it can import it): see the package's rules.
+``zstandard`` module, and gzip through python-isal's ``isal_zlib`` where present, which the caller
+passes in when it can import it): see the package's rules.
 """
 
 from __future__ import annotations
 
 import zlib
+from types import ModuleType
 from typing import Any, Generator, Iterator
 
 CHUNK_SIZE = 1 << 20
@@ -22,9 +24,13 @@ class StreamError(Exception):
     """The compressed stream is not valid or ends early; the message says which."""
 
 
-def gunzip(chunks: Iterator[bytes]) -> Chunks:
-    """zlib, at most CHUNK_SIZE of output per call; concatenated members as Go's gzip reader reads them."""
-    inflate, fed = zlib.decompressobj(GZIP_WBITS), False
+def gunzip(chunks: Iterator[bytes], inflater: ModuleType = zlib) -> Chunks:
+    """At most CHUNK_SIZE of output per call; concatenated members as Go's gzip reader reads them.
+
+    ``inflater``: zlib, or a module with zlib's decompressobj and error (``isal.isal_zlib``: ISA-L's
+    inflate, 2.3 times zlib's speed on the sample base's layer, docs/measured.md).
+    """
+    inflate, fed = inflater.decompressobj(GZIP_WBITS), False
     try:
         for chunk in chunks:
             data = chunk
@@ -34,14 +40,14 @@ def gunzip(chunks: Iterator[bytes]) -> Chunks:
                 if out:
                     yield out
                 if inflate.eof:  # another member may follow
-                    data, inflate, fed = inflate.unused_data, zlib.decompressobj(GZIP_WBITS), False
+                    data, inflate, fed = inflate.unused_data, inflater.decompressobj(GZIP_WBITS), False
                 else:
                     data = inflate.unconsumed_tail
                     while len(out) == CHUNK_SIZE and not data:  # output still pending for input read
                         out = inflate.decompress(b"", CHUNK_SIZE)
                         if out:
                             yield out
-    except zlib.error as e:
+    except inflater.error as e:
         msg = f"not a valid gzip stream ({e})"
         raise StreamError(msg) from None
     if fed and not inflate.eof:

@@ -27,7 +27,9 @@ import contextlib
 import shutil
 import subprocess
 import threading
+import zlib
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, Generator, Iterator
 
 from .decompress import StreamError, gunzip, unzstd
@@ -106,8 +108,12 @@ def _as_is(chunks: Iterator[bytes], _: Path) -> Chunks:
 
 
 def _gunzip(chunks: Iterator[bytes], archive: Path) -> Chunks:
+    inflater: ModuleType = zlib
+    # Not in the standard library: ISA-L's inflate is under imagebuild, often not on a node.
+    with contextlib.suppress(ImportError):
+        from isal import isal_zlib as inflater
     try:
-        yield from gunzip(chunks)
+        yield from gunzip(chunks, inflater)
     except StreamError as e:
         msg = f"archive {archive}: {e}; copy it again"
         raise IntegrityFailure(msg) from None
