@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -92,7 +92,8 @@ def normalize_saved(saved: BinaryIO, plan: LayerPlan, workdir: Path, *, what: st
         if not any(layer.path == other.path for other in built[index + 1 :]):
             layer.path.unlink()  # identical layers (two empty ones) share one spool file
             spooled_bytes[0] -= layer.size
-        rewritten.append(NormalizedLayer.written(result, out, step))
+        # The save path reuses nothing (normalize.reuse reads the engine's store): no facts to keep.
+        rewritten.append(replace(NormalizedLayer.written(result, out, step), facts=None))
     return assemble(
         image.config,
         plan,

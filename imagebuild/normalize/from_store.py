@@ -26,7 +26,7 @@ from imagebuild.normalize.model import (
     assemble,
     lower_state,
 )
-from imagebuild.normalize.reuse import reused_layer
+from imagebuild.normalize.reuse import remember, reused_layer
 from imagebuild.normalize.rewrite import LayerError, rewrite_layer
 from imagebuild.normalize.stored_layers import (
     READ_ERRORS,
@@ -93,6 +93,10 @@ def normalize_stored(
             made = write_layer(layer, step, lower, number)
         else:
             made = _rewritten(layer, step, lower, workdir / f"layer-{index}.tar", what=f"{what} layer {number}")
+        if made.facts is not None:
+            if lower_cache is not None:
+                remember(layer, made, lower_cache)
+            made = replace(made, facts=None)  # kept on disk: not held in memory with the result
         rewritten.append(made)
         notes.append(replace(note, diff_id=made.diff_id if made.entries else ""))
         below += [made.diff_id] if made.entries else []

@@ -98,6 +98,9 @@ class NormalizedLayer:
     clamped: int
     history: int  # the history entry of the step that made it
     member: str = ""  # streamed: its file in the load archive (named before its diffID is known)
+    # What the rewrite read of the built layer and the times it wrote: normalize_stored keeps them for
+    # the next rebuild that takes this layer from the engine (normalize.reuse), then drops them.
+    facts: RewriteResult | None = field(default=None, compare=False, repr=False)
 
     @property
     def rewritten(self) -> bool:
@@ -115,6 +118,7 @@ class NormalizedLayer:
             clamped=result.clamped,
             history=layer.history,
             member=member,
+            facts=result,
         )
 
 

@@ -16,9 +16,10 @@ holds (the times it wrote), headers only where the store allows:
   checked against its diffID), the normalised layer found as the uncompressed blob imagebuild
   loaded, its headers read by seeking past every file's content.
 
-Both facts depend on one layer's bytes alone, so they are kept by diffID once read
-(imagebuild.normalize.lower_cache): the next rebuild that keeps the layer reads neither. The engine
-is still asked whether it holds the normalised layer.
+Both facts depend on one layer's bytes alone, so they are kept by diffID (imagebuild.normalize.lower_cache):
+by the normalisation that rewrote the layer (``remember``: its rewrite read the one and wrote the
+other), or else once read, and the rebuilds that keep the layer read neither. The engine is still
+asked whether it holds the normalised layer.
 
 Only for a prefix of the build layers: from the first layer whose inputs differ (or whose normalised
 layer the engine no longer holds) every layer above is rewritten, as they all stand on it.
@@ -39,7 +40,14 @@ from imagebuild.engine.overlay2_store import held_layer
 from imagebuild.engine.tar_split import tar_size
 from imagebuild.normalize.config import BuildLayer
 from imagebuild.normalize.lower import Digest, Meta, entry_path
-from imagebuild.normalize.lower_cache import Entries, Times, cached_entries, cached_times
+from imagebuild.normalize.lower_cache import (
+    Entries,
+    Times,
+    cached_entries,
+    cached_times,
+    keep_entries,
+    keep_times,
+)
 from imagebuild.normalize.model import LayerNote, NormalizedLayer
 from imagebuild.normalize.stored_layers import READ_ERRORS, directory_digests, layer_entries, record_entries
 from imagebuild.util.streams import ENCODING, ERRORS, forget_members
@@ -79,6 +87,17 @@ def reused_layer(
     times, size = written
     mtimes = {entry_path(name): mtime for name, mtime in times}
     return Reused(layer=_note(previous, step, size, len(times)), held=held, written_mtimes=mtimes)
+
+
+def remember(layer: StoredLayer | BlobLayer, made: NormalizedLayer, cache: Path) -> None:
+    """Keep what rewriting ``layer`` into ``made`` read and wrote, as the two facts below, so that
+    even the first rebuild that takes the layer from the engine reads neither layer's headers."""
+    facts = made.facts
+    if facts is None:
+        return
+    keep_entries(cache, layer.diff_id, facts.held, headers=isinstance(layer, StoredLayer))
+    if made.entries and len(facts.written_mtimes) == made.entries:  # one time per entry, as _written reads
+        keep_times(cache, made.diff_id, list(facts.written_mtimes.items()), made.size)
 
 
 def _held(layer: StoredLayer | BlobLayer, cache: Path | None) -> Entries:

@@ -97,8 +97,9 @@ def test_what_reused_layers_held_and_wrote_is_kept_so_the_next_rebuild_reads_non
     cache = tmp_path / "lower-state"
     reused = normalise(rebuilt, tmp_path / "2", previous=first, db=db, cache=cache)
     kept = sorted(path.name for path in cache.iterdir())
-    assert len([name for name in kept if name.endswith(".times.json.gz")]) == 2  # EVERY_KIND's and SECOND's
-    assert len([name for name in kept if name.endswith(".headers.json.gz")]) == 4  # the base, the 3 reused
+    # Read for EVERY_KIND and SECOND, and kept by THIRD's rewrite.
+    assert len([name for name in kept if name.endswith(".times.json.gz")]) == 3
+    assert len([name for name in kept if name.endswith(".headers.json.gz")]) == 5  # the base, the 3 reused, THIRD
 
     # Nothing can be read of the reused layers any more, built or normalised (the engine still holds
     # the normalised ones): what they held and wrote comes from the cache, and the image is the same.
@@ -106,6 +107,23 @@ def test_what_reused_layers_held_and_wrote_is_kept_so_the_next_rebuild_reads_non
         record.write_bytes(b"")
     again = normalise(rebuilt, tmp_path / "3", previous=first, db=db, cache=cache, emptied=(2, 3, 4))
     assert again.image_id == reused.image_id == normalise(rebuilt, tmp_path / "4").image_id
+    assert [layer.path is None for layer in again.layers] == [True, True, False]
+
+
+def test_the_first_rebuild_reads_what_the_cold_normalisation_kept(tmp_path: Path) -> None:
+    cache = tmp_path / "lower-state"
+    first = normalise([*BASE, EVERY_KIND, UNCHANGED, SECOND, layer([Item("x", data=b"1")])], tmp_path / "1", cache=cache)
+    kept = sorted(path.name for path in cache.iterdir())
+    assert len([name for name in kept if name.endswith(".times.json.gz")]) == 3  # the layers that hold anything
+    assert len([name for name in kept if name.endswith(".headers.json.gz")]) == 5  # the base, the 4 build layers
+
+    # Nothing can be read of the built or normalised layers but what the cold normalisation kept.
+    db = engine_holds(first, tmp_path / "layerdb")
+    for record in db.glob("*/tar-split.json.gz"):
+        record.write_bytes(b"")
+    rebuilt = [*BASE, EVERY_KIND, UNCHANGED, SECOND, THIRD]
+    again = normalise(rebuilt, tmp_path / "2", previous=first, db=db, cache=cache, emptied=(2, 3, 4))
+    assert again.image_id == normalise(rebuilt, tmp_path / "3").image_id
     assert [layer.path is None for layer in again.layers] == [True, True, False]
 
 
