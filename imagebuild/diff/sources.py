@@ -8,7 +8,6 @@ reference for the engine.
 
 from __future__ import annotations
 
-import gzip
 import json
 import tarfile
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from imagebuild.diff.tree import index_layer
 from imagebuild.engine.interface import Engine
 from imagebuild.engine.saved_image import ArchiveError, read_saved_image
 from imagebuild.errors import ConfigError, EngineError
-from imagebuild.util.streams import CHUNK, open_stream
+from imagebuild.util.streams import CHUNK, gzip_reader, open_stream
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -52,8 +51,8 @@ def open_archive(path: Path) -> Iterator[BinaryIO]:
         magic = raw.read(4)
         raw.seek(0)
         if magic.startswith(GZIP_MAGIC):
-            with gzip.GzipFile(fileobj=raw) as stream:
-                yield cast("BinaryIO", stream)
+            with gzip_reader(raw) as stream:
+                yield stream
         elif magic == ZSTD_MAGIC:
             import zstandard  # export's compression; loaded only for a zstd archive
 

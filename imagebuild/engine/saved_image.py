@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO, Generic, Protocol, TypeVar, cast
 
-from imagebuild.util.streams import CHUNK, forget_members
+from imagebuild.util.streams import CHUNK, forget_members, gzip_reader
 
 JSON_LIMIT = 64 << 20  # a config or manifest larger than this is not one
 TAR_MAGIC_OFFSET, TAR_MAGICS = 257, (b"ustar\x0000", b"ustar  \x00")
@@ -120,7 +120,7 @@ def read_saved_image(
                         reader = io.BufferedReader(_Prefixed(head, data), buffer_size=CHUNK)
                         layers[name] = on_layer(name, cast("BinaryIO", reader))
                     elif name.startswith("blobs/") and head.startswith(GZIP_MAGIC):
-                        unpacked = gzip.GzipFile(fileobj=_Prefixed(head, data), mode="rb")
+                        unpacked = gzip_reader(_Prefixed(head, data))
                         layers[name] = on_layer(name, cast("BinaryIO", io.BufferedReader(unpacked, CHUNK)))
                     elif name.endswith((".json", "/json")) or name.startswith("blobs/"):
                         documents[name] = _document(name, head, data, entry.size, what)

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Protocol, cast
 
+from isal import igzip
+
 from imagebuild.util import tar_checksums
 from imagebuild.util.background_hash import BackgroundSha256
 
@@ -109,6 +111,12 @@ class EntryReads:
         data = self._source.read(size)
         self._position += len(data)
         return data
+
+
+def gzip_reader(compressed: Any) -> BinaryIO:
+    """gzip.GzipFile reading ``compressed`` (a file with read()), with ISA-L's inflate (python-isal:
+    twice zlib's speed on a layer here, docs/measured.md); the same content, the same errors."""
+    return cast("BinaryIO", igzip.GzipFile(fileobj=compressed, mode="rb"))  # type: ignore[no-untyped-call]
 
 
 def open_stream(chunks: Iterable[bytes]) -> BinaryIO:
