@@ -123,7 +123,9 @@ def _stream_layer(
     if not sized.entries:  # nothing to send; still checked against its diffID, as the spooled path does
         _check_source(layer, None, what=what)
         lower.apply(sized.held, sized.written_mtimes)
-        return NormalizedLayer(diff_id="", path=None, size=0, entries=0, clamped=sized.clamped, history=step.history)
+        return NormalizedLayer(
+            diff_id="", path=None, size=0, entries=0, clamped=sized.clamped, history=step.history, facts=sized
+        )
     member = f"build-{number}/layer.tar"
     sink.write(tar_entry(member, sized.size))
     result, digest = _rewrite_built(layer, sink, step, lower, content, what=what)
@@ -146,7 +148,9 @@ def _spooled_layer(
         _check_source(layer, digest, what=what)
         lower.apply(result.held, result.written_mtimes)
         if not result.entries:
-            return NormalizedLayer(diff_id="", path=None, size=0, entries=0, clamped=result.clamped, history=step.history)
+            return NormalizedLayer(
+                diff_id="", path=None, size=0, entries=0, clamped=result.clamped, history=step.history, facts=result
+            )
         member = f"build-{number}/layer.tar"
         sink.write(tar_entry(member, result.size))
         file.seek(0)

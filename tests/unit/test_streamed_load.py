@@ -184,3 +184,20 @@ def test_an_engine_that_refuses_the_stream_stops_the_rewrite(tmp_path: Path) -> 
     with pytest.raises(EngineError, match="no space left on device"):
         normalize_image(engine, image_id, PLAN, tmp_path / "spool")
     assert threading.active_count() == before
+
+
+@pytest.mark.parametrize("small", [False, True], ids=["sized first", "spooled"])
+def test_each_rewrite_keeps_what_it_read_and_wrote_for_the_next_rebuild(tmp_path: Path, small: bool) -> None:
+    image = held(store(tmp_path), None, None, 10, 10, 10, 10) if small else store(tmp_path)
+    cache = tmp_path / "lower-state"
+    normalized, _, _ = normalize_into_load(
+        image, PLAN, lambda chunks: [str(len(b"".join(chunks)))], what="test image", lower_cache=cache,
+        spool=tmp_path if small else None,
+    )  # fmt: skip
+    kept = {path.name for path in cache.iterdir()}
+    for diff_id in PLAN.layers[2:]:  # UNCHANGED's too, though it holds nothing once reduced
+        assert f"{diff_id.removeprefix('sha256:')}.v1.headers.json.gz" in kept
+    assert len(normalized.layers) == 3
+    for made in normalized.layers:
+        assert f"{made.diff_id.removeprefix('sha256:')}.v1.times.json.gz" in kept
+        assert made.facts is None  # kept on disk, not in the result
