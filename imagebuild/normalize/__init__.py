@@ -9,7 +9,7 @@ config       the canonical config: times, build-only fields, history (empty laye
 lower        the filesystem below a layer, layer by layer; canonical: a layer reduced against it;
              lower_cache: what a containerd-store base holds, kept for the next normalisation
 load_archive what the normalised image is loaded from: legacy (graph drivers) or OCI (containerd)
-rewrite      one layer tar with its timestamps clamped
+rewrite      one layer tar with its timestamps clamped (tar_writer: tarfile's "w" bytes, no per-entry copy)
 
 The ``docker save`` reader and the layer store's tar rebuild are the engine's (engine.saved_image,
 engine.tar_split; their bounded byte streams are util.streams): verify reads an image's layers and

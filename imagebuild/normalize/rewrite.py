@@ -8,9 +8,9 @@ not UTF-8), content, modes, numeric owners, link targets, device numbers, xattrs
 the whiteouts (``.wh.NAME``) and opaque markers (``.wh..wh..opq``) of the
 layer format, which are ordinary entries here. Entries keep their order
 (docker writes them in directory-walk order, the same on every build; a hard
-link must follow its target). The output is written in PAX format by the
-standard library, so it depends only on the entries and not on which engine
-wrote the input: Go's writer (Docker's) also repeats the file type in the
+link must follow its target). The output is the standard library's PAX format
+(its headers, written as its "w" mode writes them: imagebuild.normalize.tar_writer),
+so it depends only on the entries and not on which engine wrote the input: Go's writer (Docker's) also repeats the file type in the
 mode field (0o40755 for a directory), the standard library's keeps only the
 permission bits there; the type is the entry's type flag either way.
 
@@ -43,11 +43,12 @@ import tarfile
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any, BinaryIO, cast
+from typing import IO, BinaryIO, cast
 
 from imagebuild.normalize.canonical import LayerReducer
 from imagebuild.normalize.lower import Digest, Meta, entry_path
-from imagebuild.util.streams import CHUNK, ENCODING, ERRORS, EntryReads, HashingWriter, Sink, forget_members
+from imagebuild.normalize.tar_writer import TarWriter
+from imagebuild.util.streams import CHUNK, EntryReads, HashingWriter, Sink, forget_members
 
 SPOOL_IN_MEMORY = 16 * CHUNK  # a compared file up to this size stays in memory
 
@@ -195,20 +196,9 @@ def _rewrite(
     held: list[tuple[str, Meta, Digest | None]] = []
     written_mtimes: dict[str, int] = {}
     entry_reads = EntryReads(source)
+    writer = TarWriter(out)  # tarfile's "w" mode's bytes, without its per-entry copy
     try:
-        with (
-            entry_reads.tar() as reader,
-            tarfile.open(
-                # Not the stream mode ("w|"): its buffer copies itself on every write, a header
-                # included. This mode calls tell() once and then only write(), and writes the same bytes.
-                fileobj=cast("IO[bytes]", out),
-                mode="w",
-                format=tarfile.PAX_FORMAT,
-                encoding=ENCODING,
-                errors=ERRORS,
-            ) as writer,
-        ):
-            cast("Any", writer).copybufsize = CHUNK  # default 16 KiB; typeshed omits the attribute
+        with entry_reads.tar() as reader:
             while (info := reader.next()) is not None:
                 if any(key.startswith("GNU.sparse.") for key in info.pax_headers) or info.issparse():
                     msg = f"{what}: {info.name} is a sparse file; the rewriter does not handle sparse entries"
@@ -228,11 +218,11 @@ def _rewrite(
                         writer, reducer, info, meta, data, held=held, written=written_mtimes, known=known
                     )
                 forget_members(reader)
-                forget_members(writer)
             if reducer is not None:
                 for extra in reducer.finish():
                     writer.addfile(extra)
                     entries += 1
+        writer.close()
     except tarfile.TarError as e:
         msg = f"{what}: not a readable tar ({e})"
         raise LayerError(msg) from e
@@ -249,7 +239,7 @@ def _rewrite(
 
 
 def _reduced(
-    writer: tarfile.TarFile,
+    writer: TarWriter,
     reducer: LayerReducer,
     info: tarfile.TarInfo,
     meta: Meta,
