@@ -13,9 +13,7 @@ from __future__ import annotations
 import tarfile
 from typing import IO
 
-from imagebuild.util.streams import CHUNK, ENCODING, ERRORS, Sink
-
-BLOCK, RECORD = tarfile.BLOCKSIZE, tarfile.RECORDSIZE
+from imagebuild.util.streams import CHUNK, ENCODING, ERRORS, TAR_END, Sink, tar_padding
 
 
 class TarWriter:
@@ -42,11 +40,11 @@ class TarWriter:
                 raise OSError(msg)
             self._out.write(chunk)
             left -= len(chunk)
-        padding = -info.size % BLOCK
+        padding = tar_padding(info.size)
         if padding:
-            self._out.write(bytes(padding))
-        self._offset += info.size + padding
+            self._out.write(padding)
+        self._offset += info.size + len(padding)
 
     def close(self) -> None:
-        self._offset += 2 * BLOCK
-        self._out.write(bytes(2 * BLOCK + -self._offset % RECORD))
+        self._offset += len(TAR_END)
+        self._out.write(TAR_END + bytes(-self._offset % tarfile.RECORDSIZE))
