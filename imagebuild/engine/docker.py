@@ -155,6 +155,7 @@ class DockerEngine(Engine):
             network_mode=request.network_mode,
             nocache=request.no_cache,
             pull=False,
+            cache_from=list(request.cache_from) or None,
         )
         return stream
 

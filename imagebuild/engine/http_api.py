@@ -184,6 +184,8 @@ class HttpEngine(Engine):
             query["labels"] = json.dumps(dict(request.labels))
         if request.network_mode:
             query["networkmode"] = request.network_mode
+        if request.cache_from:
+            query["cachefrom"] = json.dumps(list(request.cache_from))
         path = f"{self._prefix}/build?{urllib.parse.urlencode(query)}"
         # No timeout, as docker-py's build: a step may print nothing for most of an hour.
         connection = UnixConnection(self._socket, None)

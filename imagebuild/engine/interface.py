@@ -184,6 +184,9 @@ class BuildRequest:
     build_args: Mapping[str, str] = field(default_factory=dict)  # values for the Dockerfile's ARGs
     network_mode: str | None = None
     no_cache: bool = False
+    # Images whose history the classic builder may take steps from besides its own parent chain
+    # (imagebuild.normalize.cache_image: the last build's layer cache over its normalised layers).
+    cache_from: tuple[str, ...] = ()
 
 
 class Engine(ABC):

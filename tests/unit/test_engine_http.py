@@ -132,7 +132,9 @@ def seen(
 def test_a_cached_build_sends_docker_pys_requests_and_reads_the_stream_however_it_is_cut(seen: Seen) -> None:
     engine = HttpEngine.from_env()
     assert isinstance(engine, HttpEngine)
-    request = BuildRequest(context=b"tar bytes", build_args={"A": "1"}, network_mode="host")
+    request = BuildRequest(
+        context=b"tar bytes", build_args={"A": "1"}, network_mode="host", cache_from=("repo:tag-cache",)
+    )
     events = list(engine.build(request))
     assert [e.text for e in events if e.text] == [m["stream"] for m in BUILD_STREAM if "stream" in m]
     assert [e.image_id for e in events if e.image_id] == [IMAGE]
@@ -147,6 +149,7 @@ def test_a_cached_build_sends_docker_pys_requests_and_reads_the_stream_however_i
         "pull": ["False"],
         "buildargs": ['{"A": "1"}'],
         "networkmode": ["host"],
+        "cachefrom": ['["repo:tag-cache"]'],
     }
     engine.tag(IMAGE, "registry:5000/repo:tag")
     assert seen[-1][1:3] == (
