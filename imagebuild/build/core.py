@@ -44,7 +44,7 @@ from imagebuild.engine.interface import PODMAN, BuildRequest, Engine
 from imagebuild.errors import AttestationError, BuildError, EngineError
 from imagebuild.inputs.layout import build_log_path, build_record_path, default_tag
 from imagebuild.log import logger
-from imagebuild.normalize.after_build import Normalization, ahead_of_build, normalize_build
+from imagebuild.normalize.after_build import Normalization, ahead_of_build, cache_from, normalize_build
 from imagebuild.normalize.ahead import NormalizeAhead
 from imagebuild.project import Inputs
 from imagebuild.secrets import redact
@@ -118,6 +118,8 @@ def build_image(
         logger.warning("imagebuild: warning: %s", podman_identity(store))
     if options.pull:
         pull_images(prepared.inputs, engine, show, steady)
+    if options.cache_normalized and not options.no_cache:
+        request = replace(request, cache_from=cache_from(engine, places.record))
     ahead = start_ahead(prepared, engine, places, show) if store.kind != PODMAN else None
     tracker = StepTracker(prepared.dockerfile, steady, show, committed=ahead.committed if ahead else None)
     started = Started(steady=steady.now(), wall=datetime.now(UTC))
@@ -299,6 +301,7 @@ def normalize_image(
         spool_dir=places.record.parent,
         record_path=places.record,
         keep_cache_image=prepared.options.keep_cache_image,
+        cache_normalized=prepared.options.cache_normalized,
         ahead=ahead,
     )
     show.message(normalized.summary())

@@ -46,6 +46,9 @@ class BuildOptions:
     # Keep the built image as TAG-cache, the next build's layer cache; False (--drop-cache-image): remove
     # it once normalised, so the engine holds the build's layers once and the next build starts cold.
     keep_cache_image: bool = True
+    # --cache-normalized: keep the cache as the built config over the normalised layers instead, where
+    # the store allows it (imagebuild.normalize.cache_image): the build's layers once, the next build warm.
+    cache_normalized: bool = False
     # --normalize-ahead: normalise the build's intermediate images while later steps build, once this
     # many MB of new layers wait (imagebuild.normalize.ahead); None: only after the build.
     normalize_ahead_mb: int | None = DEFAULT_MIN_MB
@@ -101,6 +104,10 @@ def prepare_build(project: Project, inputs: Inputs, options: BuildOptions) -> Pr
         raise ConfigError(msg)
     if not options.keep_cache_image and not options.normalize:
         msg = "--drop-cache-image with --no-normalize: the built image is then the image; leave one of them out"
+        raise ConfigError(msg)
+    if options.cache_normalized and not (options.keep_cache_image and options.normalize):
+        other = "--no-normalize" if not options.normalize else "--drop-cache-image"
+        msg = f"--cache-normalized with {other}: it keeps the cache over the normalised layers; leave one of them out"
         raise ConfigError(msg)
     # A tunable that turns an optional layer on or off (WITH_NIXL) is decided at render time.
     inputs = replace(inputs, definition=with_tunables(inputs.definition, options.build_args, "--build-arg"))

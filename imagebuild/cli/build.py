@@ -55,6 +55,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         iidfile=args.iidfile,
         normalize=not args.no_normalize,
         keep_cache_image=not args.drop_cache_image,
+        cache_normalized=args.cache_normalized,
         normalize_ahead_mb=DEFAULT_MIN_MB if args.normalize_ahead == () else args.normalize_ahead,
         signing_key=signing_key,
         compile_cache=args.compile_cache,
@@ -145,6 +146,13 @@ def register(verbs: Verbs) -> None:
         action="store_true",
         help="remove the built image (TAG-cache) once normalised: the engine keeps the build's layers once, "
         "not twice, and the next build starts cold (for a runner that builds once)",
+    )
+    p.add_argument(
+        "--cache-normalized",
+        action="store_true",
+        help="keep TAG-cache as the built config over the normalised layers, not the built image: the engine "
+        "keeps the build's layers once and the next build takes steps from it (graph-driver stores; "
+        "elsewhere the built image is kept)",
     )
     p.add_argument(
         "--normalize-ahead",

@@ -1,6 +1,7 @@
 """Bit-identical rebuilds: a built image's layers rewritten so the same pins give the same image ID.
 
 after_build  what `imagebuild build` does after the engine built the image: normalise, keep the cache
+             (cache_image: the built config over the normalised layers, the next build's cache_from)
 core         normalize_image: read the built image, rewrite it, load it back; which store, which archive
 model        the plan, the rewritten image, the result, the failures
 from_store   reading a local engine's store, no save (stored_layers: overlay2's tar-split, the containerd

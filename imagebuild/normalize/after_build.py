@@ -1,27 +1,31 @@
 """What `imagebuild build` does after the engine built the image: normalise it, keep the cache.
 
-The classic builder's layer cache is the parent chain of the image it built.
-The normalised image is loaded beside it and has no parents, so the built
-image is tagged ``<tag>-cache`` to keep that chain out of ``docker image
-prune``'s reach; the next build reuses it step by step as before. A build
-that the cache served entirely gives the same built image again, and its
-normalised image is then taken from the previous build record instead of
-being made again. ``--drop-cache-image`` removes the built image and that
-chain once normalised instead: the build's layers are kept once, not twice.
+The classic builder's layer cache is the parent chain of the image it built. The normalised image
+is loaded beside it and has no parents, so the built image is tagged ``<tag>-cache`` to keep that
+chain out of ``docker image prune``'s reach, and the engine holds every build layer twice.
+``build --cache-normalized`` keeps instead, where the engine's store can be read, a cache image as
+``<tag>-cache``: the built image's config over the normalised layers
+(imagebuild.normalize.cache_image), which the next build names in ``cache_from``; the built image
+is removed, and the engine keeps the build's layers once (elsewhere the built image stays). A build
+that the cache served entirely gives the same built (or cache) image again, and its normalised
+image is then taken from the previous build record instead of being made again.
+``--drop-cache-image`` keeps no cache: the next build starts cold.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from imagebuild.engine.interface import Engine
+from imagebuild.engine.interface import PODMAN, Engine
 from imagebuild.errors import EngineError, NormalizeError
 from imagebuild.inputs.stage_model import Instruction
-from imagebuild.log import format_duration
+from imagebuild.log import format_duration, logger
 from imagebuild.normalize.ahead import NormalizeAhead
+from imagebuild.normalize.cache_image import load_cache_image
 from imagebuild.normalize.model import (
     FROM_CONTENT,
     FROM_SAVE,
@@ -44,17 +48,21 @@ class Normalization:
 
     image_id: str  # the normalised image's identity (its config digest), the same on every engine
     engine_id: str  # what this engine calls it, and what the tag names: image_id, or a manifest digest
-    cache_tag: str  # the built, unnormalised image: the layer cache of the next build
+    cache_tag: str  # the layer cache of the next build: the cache image, or the built image
     result: NormalizeResult
     cache_dropped: bool = False  # --drop-cache-image: cache_tag was removed once the image was normalised
 
     def summary(self) -> str:
         result = self.result
-        cache = (
-            "the built image and its intermediate images are removed (--drop-cache-image): the next build starts cold"
-            if self.cache_dropped
-            else f"the built image is kept as {self.cache_tag} for the layer cache"
-        )
+        if self.cache_dropped:
+            cache = "the built image and its intermediate images are removed (--drop-cache-image): the next build starts cold"
+        elif result.cache_image:
+            cache = (
+                f"the layer cache is kept as {self.cache_tag}, the built config over the normalised layers: "
+                "the engine keeps the build's layers once"
+            )
+        else:
+            cache = f"the built image is kept as {self.cache_tag} for the layer cache"
         if result.reused:
             return (
                 f"timestamps normalised: {result.image_id[:19]} (made by the last build of this image; "
@@ -86,6 +94,22 @@ def cache_tag(tag: str) -> str:
     return f"{name}:{version}{CACHE_SUFFIX}"
 
 
+def cache_from(engine: Engine, record_path: Path) -> tuple[str, ...]:
+    """What the build names in ``cache_from``: the layer cache image its last record names, when the engine
+    holds it. Only with that record: its notes say which layers the image gives back normalised, so they
+    are taken as they are and the steps above them checked (LayerPlan.normalized)."""
+    image = _recorded_cache_image(record_path)
+    return (image,) if image and keeps_cache_images(engine) and engine.has_image(image) else ()
+
+
+def keeps_cache_images(engine: Engine) -> bool:
+    """Whether the layer cache is a cache image here: on a graph-driver store. Docker 26's containerd
+    store fails a step it would take from one ("failed to restore cached image ... failed to read diff
+    archive"), and Podman's ``cache_from`` names a registry repository: there the built image stays."""
+    store = engine.store()
+    return store.kind != PODMAN and not store.ids_are_manifests
+
+
 def layer_plan(engine: Engine, image_id: str, base_ref: str, dockerfile: Dockerfile) -> LayerPlan:
     """Which layers are the base's, and the epoch of each step after FROM (its layer's mtime clamp)."""
     image, base = engine.inspect_image(image_id), engine.inspect_image(base_ref)
@@ -115,12 +139,13 @@ def ahead_of_build(
     tell: Callable[[str], None],
 ) -> NormalizeAhead:
     """Normalising ahead (imagebuild.normalize.ahead) for a build of ``dockerfile`` on ``engine``, started."""
+    previous = previous_layers(record_path)
     return NormalizeAhead(
         engine,
-        lambda image_id: layer_plan(engine, image_id, base_ref, dockerfile),
+        lambda image_id: replace(layer_plan(engine, image_id, base_ref, dockerfile), normalized=held(previous)),
         spool_dir,
         min_bytes=min_mb * 10**6,
-        previous=previous_layers(record_path),
+        previous=previous,
         tell=tell,
     )
 
@@ -133,7 +158,7 @@ def previous_normalization(record_path: Path, built_id: str, engine: Engine) -> 
     except (OSError, ValueError):
         return None
     normalized = record.get("normalization") if isinstance(record, dict) else None
-    if not isinstance(normalized, dict) or normalized.get("unnormalized_id") != built_id:
+    if not isinstance(normalized, dict) or built_id not in (normalized.get("unnormalized_id"), normalized.get("cache_image")):
         return None
     if normalized.get("rules") != RULES:  # made under other rules: another image now
         return None
@@ -161,6 +186,19 @@ def previous_layers(record_path: Path) -> tuple[LayerNote, ...]:
         return ()  # no record, or not one this version wrote: every layer is rewritten
 
 
+def _recorded_cache_image(record_path: Path) -> str:
+    try:
+        image = json.loads(record_path.read_text(encoding="utf-8"))["normalization"]["cache_image"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return ""
+    return image if isinstance(image, str) else ""
+
+
+def held(notes: tuple[LayerNote, ...]) -> tuple[LayerNote, ...]:
+    """The notes of the layers a normalised image holds (LayerPlan.normalized), lowest first."""
+    return tuple(note for note in notes if note.diff_id)
+
+
 def normalize_build(
     engine: Engine,
     built_id: str,
@@ -171,13 +209,16 @@ def normalize_build(
     spool_dir: Path,
     record_path: Path,
     keep_cache_image: bool = True,
+    cache_normalized: bool = False,
     ahead: NormalizeAhead | None = None,
 ) -> Normalization:
-    """Normalise the built image (or reuse the last build's result) and tag the built one as the cache,
-    or remove it once normalised (``keep_cache_image`` False). A failure keeps it tagged either way.
+    """Normalise the built image (or reuse the last build's result) and tag the built one as the cache
+    (``cache_normalized``: a cache image in its place, where the store allows it), or remove it once
+    normalised (``keep_cache_image`` False). A failure keeps it tagged either way.
     ``ahead``: what was normalised while the build ran is taken from the engine (its caller removes
     the intermediate images it loaded)."""
     keep = cache_tag(tag)
+    replaced = _recorded_cache_image(record_path)  # the last build's cache image, which this build's replaces
     engine.tag(built_id, keep)
     normalized = _normalize_or_reuse(
         engine,
@@ -189,11 +230,40 @@ def normalize_build(
         record_path=record_path,
         ahead=ahead,
     )
-    if keep_cache_image:
+    if not keep_cache_image:
+        # By its name: docker removes the image with the intermediate images only it held (the layer cache).
+        engine.remove_image(keep)
+        normalized = replace(normalized, cache_dropped=True)
+    elif cache_normalized and not normalized.result.reused:  # reused: the built image is the last cache image
+        normalized = _keep_cache_image(engine, built_id, keep, normalized)
+    if replaced and replaced not in (built_id, normalized.result.cache_image):
+        # It holds no layers of its own, but would keep the last build's alive.
+        with contextlib.suppress(EngineError):  # gone already (UnknownImageError), or a child image holds it
+            _remove_untagged(engine, replaced)
+    return normalized
+
+
+def _remove_untagged(engine: Engine, image_id: str) -> None:
+    """Remove ``image_id`` unless a name still holds it (another tag's cache, a user's tag): removing an
+    image by ID would take its one name with it."""
+    if not engine.inspect_image(image_id).tags:
+        engine.remove_image(image_id)
+
+
+def _keep_cache_image(engine: Engine, built_id: str, keep: str, normalized: Normalization) -> Normalization:
+    """The layer cache image tagged ``keep`` in the built image's place, which is removed; where there is none
+    (keeps_cache_images; an engine read through save) or the load fails, the built image stays ``keep``."""
+    if not keeps_cache_images(engine) or normalized.result.read_from == FROM_SAVE:
         return normalized
-    # By its name: docker removes the image with the intermediate images only it held (the layer cache).
-    engine.remove_image(keep)
-    return replace(normalized, cache_dropped=True)
+    try:
+        cache_image = load_cache_image(engine, built_id, normalized.engine_id)
+        engine.tag(cache_image, keep)
+    except (NormalizeFailure, EngineError) as e:
+        logger.warning("imagebuild: warning: the built image is kept as %s for the layer cache: %s", keep, e)
+        return normalized
+    if cache_image != built_id:  # removed with the intermediate images only it held
+        _remove_untagged(engine, built_id)
+    return replace(normalized, result=replace(normalized.result, cache_image=cache_image))
 
 
 def _normalize_or_reuse(
@@ -222,6 +292,9 @@ def _normalize_or_reuse(
             seconds=0.0,
             reused=True,
             read_from="",  # nothing was read
+            # Kept for the next build: the layers it may take as they are, and the cache image it names.
+            layers=previous_layers(record_path),
+            cache_image=built_id if built_id == _recorded_cache_image(record_path) else "",
         )
         return Normalization(image_id=identity, engine_id=engine_id, cache_tag=keep, result=result)
     from imagebuild.normalize.core import normalize_image  # the rewrite: not on a reused build's path
@@ -229,7 +302,7 @@ def _normalize_or_reuse(
     last_build = previous_layers(record_path)
     # Normalised ahead: this run's notes, made with the last build's, for the first layers; the last build's above.
     previous = ahead_notes + last_build[len(ahead_notes) :]
-    plan = replace(layer_plan(engine, built_id, base_ref, dockerfile), previous=previous)
+    plan = replace(layer_plan(engine, built_id, base_ref, dockerfile), previous=previous, normalized=held(last_build))
     try:
         result = normalize_image(engine, built_id, plan, spool_dir)
     except (NormalizeFailure, EngineError) as e:

@@ -127,6 +127,12 @@ def normalize_image(
         read_from = FROM_SAVE if normalized is None else source
         if normalized is None and not save_fallback:
             raise (StoreUnavailable if stored is None or stored.unavailable else NormalizeFailure)(fallback)
+        if normalized is None and plan.normalized and plan.layers[plan.base_layers :][:1] == (plan.normalized[0].diff_id,):
+            msg = (
+                f"{what} starts with layers the layer cache image gave back, which only the engine's store can "
+                f"show as they are ({fallback}); build again with --no-cache"
+            )
+            raise NormalizeFailure(msg)
         if normalized is None:
             logger.debug("normalising %s from docker save: %s", what, fallback)
             save_started = time.monotonic()

@@ -15,19 +15,20 @@ from imagebuild.engine.chain_ids import chain_ids
 from imagebuild.engine.interface import BlobLayer, StoredImage, StoredLayer
 from imagebuild.normalize.canonical import LayerReducer
 from imagebuild.normalize.config import BuildLayer
-from imagebuild.normalize.lower import LowerState
+from imagebuild.normalize.lower import LowerState, entry_path
 from imagebuild.normalize.lower_cache import Entries, cached_entries
 from imagebuild.normalize.model import (
     LayerNote,
     LayerPlan,
     Normalized,
     NormalizedLayer,
+    NormalizeFailure,
     StoreReadFailure,
     assemble,
     lower_state,
 )
 from imagebuild.normalize.reuse import remember, reused_layer
-from imagebuild.normalize.rewrite import LayerError, rewrite_layer
+from imagebuild.normalize.rewrite import LayerError, RewriteResult, rewrite_layer
 from imagebuild.normalize.stored_layers import (
     READ_ERRORS,
     content_digests,
@@ -75,25 +76,34 @@ def normalize_stored(
     lower = stored_lower_state(image.layers[: plan.base_layers], what, cache=lower_cache)
     chains, notes = chain_ids(plan.layers), []
     below = list(plan.kept)  # the normalised image's diffIDs so far
-    reusing = image.layer_db is not None or image.blobs is not None
+    reusing = as_is = image.layer_db is not None or image.blobs is not None
+    taken: set[int] = set()  # the epochs of the layers taken as they are from the layer cache image
     for index, (layer, step) in enumerate(zip(image.layers[plan.base_layers :], steps, strict=True)):
         number = plan.base_layers + index
         note = LayerNote(built=chains[number], epoch=step.epoch, pinned=step.copies_context, diff_id="")
+        # Normalised already (the layer cache image gave it back): taken as it is, it held what it holds.
+        as_is = as_is and index < len(plan.normalized) and plan.normalized[index].made(layer.diff_id, note)
         reusing = reusing and index < len(plan.previous) and plan.previous[index].same_input(note)
+        previous = replace(plan.normalized[index], built=note.built) if as_is else plan.previous[index] if reusing else None
         reused = None
-        if reusing:
-            found = reused_layer(layer, step, plan.previous[index], below=below, image=image, cache=lower_cache)
-            reusing = found is not None
+        if previous is not None:
+            found = reused_layer(layer, step, previous, below=below, image=image, cache=lower_cache)
+            if found is None and as_is:  # rewriting a normalised layer is not what a cold build does
+                msg = f"{what}: layer {number}, taken from the layer cache image, cannot be read from the engine's store"
+                raise StoreReadFailure(msg)
+            reusing = as_is = found is not None
             if found is not None:
                 lower.apply(found.held, found.written_mtimes)
                 reused = found.layer
         if reused is not None:
             made = reused
+            taken |= {step.epoch} if as_is else set()
         elif write_layer is not None:
             made = write_layer(layer, step, lower, number)
         else:
             made = _rewritten(layer, step, lower, workdir / f"layer-{index}.tar", what=f"{what} layer {number}")
         if made.facts is not None:
+            _check_times_kept(made.facts, {epoch for epoch in taken if epoch < step.epoch}, f"{what} layer {number}")
             if lower_cache is not None:
                 remember(layer, made, lower_cache)
             made = replace(made, facts=None)  # kept on disk: not held in memory with the result
@@ -115,6 +125,26 @@ def normalize_stored(
             if isinstance(layer, BlobLayer)
         ),
     )
+
+
+def _check_times_kept(facts: RewriteResult, epochs: set[int], what: str) -> None:
+    """NormalizeFailure when the layer kept a file's time from a layer taken from the layer cache image.
+
+    Such a file's time is that layer's epoch there (its normalised time); on the built layer a cold
+    build has below, it is the build's clock, which this step's later epoch clamps. A file this layer
+    wrote at one of ``epochs`` (the earlier epochs of the layers taken as they are) may be one: a
+    ``cp -a``, ``mv`` or ``chmod`` of a file below. Directories are left out: their times come from
+    the layer below either way (imagebuild.normalize.canonical)."""
+    if not epochs:
+        return
+    directories = {entry_path(name) for name, meta, _ in facts.held if meta.kind == tarfile.DIRTYPE}
+    kept = sorted(path for path, mtime in facts.written_mtimes.items() if mtime in epochs and path not in directories)
+    if kept:
+        msg = (
+            f"{what} keeps the time of a file below it ({kept[0]}, {len(kept)} in all) that the layer cache "
+            "image gave back normalised, where a cold build has the build's clock; build again with --no-cache"
+        )
+        raise NormalizeFailure(msg)
 
 
 def _rewritten(

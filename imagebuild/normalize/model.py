@@ -50,6 +50,11 @@ class LayerNote:
     def same_input(self, other: LayerNote) -> bool:
         return (self.built, self.epoch, self.pinned) == (other.built, other.epoch, other.pinned)
 
+    def made(self, diff_id: str, step: LayerNote) -> bool:
+        """Whether a built layer ``diff_id`` of ``step`` is this note's normalised layer, for the same epoch and
+        pinning: the layer cache image gave it back (imagebuild.normalize.cache_image)."""
+        return bool(self.diff_id) and self.diff_id == diff_id and (self.epoch, self.pinned) == (step.epoch, step.pinned)
+
 
 @dataclass(frozen=True, kw_only=True)
 class LayerPlan:
@@ -62,6 +67,9 @@ class LayerPlan:
     created: int  # the config's created time and the build's history entries
     context_copies: tuple[bool, ...] = ()  # per step after FROM: a COPY from the build context (see RenderedStep)
     previous: tuple[LayerNote, ...] = ()  # the last run's build layers (its record), to reuse what did not change
+    # The last run's normalised build layers, lowest first (its notes that hold anything): a build
+    # that starts with them took them from the layer cache image, and they are taken as they are.
+    normalized: tuple[LayerNote, ...] = ()
     # An intermediate image of the build (imagebuild.normalize.ahead): its history has the first of
     # ``epochs``' steps only.
     prefix: bool = False
@@ -170,6 +178,8 @@ class NormalizeResult:
     layers_reused: int = 0  # build layers the last run normalised from the same inputs: taken from the engine
     layers: tuple[LayerNote, ...] = ()  # per build layer: what the next run may reuse
     ahead: AheadWork | None = None  # done while the build ran (None: not tried)
+    # The layer cache image kept for the next build (imagebuild.normalize.cache_image); "" when none.
+    cache_image: str = ""
 
     def to_json(self) -> dict[str, object]:
         from dataclasses import asdict

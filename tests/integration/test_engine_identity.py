@@ -167,6 +167,36 @@ def _no_save(self: DockerEngine, image_id: str) -> Iterator[bytes]:
     yield b""  # a generator: export makes the save stream before it knows whether it will read it
 
 
+def test_a_cache_over_the_normalised_layers_where_the_store_allows_it(
+    builds: dict[str, dict[str, object]], docker_engine_matrix: list[MatrixEngine], locked_pins: Path, tmp_path: Path
+) -> None:
+    """build --cache-normalized on the other engines (the main engine's: test_locked_installs): on a
+    graph-driver store TAG-cache becomes a config over the image's own layers; on the containerd store,
+    whose classic builder fails a step restored from such an image, the built image stays TAG-cache.
+    The image is the one every engine gives."""
+    tag = f"imagebuild-test/engines-cache:gfx942-{CHECKOUT}"
+    for engine in (e for e in docker_engine_matrix if e.name != "main"):
+        record = tmp_path / f"{engine.name}.json"
+        argv = [sys.executable, "-m", "imagebuild", "build", "--pins", str(locked_pins), "--network", "host"]
+        argv += ["--tag", tag, "--record", str(record), "--cache-normalized"]
+        done = subprocess.run(argv, cwd=REPO, env={**os.environ, **engine.env}, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(record.read_text())
+        normalization = result["normalization"]
+        assert result["image_id"] == builds["main"]["image_id"]
+        with docker_host(engine) as client:
+            try:
+                cache = client.inspect_image(f"{tag}-cache")
+                if engine.kind == "containerd":
+                    assert (cache.id, normalization["cache_image"]) == (normalization["unnormalized_id"], "")
+                    assert "the built image is kept as" in done.stderr + done.stdout
+                else:
+                    assert (cache.id, cache.layers) == (normalization["cache_image"], client.inspect_image(tag).layers)
+            finally:
+                for name in (tag, f"{tag}-cache"):
+                    client.remove_image(name)
+
+
 def test_the_containerd_store_gives_the_graph_driver_identity(builds: dict[str, dict[str, object]]) -> None:
     assert builds["docker26-containerd"]["image_id"] == builds["main"]["image_id"]
 

@@ -4,6 +4,9 @@
   installs it, naming the package; nothing is tagged.
 * A flydsl pin change rebuilds from step 15: the vLLM compile (step 7) and everything before
   it stay cached, because flydsl is installed only after it.
+* With --cache-normalized the cache is a config over the normalised layers: the engine keeps the
+  build's layers once, the flydsl change still takes steps 1-14 from it, and gives the image a
+  build on the built layers gives.
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ from pathlib import Path
 import pytest
 
 from imagebuild.cli import main
+from imagebuild.engine.chain_ids import chain_ids
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.errors import EngineError
 from imagebuild.inputs.python_lock import require_python_lock
+from imagebuild.pins import load_pins
 from sampleworld.world import World
+from tests.integration.image_support import remove_images
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 
@@ -35,9 +41,9 @@ def copy_pins(locked_pins: Path, directory: Path) -> Path:
     return pins
 
 
-def build(pins: Path, record: Path, tag: str) -> int:
+def build(pins: Path, record: Path, tag: str, *extra: str) -> int:
     argv = ["build", "--pins", str(pins), "--network", "host", "--tag", tag, "--record", str(record)]
-    return main([*argv, "--progress", "plain"])
+    return main([*argv, "--progress", "plain", *extra])
 
 
 def test_a_tampered_lock_hash_fails_the_build_at_its_step_naming_the_package(
@@ -95,3 +101,70 @@ def test_a_flydsl_change_rebuilds_from_step_15_keeping_the_vllm_compile(
     assert code == 0
     assert "FLYDSL_REPIN=0.2.2 (after proven_k3 graft)" in versions
     assert world.wheel_sha256["flydsl-0.2.2-py3-none-any.whl"] in pins.read_text()
+
+
+def flydsl_pins(locked_pins: Path, directory: Path) -> Path:
+    """The locked pins with flydsl 0.2.2 (the donor's version, on the sample index too), re-locked."""
+    pins = copy_pins(locked_pins, directory)
+    text = pins.read_text()
+    flydsl = text[text.index("[flydsl]") :]
+    flydsl = flydsl[: flydsl.index("\n[")] if "\n[" in flydsl else flydsl
+    changed = re.sub(r'version = "0\.2\.4"', 'version = "0.2.2"', flydsl)
+    changed = re.sub(r'filename = "[^"]*"', 'filename = ""', changed)
+    changed = re.sub(r'sha256 = "[^"]*"', 'sha256 = ""', changed)
+    pins.write_text(text.replace(flydsl, changed))
+    assert main(["lock", "--pins", str(pins), "-P", "flydsl"]) == 0
+    return pins
+
+
+def test_a_cache_over_the_normalised_layers_keeps_them_once_and_gives_the_same_images(
+    locked_pins: Path, tmp_path: Path, engine: DockerEngine
+) -> None:
+    tag = f"imagebuild-test/cache-normalized:gfx942-{CHECKOUT}"
+    assert build(locked_pins, tmp_path / "first.json", tag, "--cache-normalized") == 0
+    first = json.loads((tmp_path / "first.json").read_text())
+    cache = engine.inspect_image(f"{tag}-cache")
+    assert first["normalization"]["cache_image"] == cache.id
+    assert cache.layers == engine.inspect_image(tag).layers  # a config of its own, over the image's layers
+    built = first["normalization"]["unnormalized_id"]
+    assert built == cache.id or built not in engine.image_ids()  # the built image is gone, its layers with it
+
+    # Fully cached: the build gives the cache image itself, and the image is the last build's.
+    assert build(locked_pins, tmp_path / "first.json", tag, "--cache-normalized") == 0
+    again = json.loads((tmp_path / "first.json").read_text())
+    assert again["all_cached"]
+    assert (again["normalization"]["unnormalized_id"], again["normalization"]["reused"]) == (cache.id, True)
+    assert again["image_id"] == first["image_id"]
+
+    # A late pin change: steps 1-14 come back from the cache image as normalised layers and are taken
+    # as they are; the image is the one a cold build gives.
+    pins = flydsl_pins(locked_pins, tmp_path)
+    assert build(pins, tmp_path / "first.json", tag, "--cache-normalized") == 0
+    changed = json.loads((tmp_path / "first.json").read_text())
+    assert [s["number"] for s in changed["steps"] if s["cached"]][:14] == list(range(1, 15))
+    assert given_back(engine, locked_pins, changed)
+    assert changed["normalization"]["layers_reused"] >= 12  # every layer of steps 1-14: none rewritten
+    assert cache.id not in engine.image_ids()  # the last cache image went with the cache it replaced
+    other = f"imagebuild-test/cache-normalized:cold-{CHECKOUT}"
+    try:
+        assert build(pins, tmp_path / "cold.json", other, "--no-cache") == 0
+        assert json.loads((tmp_path / "cold.json").read_text())["image_id"] == changed["image_id"]
+    finally:
+        remove_images(other)
+
+    # Back, with another --record: it names no cache image, so the build takes no step from it (the
+    # layers it gives back could be neither taken as they are nor the steps above them checked).
+    assert build(locked_pins, tmp_path / "fresh.json", tag, "--cache-normalized") == 0
+    back = json.loads((tmp_path / "fresh.json").read_text())
+    assert not given_back(engine, locked_pins, back)
+    assert back["normalization"]["layers_reused"] == 0
+    assert back["image_id"] == first["image_id"]
+
+
+def given_back(engine: DockerEngine, pins: Path, record: dict[str, object]) -> bool:
+    """Whether the build's first build layer was the normalised one (the layer cache image gave it back)."""
+    base = engine.inspect_image(load_pins(pins).image("base").reference).layers
+    normalization = record["normalization"]
+    assert isinstance(normalization, dict)
+    note = normalization["layers"][0]
+    return bool(chain_ids([*base, note["diff_id"]])[-1] == note["built"])

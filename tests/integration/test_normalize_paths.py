@@ -12,6 +12,7 @@ import contextlib
 import io
 import logging
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,11 @@ from imagebuild.engine.docker import DockerEngine
 from imagebuild.engine.interface import BuildRequest, ImageInfo, StoredLayer
 from imagebuild.engine.tar_split import layer_chunks
 from imagebuild.errors import EngineError
+from imagebuild.normalize import from_store
 from imagebuild.normalize.after_build import layer_plan
+from imagebuild.normalize.cache_image import load_cache_image
 from imagebuild.normalize.core import normalize_image
-from imagebuild.normalize.model import FROM_SAVE, FROM_STORE, LayerPlan
+from imagebuild.normalize.model import FROM_SAVE, FROM_STORE, LayerPlan, NormalizeFailure
 from imagebuild.normalize.streamed_load import SPOOL_BELOW
 from imagebuild.pins import load_pins
 from imagebuild.project import find_project
@@ -105,6 +108,57 @@ def test_links_xattrs_whiteouts_and_opaque_dirs_normalise_alike_from_both(
                 engine.remove_image(image_id)
 
 
+# A first step whose files a second step may keep the time of (cp -a); the second step's epoch is a day later.
+CACHED = "FROM {base}\nRUN mkdir /k && echo a > /k/a\nRUN {step} && echo {nonce} > /n\n"
+TWO_EPOCHS = (EPOCH - 86400, EPOCH)
+
+
+@pytest.mark.parametrize(
+    ("step", "same"), [("echo b > /k/b", True), ("cp -a /k/a /k/c", False)], ids=["new files", "a time kept"]
+)
+def test_a_build_on_the_layer_cache_image_gives_the_cold_identity_or_refuses(
+    *, step: str, same: bool, locked_pins: Path, engine: DockerEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first step comes back from the layer cache image (imagebuild.normalize.cache_image) as its
+    normalised layer and is taken as it is; the second, made again, gives the cold build's layer. Where
+    it keeps a time of the first one's files, which is that step's epoch on the cache image but the
+    build's clock on a cold build, normalisation says so instead of giving another identity."""
+    base = engine.inspect_image(load_pins(locked_pins).image("base").reference)
+    made: set[str] = set()
+    try:
+        first = _build(engine, CACHED.format(base=base.id, step=step, nonce=1))
+        made.add(first)
+        normalized = normalize_image(engine, first, _plan(engine.inspect_image(first), base, TWO_EPOCHS), tmp_path)
+        cache = load_cache_image(engine, first, normalized.engine_id)
+        made |= {normalized.engine_id, cache}
+        assert engine.inspect_image(cache).layers == engine.inspect_image(normalized.engine_id).layers
+        engine.remove_image(first)  # the built layers are gone: only the cache image can serve the first step
+
+        again = _build(engine, CACHED.format(base=base.id, step=step, nonce=2), cache_from=(cache,))
+        cold = _build(engine, CACHED.format(base=base.id, step=step, nonce=2))
+        made |= {again, cold}
+        rebuilt = engine.inspect_image(again)
+        assert rebuilt.layers[len(base.layers)] == normalized.layers[0].diff_id  # the normalised layer, back
+        expected = normalize_image(engine, cold, _plan(engine.inspect_image(cold), base, TWO_EPOCHS), tmp_path)
+        made.add(expected.engine_id)
+        plan = replace(_plan(rebuilt, base, TWO_EPOCHS), previous=normalized.layers, normalized=normalized.layers[:1])
+        if same:
+            result = normalize_image(engine, again, plan, tmp_path)
+            assert (result.image_id, result.layers_reused) == (expected.image_id, 1)
+        else:
+            with pytest.raises(NormalizeFailure, match=r"keeps the time of a file below it \(k/c, 1 in all\)"):
+                normalize_image(engine, again, plan, tmp_path)
+            # Unchecked, it would have given another image than the cold build's.
+            monkeypatch.setattr(from_store, "_check_times_kept", lambda *_: None)
+            unchecked = normalize_image(engine, again, plan, tmp_path)
+            made.add(unchecked.engine_id)
+            assert unchecked.image_id != expected.image_id
+    finally:
+        for image_id in made:
+            with contextlib.suppress(Exception):
+                engine.remove_image(image_id)
+
+
 @pytest.mark.parametrize("spool_below", [0, SPOOL_BELOW], ids=["sized first", "spooled"])
 def test_a_stream_cut_off_by_a_damaged_layer_leaves_the_engine_as_it_was(
     locked_pins: Path, engine: DockerEngine, tmp_path: Path, caplog: pytest.LogCaptureFixture, spool_below: int
@@ -134,14 +188,14 @@ def test_a_stream_cut_off_by_a_damaged_layer_leaves_the_engine_as_it_was(
             engine.remove_image(built)
 
 
-def _plan(image: ImageInfo, base: ImageInfo) -> LayerPlan:
-    """The plan of an image built from ``base`` with two steps, both at EPOCH."""
+def _plan(image: ImageInfo, base: ImageInfo, epochs: tuple[int, int] = (EPOCH, EPOCH)) -> LayerPlan:
+    """The plan of an image built from ``base`` with two steps, both at EPOCH unless ``epochs`` says."""
     return LayerPlan(
         layers=image.layers,
         base_layers=len(base.layers),
         base_history=len(base.history),
-        epochs=(EPOCH, EPOCH),
-        created=EPOCH,
+        epochs=epochs,
+        created=epochs[-1],
     )
 
 
@@ -153,14 +207,16 @@ def _entries(layer: StoredLayer) -> set[tuple[str, bytes, str, bool]]:
         }
 
 
-def _build(engine: DockerEngine, dockerfile: str) -> str:
-    """Build ``dockerfile`` untagged (the test removes it by ID); return the image ID."""
+def _build(engine: DockerEngine, dockerfile: str, *, cache_from: tuple[str, ...] = ()) -> str:
+    """Build ``dockerfile`` untagged (the test removes it by ID), every step again unless ``cache_from``
+    names the images to take steps from; return the image ID."""
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
         info = tarfile.TarInfo("Dockerfile")
         info.size = len(dockerfile.encode())
         tar.addfile(info, io.BytesIO(dockerfile.encode()))
-    events = list(engine.build(BuildRequest(context=context.getvalue(), no_cache=True)))
+    request = BuildRequest(context=context.getvalue(), no_cache=not cache_from, cache_from=cache_from)
+    events = list(engine.build(request))
     errors = [e.error for e in events if e.error]
     assert not errors, errors
     image_ids = [e.image_id for e in events if e.image_id]

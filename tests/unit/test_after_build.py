@@ -13,6 +13,7 @@ from imagebuild.cli import main
 from imagebuild.errors import ExitCode, NormalizeError
 from imagebuild.normalize.after_build import (
     Normalization,
+    cache_from,
     cache_tag,
     layer_plan,
     normalize_build,
@@ -122,3 +123,51 @@ def test_a_built_image_that_does_not_sit_on_its_base_is_refused() -> None:
     )
     with pytest.raises(NormalizeError, match="does not start with the layers of its base base@sha256:0"):
         layer_plan(engine, BUILT, "base@sha256:0", sample_dockerfile())
+
+
+def test_a_build_the_cache_image_served_entirely_reuses_the_last_normalised_image(tmp_path: Path) -> None:
+    """--cache-normalized: a fully cached build gives the cache image itself, which the record names."""
+    cache = OTHER
+    path = record(tmp_path / "record.json")
+    document = json.loads(path.read_text())
+    document["normalization"]["cache_image"] = cache
+    path.write_text(json.dumps(document))
+    assert previous_normalization(path, cache, FakeEngine(images=[image_info(NORMALIZED)])) == (NORMALIZED, NORMALIZED)
+    engine = FakeEngine(images=[image_info(cache), image_info(NORMALIZED)])
+    result = normalize_build(
+        engine,
+        cache,
+        tag="imagebuild/kimi-k3:gfx942",
+        base_ref="base@sha256:0",
+        dockerfile=sample_dockerfile(),
+        spool_dir=tmp_path,
+        record_path=path,
+        cache_normalized=True,
+    )
+    assert (result.image_id, result.result.reused, result.result.cache_image) == (NORMALIZED, True, cache)
+    assert engine.tags == {"imagebuild/kimi-k3:gfx942-cache": cache}
+    assert engine.loads == 0
+
+
+@pytest.mark.parametrize("other", ["--drop-cache-image", "--no-normalize"])
+def test_cache_normalized_with_a_build_that_keeps_no_cache_is_refused_before_the_engine_is_asked(
+    other: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["-C", str(REPO), "build", "--cache-normalized", other])
+    assert code == ExitCode.BAD_INPUT
+    err = capsys.readouterr().err
+    assert f"--cache-normalized with {other}" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_build_names_in_cache_from_only_the_cache_image_its_record_names(tmp_path: Path) -> None:
+    """Without that record's notes, the layers the image gives back could not be taken as they are."""
+    path = record(tmp_path / "record.json")
+    assert cache_from(FakeEngine(images=[image_info(OTHER)]), path) == ()  # no cache image recorded
+    document = json.loads(path.read_text())
+    document["normalization"]["cache_image"] = OTHER
+    path.write_text(json.dumps(document))
+    assert cache_from(FakeEngine(images=[image_info(OTHER)]), path) == (OTHER,)
+    assert cache_from(FakeEngine(images=[image_info(NORMALIZED)]), path) == ()  # removed since
+    assert cache_from(FakeEngine(images=[image_info(OTHER)], manifest_ids=True), path) == ()  # containerd store
+    assert cache_from(FakeEngine(images=[image_info(OTHER)]), tmp_path / "none.json") == ()
