@@ -12,7 +12,10 @@ change); the docker runs are the same. Prints every run, the medians, their rati
 Needs the Docker engine (scripts/ensure-docker.sh); brings the sample world up (the one
 IMAGEBUILD_SAMPLEWORLD_STATE names, else the checkout's).
 
-    python benchmarks/bench_noop.py [--runs 15] [--checkout DIR --python PY]
+    python benchmarks/bench_noop.py [--runs 15] [--checkout DIR --python PY] [--cache-normalized]
+
+With --cache-normalized the imagebuild builds keep the layer cache as a cache image
+(imagebuild.normalize.cache_image): each no-op build gives that image back from its ``cache_from``.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def main() -> int:
     )
     parser.add_argument("--checkout", type=Path, default=REPO, help="the imagebuild checkout to measure")
     parser.add_argument("--python", default=sys.executable, help="the python that runs that checkout")
+    parser.add_argument("--cache-normalized", action="store_true", help="imagebuild build --cache-normalized")
     args = parser.parse_args()
     checkout: Path = args.checkout.resolve()
 
@@ -79,6 +83,7 @@ def main() -> int:
         labels = checkout_build_args(checkout_labels(find_project(checkout, pins), "gfx942"))
         ib = [*ib_base, "build", "--pins", str(pins), "--network", "host", "--tag", tag]
         ib += ["--record", str(work / "record.json"), "--progress", "plain"]
+        ib += ["--cache-normalized"] if args.cache_normalized else []
         plain = ["docker", "build", "--network", "host", "-t", plain_tag]
         plain += [f"--build-arg={name}={value}" for name, value in labels.items()]
         plain.append(str(context_dir))

@@ -197,10 +197,13 @@ def pull_if_missing(host: str, base: str) -> bool:
     return missing
 
 
-def normalise(host: str, built: str, base: str, spool: Path, previous: object = ()) -> dict[str, object]:
+def normalise(
+    host: str, built: str, base: str, spool: Path, previous: object = (), *, as_is: bool = False
+) -> dict[str, object]:
     """The normalisation `imagebuild build` runs, in this process, against the engine at ``host``;
-    ``previous``: the notes of an earlier one (a rebuild's record). Adds ``cpu``: this process's CPU
-    seconds, every thread."""
+    ``previous``: the notes of an earlier one (a rebuild's record), with ``as_is`` also the layers it
+    made, taken as they are when the build got them back from a layer cache image. Adds ``cpu``: this
+    process's CPU seconds, every thread."""
     os.environ["DOCKER_HOST"] = host
     from imagebuild.engine.docker import DockerEngine
     from imagebuild.normalize.core import normalize_image
@@ -217,6 +220,8 @@ def normalise(host: str, built: str, base: str, spool: Path, previous: object = 
     try:
         image, base_info = engine.inspect_image(built), engine.inspect_image(base)
         fields: dict[str, object] = {"previous": notes} if notes else {}
+        if as_is:
+            fields["normalized"] = tuple(note for note in notes if note.diff_id)
         plan = LayerPlan(
             layers=image.layers,
             base_layers=len(base_info.layers),
