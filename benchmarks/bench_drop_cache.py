@@ -62,7 +62,7 @@ def used_bytes(path: Path) -> int:
 
 def measure(name: str, host: str, data_root: Path, base: str, size: float) -> tuple[float, float, float]:
     built, normalized, cache, rebuilt = (f"{TAG}:{kind}" for kind in ("built", "normalized", "cache", "rebuilt"))
-    rebuild = ""
+    rebuild, made = "", []  # made: the normalised images (a rebuild's normalisation takes over their tag)
     with tempfile.TemporaryDirectory(prefix="bench-drop-") as work:
         context = Path(work) / "context.tar"
         context.write_bytes(stage.context(base, size))
@@ -73,6 +73,7 @@ def measure(name: str, host: str, data_root: Path, base: str, size: float) -> tu
             after_build = used_bytes(data_root)
             built_id = stage.image_id(host, built)
             result = stage.normalise(host, built_id, base, Path(work))  # tags TAG:normalized
+            made.append(str(result["engine_id"]))
             after_normalise = used_bytes(data_root)
             cache_id = cache_image(host, built_id, str(result["engine_id"]), cache)
             stage.docker(host, "rmi", built)  # by its name, as --drop-cache-image does
@@ -83,7 +84,8 @@ def measure(name: str, host: str, data_root: Path, base: str, size: float) -> tu
                 )
         finally:
             subprocess.run(
-                ["docker", "rmi", built, normalized, f"{stage.TAG}:normalized", cache, rebuilt], env={**os.environ, "DOCKER_HOST": host},
+                ["docker", "rmi", built, normalized, f"{stage.TAG}:normalized", cache, rebuilt, *made],
+                env={**os.environ, "DOCKER_HOST": host},
                 capture_output=True, check=False,
             )  # fmt: skip
     grown = [(after - start) / 1e6 for after in (after_build, after_normalise, after_drop)]
