@@ -228,6 +228,7 @@ def normalize_build(
         dockerfile=dockerfile,
         spool_dir=spool_dir,
         record_path=record_path,
+        cache_image=replaced,
         ahead=ahead,
     )
     if not keep_cache_image:
@@ -275,6 +276,7 @@ def _normalize_or_reuse(
     dockerfile: Dockerfile,
     spool_dir: Path,
     record_path: Path,
+    cache_image: str,  # the layer cache image the record names ("" when none)
     ahead: NormalizeAhead | None,
 ) -> Normalization:
     ahead_notes = ahead.finish() if ahead is not None else ()
@@ -294,7 +296,7 @@ def _normalize_or_reuse(
             read_from="",  # nothing was read
             # Kept for the next build: the layers it may take as they are, and the cache image it names.
             layers=previous_layers(record_path),
-            cache_image=built_id if built_id == _recorded_cache_image(record_path) else "",
+            cache_image=built_id if built_id == cache_image else "",
         )
         return Normalization(image_id=identity, engine_id=engine_id, cache_tag=keep, result=result)
     from imagebuild.normalize.core import normalize_image  # the rewrite: not on a reused build's path
