@@ -38,6 +38,7 @@ from imagebuild.build.failure import failure_message, where
 from imagebuild.build.podman_checks import check_labels, podman_identity
 from imagebuild.build.prepare import BuildOptions, PreparedBuild, check_build_args, prepare_build
 from imagebuild.build.progress import TICK_S, BuildProgress
+from imagebuild.build.pull_progress import pull_images
 from imagebuild.build.record import BuildRecord
 from imagebuild.build.stream import ANSI_RE, StepTiming, StepTracker
 from imagebuild.engine.interface import PODMAN, BuildRequest, Engine
@@ -46,7 +47,6 @@ from imagebuild.inputs.layout import build_log_path, build_record_path, default_
 from imagebuild.log import logger
 from imagebuild.normalize.after_build import Normalization, ahead_of_build, cache_from, normalize_build
 from imagebuild.normalize.ahead import NormalizeAhead
-from imagebuild.project import Inputs
 from imagebuild.secrets import redact
 from imagebuild.util.clock import Clock, SystemClock
 from imagebuild.util.files import write_atomically
@@ -185,19 +185,6 @@ def build_request(prepared: PreparedBuild) -> tuple[dict[str, str], BuildRequest
         no_cache=options.no_cache,
     )
     return prepared.context.labels | checkout, request
-
-
-def pull_images(inputs: Inputs, engine: Engine, show: BuildProgress, clock: Clock) -> None:
-    """--pull: the base and donor images from their registries, even when the engine has them.
-
-    By digest when locked, so a pull never changes what is built, only where it comes from. Each
-    layer's bytes and rate are shown as they come (imagebuild.build.pull_progress).
-    """
-    for pin in inputs.pins.images():
-        show.message(f"pulling {pin.reference} ({pin.name})")
-        listener = show.pull_listener(pin.reference, clock)
-        image_id = engine.pull(pin.reference, progress=listener)
-        listener.close(image_id)
 
 
 def run_build(

@@ -13,12 +13,16 @@ from __future__ import annotations
 import shutil
 import threading
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from imagebuild.build.stream import ANSI_RE
-from imagebuild.engine.interface import PullEvent
+from imagebuild.engine.interface import Engine, PullEvent
 from imagebuild.log import format_duration
 from imagebuild.util.clock import Clock
+
+if TYPE_CHECKING:  # progress imports this module
+    from imagebuild.build.progress import BuildProgress
+    from imagebuild.project import Inputs
 
 REPORT_S = 30.0  # not a terminal: at most one progress line this often
 REDRAW_S = 0.1  # a terminal: at most this often
@@ -142,3 +146,16 @@ class PullProgress:
     def _write(self, text: str) -> None:
         self._stream.write(text if self._tty else ANSI_RE.sub("", text))
         self._stream.flush()
+
+
+def pull_images(inputs: Inputs, engine: Engine, show: BuildProgress, clock: Clock) -> None:
+    """--pull: the base and donor images from their registries, even when the engine has them.
+
+    By digest when locked, so a pull never changes what is built, only where it comes from. Each
+    layer's bytes and rate are shown as they come (PullProgress, through ``show``).
+    """
+    for pin in inputs.pins.images():
+        show.message(f"pulling {pin.reference} ({pin.name})")
+        listener = show.pull_listener(pin.reference, clock)
+        image_id = engine.pull(pin.reference, progress=listener)
+        listener.close(image_id)
