@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -61,6 +62,9 @@ class DockerEngine(Engine):
         self._api = client.api
         self._address = address
         self._store: EngineStore | None = None  # asked once: it does not change while we talk
+        # Requests without a timeout under way (loads may overlap: imagebuild.normalize.segmented_load)
+        # and the client's timeout, which the last of them puts back.
+        self._unbounded, self._timeout_lock, self._timeout = 0, threading.Lock(), client.api.timeout
 
     @classmethod
     def from_env(cls, timeout: int = 600) -> DockerEngine:
@@ -362,14 +366,21 @@ class DockerEngine(Engine):
     def _without_timeout(self) -> Iterator[None]:
         """No socket timeout for the request made inside: saves, loads and pushes run as long as they must.
 
-        docker-py applies the client's timeout per request, so only the request made here is unbounded.
+        docker-py applies the client's timeout per request, so only the request made here is unbounded
+        (and any other made while one is under way: loads overlap in imagebuild.normalize.segmented_load).
         """
-        saved = self._api.timeout
-        self._api.timeout = None
+        with self._timeout_lock:
+            if not self._unbounded:
+                self._timeout = self._api.timeout
+            self._unbounded += 1
+            self._api.timeout = None
         try:
             yield
         finally:
-            self._api.timeout = saved
+            with self._timeout_lock:
+                self._unbounded -= 1
+                if not self._unbounded:
+                    self._api.timeout = self._timeout
 
     def _create(self, image: str, command: list[str], network_mode: str | None) -> str:
         try:

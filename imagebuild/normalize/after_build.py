@@ -35,6 +35,7 @@ from imagebuild.normalize.model import (
     LayerPlan,
     NormalizeFailure,
     NormalizeResult,
+    remove_untagged,
 )
 from imagebuild.render import Dockerfile
 
@@ -240,15 +241,8 @@ def normalize_build(
     if replaced and replaced not in (built_id, normalized.result.cache_image):
         # It holds no layers of its own, but would keep the last build's alive.
         with contextlib.suppress(EngineError):  # gone already (UnknownImageError), or a child image holds it
-            _remove_untagged(engine, replaced)
+            remove_untagged(engine, replaced)
     return normalized
-
-
-def _remove_untagged(engine: Engine, image_id: str) -> None:
-    """Remove ``image_id`` unless a name still holds it (another tag's cache, a user's tag): removing an
-    image by ID would take its one name with it."""
-    if not engine.inspect_image(image_id).tags:
-        engine.remove_image(image_id)
 
 
 def _keep_cache_image(engine: Engine, built_id: str, keep: str, normalized: Normalization) -> Normalization:
@@ -263,7 +257,7 @@ def _keep_cache_image(engine: Engine, built_id: str, keep: str, normalized: Norm
         logger.warning("imagebuild: warning: the built image is kept as %s for the layer cache: %s", keep, e)
         return normalized
     if cache_image != built_id:  # removed with the intermediate images only it held
-        _remove_untagged(engine, built_id)
+        remove_untagged(engine, built_id)
     return replace(normalized, result=replace(normalized.result, cache_image=cache_image))
 
 

@@ -44,6 +44,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from imagebuild.engine.interface import PODMAN, EngineStore, StoredImage
+from imagebuild.errors import EngineError
 from imagebuild.log import logger
 from imagebuild.normalize.from_save import normalize_saved
 from imagebuild.normalize.from_store import normalize_stored
@@ -59,7 +60,9 @@ from imagebuild.normalize.model import (
     NormalizeResult,
     StoreReadFailure,
     StoreUnavailable,
+    remove_untagged,
 )
+from imagebuild.normalize.segmented_load import SEGMENT_BYTES
 from imagebuild.normalize.streamed_load import SPOOL_BELOW, normalize_into_load, streams_into_load
 from imagebuild.util.streams import open_stream
 
@@ -80,6 +83,7 @@ def normalize_image(
     from_store: bool = True,
     save_fallback: bool = True,
     spool_below: int = SPOOL_BELOW,
+    segment_bytes: int = SEGMENT_BYTES,
 ) -> NormalizeResult:
     """Normalise ``image_id`` in ``store``; the result is loaded but not tagged.
 
@@ -90,7 +94,8 @@ def normalize_image(
     removed afterwards whatever happens; what a containerd-store base holds
     is kept under ``spool_dir/lower-state`` for the next normalisation. Streamed into the load, a
     layer whose files hold less than ``spool_below`` bytes goes through the spool, the others are
-    sized first (imagebuild.normalize.streamed_load).
+    sized first (imagebuild.normalize.streamed_load), in loads of ``segment_bytes`` or more
+    (imagebuild.normalize.segmented_load).
     """
     started = time.monotonic()
     spool_dir.mkdir(parents=True, exist_ok=True)
@@ -116,6 +121,8 @@ def normalize_image(
                         lower_cache=spool_dir / LOWER_CACHE,
                         spool=Path(workdir),
                         spool_below=spool_below,
+                        segment_bytes=segment_bytes,
+                        remove=lambda prefix: _remove_prefix(store, prefix),
                     )
                     streamed = {"size": sized, "stream": round(time.monotonic() - stream_started - sized, 3)}
                 else:
@@ -166,6 +173,15 @@ def normalize_image(
         layers_reused=sum(not layer.rewritten for layer in normalized.layers),
         layers=normalized.notes,
     )
+
+
+def _remove_prefix(store: ImageStore, image_id: str) -> None:
+    """Remove an image a segment of the streamed load left (its layers stay where the image holds them);
+    one that cannot be removed is left for `docker image prune`, with a warning."""
+    try:
+        remove_untagged(store, image_id)
+    except EngineError as e:
+        logger.warning("imagebuild: warning: could not remove %s, loaded on the way: %s", image_id[:19], e)
 
 
 def streams_into(stored: StoredImage, engine: EngineStore) -> bool:

@@ -38,9 +38,9 @@ from imagebuild.normalize.stored_layers import (
 )
 from imagebuild.util.streams import HashingReader, open_stream
 
-# How a build layer is rewritten: (the built layer, its step, what is below it, its number) -> the
-# normalised layer; ``lower`` gets what the built layer held.
-LayerWriter = Callable[[StoredLayer | BlobLayer, BuildLayer, LowerState, int], NormalizedLayer]
+# How a build layer is rewritten: (the built layer, its step, what is below it, its number, the
+# normalised image's diffIDs below it) -> the normalised layer; ``lower`` gets what the built layer held.
+LayerWriter = Callable[[StoredLayer | BlobLayer, BuildLayer, LowerState, int, tuple[str, ...]], NormalizedLayer]
 
 
 def normalize_stored(
@@ -99,7 +99,7 @@ def normalize_stored(
             made = reused
             taken |= {step.epoch} if as_is else set()
         elif write_layer is not None:
-            made = write_layer(layer, step, lower, number)
+            made = write_layer(layer, step, lower, number, tuple(below))
         else:
             made = _rewritten(layer, step, lower, workdir / f"layer-{index}.tar", what=f"{what} layer {number}")
         if made.facts is not None:

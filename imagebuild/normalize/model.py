@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from imagebuild.engine.interface import EngineStore, StoredImage
+from imagebuild.engine.interface import EngineStore, ImageInfo, StoredImage
 from imagebuild.normalize.config import BuildLayer, HistoryMismatch, build_layers, normalized_config
 from imagebuild.normalize.lower import Digest, LowerState, Meta
 from imagebuild.normalize.rewrite import RewriteResult
@@ -194,6 +194,15 @@ class ImageStore(Protocol):
     def stored_image(self, image_id: str) -> StoredImage: ...
     def load(self, chunks: Iterable[bytes]) -> list[str]: ...
     def store(self) -> EngineStore: ...
+    def inspect_image(self, ref: str) -> ImageInfo: ...
+    def remove_image(self, image_id: str) -> None: ...
+
+
+def remove_untagged(store: ImageStore, image_id: str) -> None:
+    """Remove ``image_id`` unless a name still holds it (another tag's cache, a user's tag): removing an
+    image by ID would take its one name with it."""
+    if not store.inspect_image(image_id).tags:
+        store.remove_image(image_id)
 
 
 def assemble(

@@ -24,6 +24,7 @@ itself checks every streamed layer against the diffID the config names.
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -36,12 +37,12 @@ from imagebuild.engine.tar_split import header_chunks
 from imagebuild.normalize.canonical import LayerReducer
 from imagebuild.normalize.config import BuildLayer
 from imagebuild.normalize.from_store import normalize_stored
-from imagebuild.normalize.load_archive import legacy_end
 from imagebuild.normalize.lower import Digest, LowerState
 from imagebuild.normalize.model import LayerPlan, Normalized, NormalizedLayer, StoreReadFailure
 from imagebuild.normalize.rewrite import LayerError, RewriteResult, rewrite_layer
+from imagebuild.normalize.segmented_load import SEGMENT_BYTES, SegmentedLoad
 from imagebuild.normalize.stored_layers import READ_ERRORS, directory_digests, layer_tar
-from imagebuild.util.pushed import PushedChunks
+from imagebuild.util.pushed import ReaderLeft
 from imagebuild.util.streams import CHUNK, HashingReader, Sink, open_stream, tar_entry, tar_padding
 
 # A layer whose files hold less than this is rewritten into a spool file rather than sized first:
@@ -63,51 +64,70 @@ def normalize_into_load(
     lower_cache: Path | None = None,
     spool: Path | None = None,
     spool_below: int = SPOOL_BELOW,
+    segment_bytes: int = SEGMENT_BYTES,
+    remove: Callable[[str], None] = lambda _: None,
 ) -> tuple[Normalized, list[str], float]:
     """Normalise ``image`` (see streams_into_load) while ``load`` sends it to the engine.
 
     ``spool``: where a layer whose files hold less than ``spool_below`` is rewritten before it is
-    sent (None: every layer is sized first). Returns the normalised image (its spool peak: the
-    largest layer spooled), what the engine says it loaded and the seconds spent sizing the layers
-    (the first pass; the rest of the load's time is the rewrite and the engine's unpacking, which
-    overlap).
+    sent (None: every layer is sized first). The layers go in loads of ``segment_bytes`` or more
+    (imagebuild.normalize.segmented_load), and ``remove`` removes the images the loads before the
+    last one left, whatever happens. Returns the normalised image (its spool peak: the largest layer
+    spooled), what the engine says it loaded and the seconds spent sizing the layers (the first pass;
+    the rest of the load's time is the rewrite and the engine's unpacking, which overlap).
     """
     sizing: list[float] = []
     spooled: list[int] = [0]
+    loads = SegmentedLoad(load, _platform(image), segment_bytes=segment_bytes)
 
-    def write(sink: Sink) -> Normalized:
-        members: dict[str, str] = {}
+    def streamed(
+        layer: StoredLayer | BlobLayer, step: BuildLayer, lower: LowerState, number: int, below: tuple[str, ...]
+    ) -> NormalizedLayer:
+        stored = cast("StoredLayer", layer)
 
-        def streamed(layer: StoredLayer | BlobLayer, step: BuildLayer, lower: LowerState, number: int) -> NormalizedLayer:
-            stored = cast("StoredLayer", layer)
-            if spool is not None and stored.held_bytes is not None and stored.held_bytes < spool_below:
-                made = _spooled_layer(stored, step, lower, sink, number, spool=spool, what=what)
-                spooled.append(made.size)
-            else:
-                made = _stream_layer(stored, step, lower, sink, number, what=what, sizing=sizing)
-            if made.member:
-                members[made.diff_id] = made.member
-            return made
+        def sink(size: int) -> Sink:
+            return loads.sink(below, size)
 
-        normalized = normalize_stored(image, plan, Path(), what=what, lower_cache=lower_cache, write_layer=streamed)
-        for chunk in legacy_end(normalized.config_bytes, normalized.diff_ids, members):
-            sink.write(chunk)
-        return normalized
+        if spool is not None and stored.held_bytes is not None and stored.held_bytes < spool_below:
+            made = _spooled_layer(stored, step, lower, sink, number, spool=spool, what=what)
+            spooled.append(made.size)
+        else:
+            made = _stream_layer(stored, step, lower, sink, number, what=what, sizing=sizing)
+        if made.member:
+            loads.written(made.diff_id, made.member)
+        return made
 
-    pushed: PushedChunks[Normalized] = PushedChunks(write)
-    chunks = pushed.chunks()
     try:
-        loaded = load(chunks)
+        normalized = normalize_stored(image, plan, Path(), what=what, lower_cache=lower_cache, write_layer=streamed)
+        loaded = loads.finish(normalized.config_bytes, normalized.diff_ids)
+    except ReaderLeft:  # a load stopped reading: its failure is the one to tell
+        loads.abort()
+        loads.raise_failed()
+        raise
+    except BaseException:
+        loads.abort()  # the engine loads nothing of what is not ended yet
+        raise
     finally:
-        chunks.close()  # an engine that stopped reading early: the writer stops too
-    return replace(pushed.result, spool_peak=max(spooled)), loaded, round(sum(sizing), 3)
+        for prefix in loads.prefixes():
+            remove(prefix)
+    return replace(normalized, spool_peak=max(spooled)), loaded, round(sum(sizing), 3)
+
+
+def _platform(image: StoredImage) -> dict[str, str]:
+    """The built config's platform, which a segment's config repeats ({} when it cannot be read:
+    normalize_stored says why)."""
+    try:
+        config = json.loads(image.config.read_bytes()) if image.config is not None else {}
+    except (OSError, ValueError):
+        return {}
+    return {key: config[key] for key in ("architecture", "os", "variant") if isinstance(config.get(key), str)}
 
 
 def _stream_layer(
     layer: StoredLayer,
     step: BuildLayer,
     lower: LowerState,
-    sink: Sink,
+    sink_for: Callable[[int], Sink],
     number: int,
     *,
     what: str,
@@ -127,6 +147,7 @@ def _stream_layer(
             diff_id="", path=None, size=0, entries=0, clamped=sized.clamped, history=step.history, facts=sized
         )
     member = f"build-{number}/layer.tar"
+    sink = sink_for(sized.size)
     sink.write(tar_entry(member, sized.size))
     result, digest = _rewrite_built(layer, sink, step, lower, content, what=what)
     if result.size != sized.size:
@@ -139,7 +160,14 @@ def _stream_layer(
 
 
 def _spooled_layer(
-    layer: StoredLayer, step: BuildLayer, lower: LowerState, sink: Sink, number: int, *, spool: Path, what: str
+    layer: StoredLayer,
+    step: BuildLayer,
+    lower: LowerState,
+    sink_for: Callable[[int], Sink],
+    number: int,
+    *,
+    spool: Path,
+    what: str,
 ) -> NormalizedLayer:
     """The built ``layer`` rewritten into a spool file, then sent from it into ``sink`` (as _stream_layer)."""
     what = f"{what} layer {number}"
@@ -152,6 +180,7 @@ def _spooled_layer(
                 diff_id="", path=None, size=0, entries=0, clamped=result.clamped, history=step.history, facts=result
             )
         member = f"build-{number}/layer.tar"
+        sink = sink_for(result.size)
         sink.write(tar_entry(member, result.size))
         file.seek(0)
         while chunk := file.read(CHUNK):

@@ -1,11 +1,12 @@
 """What a writer pushes, as chunks a reader pulls: a producer that writes (tarfile) feeding a consumer
 that iterates (an engine's load request), with neither spooling to disk.
 
-The writer runs in a thread of its own and its writes are gathered into chunks of about ``CHUNK``
-bytes (a large write is passed on as it is, not copied), at most ``depth`` of them waiting, so memory
-stays bounded. An error in the writer is raised in the reader at the point it reached; a reader
-that stops early (the engine refused the stream) makes the writer's next write raise ``ReaderLeft``,
-which ends it. Once the chunks are exhausted, ``result`` is what the writer returned.
+``ChunkPipe`` is the channel: writes are gathered into chunks of about ``CHUNK`` bytes (a large write
+is passed on as it is, not copied), at most ``depth`` of them waiting, so memory stays bounded; the
+writer closes it, with an error the reader then raises. A reader that stops early (the engine refused
+the stream) makes the writer's next write raise ``ReaderLeft``, which ends it. ``PushedChunks`` runs
+a writer in a thread of its own over a pipe; once its chunks are exhausted, ``result`` is what the
+writer returned.
 """
 
 from __future__ import annotations
@@ -31,15 +32,13 @@ class _End:
         self.error = error
 
 
-class PushedChunks(Generic[T]):
-    """``write(sink)`` run in a thread; ``chunks()`` yields what it wrote; then ``result``."""
+class ChunkPipe:
+    """A writer's bytes, in chunks, for a reader in another thread (``chunks()``)."""
 
-    def __init__(self, write: Callable[[PushedChunks[T]], T], depth: int = DEPTH) -> None:
-        self._write = write
+    def __init__(self, depth: int = DEPTH) -> None:
         self._ready: queue.Queue[bytes | _End] = queue.Queue(maxsize=depth)
         self._left = threading.Event()
         self._pending = bytearray()
-        self._result: list[T] = []
 
     # The writer's side.
     def write(self, data: bytes | bytearray | memoryview) -> int:
@@ -51,6 +50,13 @@ class PushedChunks(Generic[T]):
         if len(self._pending) >= CHUNK:
             self._flush()
         return size
+
+    def close(self, error: BaseException | None = None) -> None:
+        """The end of the writes: the reader's chunks stop there (and raise ``error``, when given).
+        ReaderLeft when the reader is gone already."""
+        if error is None:
+            self._flush()
+        self._put(_End(error))
 
     def _flush(self) -> None:
         if self._pending:
@@ -66,17 +72,39 @@ class PushedChunks(Generic[T]):
             return
         raise ReaderLeft
 
+    # The reader's side.
+    def chunks(self) -> Generator[bytes, None, None]:
+        try:
+            while not isinstance(item := self._ready.get(), _End):
+                yield item
+            if item.error is not None:
+                raise item.error
+        finally:
+            self._left.set()
+
+
+class PushedChunks(Generic[T]):
+    """``write(sink)`` run in a thread; ``chunks()`` yields what it wrote; then ``result``."""
+
+    def __init__(self, write: Callable[[PushedChunks[T]], T], depth: int = DEPTH) -> None:
+        self._write = write
+        self._pipe = ChunkPipe(depth)
+        self._result: list[T] = []
+
+    # The writer's side.
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        return self._pipe.write(data)
+
     def _run(self) -> None:
         try:
             result = self._write(self)
-            self._flush()
             self._result.append(result)
-            self._put(_End())
+            self._pipe.close()
         except ReaderLeft:
             return
         except BaseException as e:  # handed to the reader, who raises it
             try:
-                self._put(_End(e))
+                self._pipe.close(e)
             except ReaderLeft:
                 return
 
@@ -85,12 +113,8 @@ class PushedChunks(Generic[T]):
         thread = threading.Thread(target=self._run, name="pushed", daemon=True)
         thread.start()
         try:
-            while not isinstance(item := self._ready.get(), _End):
-                yield item
-            if item.error is not None:
-                raise item.error
+            yield from self._pipe.chunks()
         finally:
-            self._left.set()
             thread.join()
 
     @property

@@ -26,6 +26,7 @@ from imagebuild.normalize.after_build import layer_plan
 from imagebuild.normalize.cache_image import load_cache_image
 from imagebuild.normalize.core import normalize_image
 from imagebuild.normalize.model import FROM_SAVE, FROM_STORE, LayerPlan, NormalizeFailure
+from imagebuild.normalize.segmented_load import SEGMENT_BYTES
 from imagebuild.normalize.streamed_load import SPOOL_BELOW
 from imagebuild.pins import load_pins
 from imagebuild.project import find_project
@@ -62,8 +63,12 @@ def test_the_sample_image_normalises_to_one_id_from_the_store_and_from_save(
     from_store = normalize_image(engine, built, plan, tmp_path)
     sized = normalize_image(engine, built, plan, tmp_path, spool_below=0)
     from_save = normalize_image(engine, built, plan, tmp_path, from_store=False)
+    images = engine.image_ids()
+    # A load per layer, each ended once the one before it registered: the images they leave are removed.
+    segmented = normalize_image(engine, built, plan, tmp_path, segment_bytes=1)
+    assert engine.image_ids() == images
     assert (from_store.read_from, sized.read_from, from_save.read_from) == (FROM_STORE, FROM_STORE, FROM_SAVE)
-    assert from_store.image_id == sized.image_id == from_save.image_id == sample_image["image_id"]
+    assert from_store.image_id == sized.image_id == from_save.image_id == segmented.image_id == sample_image["image_id"]
     # From overlay2's layer store the rewrite streams into the engine's load. Every layer of this image
     # is small, so each goes through the spool on its own (the largest is the peak) and none is sized
     # first; with spool_below=0 each is sized first and nothing is spooled.
@@ -159,12 +164,22 @@ def test_a_build_on_the_layer_cache_image_gives_the_cold_identity_or_refuses(
                 engine.remove_image(image_id)
 
 
-@pytest.mark.parametrize("spool_below", [0, SPOOL_BELOW], ids=["sized first", "spooled"])
+@pytest.mark.parametrize(
+    "below_and_segment",
+    [(0, SEGMENT_BYTES), (SPOOL_BELOW, SEGMENT_BYTES), (0, 1)],
+    ids=["sized first", "spooled", "a load per layer"],
+)
 def test_a_stream_cut_off_by_a_damaged_layer_leaves_the_engine_as_it_was(
-    locked_pins: Path, engine: DockerEngine, tmp_path: Path, caplog: pytest.LogCaptureFixture, spool_below: int
+    locked_pins: Path,
+    engine: DockerEngine,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    below_and_segment: tuple[int, int],
 ) -> None:
     """The rewrite streams into a real load; a layer that fails its diffID check once its bytes are
-    sent cuts the request before the manifest, and the engine keeps nothing of it."""
+    sent cuts the request before the manifest, and the engine keeps nothing of it (with a load per
+    layer, the 20 MB layer's load registered first: the image it left is removed)."""
+    spool_below, segment_bytes = below_and_segment
     base = engine.inspect_image(load_pins(locked_pins).image("base").reference)
     built = _build(engine, f"FROM {base.id}\nRUN head -c 20000000 /dev/urandom > /big\nRUN echo one > /small\n")
     try:
@@ -178,7 +193,7 @@ def test_a_stream_cut_off_by_a_damaged_layer_leaves_the_engine_as_it_was(
         # The store's read fails its check after the 20 MB layer was sent, so the stream is cut and
         # docker save is asked instead, which refuses the same damaged layer (its tar-split checksum).
         with caplog.at_level(logging.WARNING, logger="imagebuild"), pytest.raises(EngineError, match="file integrity checksum failed"):
-            normalize_image(engine, built, plan, tmp_path, spool_below=spool_below)
+            normalize_image(engine, built, plan, tmp_path, spool_below=spool_below, segment_bytes=segment_bytes)
         assert f"image {built[:19]} layer {len(image.layers) - 1}: " in caplog.text
         assert "using docker save" in caplog.text
         assert engine.image_ids() == before

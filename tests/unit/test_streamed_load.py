@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import tarfile
 import threading
 from collections.abc import Iterable
 from dataclasses import replace
@@ -20,28 +19,12 @@ from imagebuild.engine.interface import StoredImage, StoredLayer
 from imagebuild.errors import EngineError
 from imagebuild.normalize.core import LOWER_CACHE, normalize_image
 from imagebuild.normalize.from_store import normalize_stored
-from imagebuild.normalize.model import FROM_SAVE, FROM_STORE, LayerPlan, Normalized
+from imagebuild.normalize.model import FROM_SAVE, FROM_STORE, Normalized
 from imagebuild.normalize.streamed_load import SPOOL_BELOW, normalize_into_load
 from imagebuild.testing import FakeEngine, image_info
 from imagebuild.testing.archives import untarred
 from tests.unit import imagetars as tars
-from tests.unit.imagetars import BASE, EVERY_KIND, Item, layer
-
-UNCHANGED = layer([Item("app/", tarfile.DIRTYPE, mode=0o755)])  # reduces to nothing: an empty layer
-SECOND = layer([Item("app/", tarfile.DIRTYPE, mode=0o755), Item("app/v.txt", data=b"1\n"), Item("etc/.wh.os-release")])
-# A file of EVERY_KIND's written again with the same bytes (left out, its digest compared) and a new one.
-THIRD = layer([Item("app/big.bin", data=bytes(2304000), mode=0o644), Item("srv/new", data=b"new\n")])
-LAYERS = [*BASE, EVERY_KIND, UNCHANGED, SECOND, THIRD]
-EPOCHS = (tars.EPOCH - 300, tars.EPOCH - 200, tars.EPOCH - 100, tars.EPOCH)
-PLAN = LayerPlan(
-    layers=tuple(tars.digest(d) for d in LAYERS), base_layers=2, base_history=3, epochs=EPOCHS, created=tars.EPOCH
-)
-
-
-def store(where: Path, layers: list[bytes] = LAYERS) -> StoredImage:
-    """The image in a hand-made overlay2 store, with a layer database (which the streamed path asks for)."""
-    (where / "layerdb").mkdir(parents=True)
-    return replace(tars.stored_image(layers, tars.config(layers), where / "store"), layer_db=where / "layerdb")
+from tests.unit.streamed_support import LAYERS, PLAN, store
 
 
 def spooled(image: StoredImage, where: Path) -> Normalized:
