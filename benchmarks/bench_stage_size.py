@@ -8,7 +8,9 @@ Per engine and size N (GB, 1 GB = 1e9 bytes):
   ``RUN head -c N /dev/urandom > /blob`` and a small last step (``RUN echo $NONCE > /nonce``): the
   step's time, as an extra stage of the image would take; with ``--files K`` the step writes the N GB
   as K files instead, 100 to a directory (a package tree's shape: the per-entry cost, which one blob
-  does not show);
+  does not show); with ``--layers K`` K steps write N/K GB each (the real build's GBs come from
+  several steps: the vLLM compile, the AITER wheel, the grafted trees), which the normalisation
+  loads a layer at a time, the engine registering one while the next is rewritten;
 * normalisation: ``imagebuild.normalize.core.normalize_image`` of that image, as `imagebuild build`
   does it (from the engine's own store where it can: overlay2's layer store, the containerd store's
   content store; else from `docker save`), with the engine's
@@ -34,6 +36,7 @@ load average (1 minute) at its start and end; ``--rounds`` repeats every size.
     python benchmarks/bench_stage_size.py [--sizes 0.5,1,2,4] [--rounds 1] [--engines main,docker26-overlay2,docker26-containerd]
     python benchmarks/bench_stage_size.py --no-distribute ...   # normalisation only
     python benchmarks/bench_stage_size.py --sizes 0.1,0.2 --files 50000 ...   # N GB in 50,000 files
+    python benchmarks/bench_stage_size.py --layers 4 ...   # N GB in 4 steps
 
 Needs the engines (scripts/ensure-docker.sh; `python -m sampleworld engines up`) and the sample world
 (IMAGEBUILD_SAMPLEWORLD_STATE names a shared one): the base is the sample base image, pulled by digest
@@ -100,6 +103,7 @@ class Row:
     save: float
     docker_load: float
     files: int = 1  # the step's N GB in this many files
+    layers: int = 1  # ... written by this many steps
     rebuild_again: float = 0.0  # the same after one more such rebuild (what the first one read, kept)
 
 
@@ -165,7 +169,10 @@ def base_reference(state: Path) -> str:
     return f"{base['image']}@{base['digest']}" if base.get("digest") else f"{base['image']}:{base['tag']}"
 
 
-def context(base: str, size: float, files: int = 1) -> bytes:
+def context(base: str, size: float, files: int = 1, layers: int = 1) -> bytes:
+    if layers > 1:
+        steps = "".join(f"RUN head -c {int(size * GB / layers)} /dev/urandom > /blob{i}\n" for i in range(layers))
+        return dockerfile_context(f"FROM {base}\n{steps}ARG NONCE=1\nRUN echo $NONCE > /nonce\n")
     write = (
         f"head -c {int(size * GB)} /dev/urandom > /blob"
         if files == 1
@@ -198,12 +205,12 @@ def pull_if_missing(host: str, base: str) -> bool:
 
 
 def normalise(
-    host: str, built: str, base: str, spool: Path, previous: object = (), *, as_is: bool = False
+    host: str, built: str, base: str, spool: Path, previous: object = (), *, as_is: bool = False, steps: int = 2
 ) -> dict[str, object]:
     """The normalisation `imagebuild build` runs, in this process, against the engine at ``host``;
     ``previous``: the notes of an earlier one (a rebuild's record), with ``as_is`` also the layers it
     made, taken as they are when the build got them back from a layer cache image. Adds ``cpu``: this
-    process's CPU seconds, every thread."""
+    process's CPU seconds, every thread. ``steps``: the build steps above the base (with a layer or not)."""
     os.environ["DOCKER_HOST"] = host
     from imagebuild.engine.docker import DockerEngine
     from imagebuild.normalize.core import normalize_image
@@ -226,9 +233,9 @@ def normalise(
             layers=image.layers,
             base_layers=len(base_info.layers),
             base_history=len(base_info.history),
-            epochs=(EPOCH, EPOCH),
+            epochs=(EPOCH,) * steps,
             created=EPOCH,
-            context_copies=(False, False),
+            context_copies=(False,) * steps,
             **fields,  # type: ignore[arg-type]
         )
         before, engine_before = resource.getrusage(resource.RUSAGE_SELF), engine_cpu(host)
@@ -248,11 +255,13 @@ def image_bytes(host: str, ref: str) -> int:
     return int(docker(host, "image", "inspect", "--format", "{{.Size}}", ref).strip())
 
 
-def measure(name: str, host: str, base: str, size: float, work: Path, *, distribute: bool, files: int = 1) -> Row:
+def measure(
+    name: str, host: str, base: str, size: float, work: Path, *, distribute: bool, files: int = 1, layers: int = 1
+) -> Row:
     built_tag, rebuilt_tag, normalized = f"{TAG}:built", f"{TAG}:rebuilt", f"{TAG}:normalized"
     load_start = os.getloadavg()[0]
     ctx = work / "context.tar"
-    ctx.write_bytes(context(base, size, files))
+    ctx.write_bytes(context(base, size, files, layers))
     first_id = ""
     rebuilt_ids: list[str] = []  # the first rebuild's images, normalised and built (the second's are tagged)
     try:
@@ -263,7 +272,7 @@ def measure(name: str, host: str, base: str, size: float, work: Path, *, distrib
                 stdin=stdin,
             )
         started = time.monotonic()
-        result = normalise(host, image_id(host, built_tag), base, work)
+        result = normalise(host, image_id(host, built_tag), base, work, steps=layers + 1)
         normalize = time.monotonic() - started
         first_id = str(result["engine_id"])
         phases = result["phases"]
@@ -280,7 +289,7 @@ def measure(name: str, host: str, base: str, size: float, work: Path, *, distrib
                 )
             rebuilt = image_id(host, rebuilt_tag)
             started = time.monotonic()
-            again = normalise(host, rebuilt, base, work, previous=notes)
+            again = normalise(host, rebuilt, base, work, previous=notes, steps=layers + 1)
             rebuild_seconds.append(time.monotonic() - started)
             notes = again.get("layers") or ()
             if nonce == "2":  # the next build and normalisation take over their tags
@@ -300,6 +309,7 @@ def measure(name: str, host: str, base: str, size: float, work: Path, *, distrib
         engine=name,
         size_gb=size,
         files=files,
+        layers=layers,
         build=build,
         normalize=normalize,
         # Streamed into the load (overlay2): "size" is the sizing pass, "stream" the rewrite and the
@@ -377,6 +387,7 @@ def main() -> int:
     )
     parser.add_argument("--rounds", type=int, default=1, help="measurements of every size (default 1)")
     parser.add_argument("--files", type=int, default=1, help="files the step writes its N GB as (default 1)")
+    parser.add_argument("--layers", type=int, default=1, help="steps that write the N GB, N/K each (default 1)")
     parser.add_argument("--engines", default=",".join(["main", *(s.name for s in engine_matrix.DOCKER26)]))
     parser.add_argument("--no-distribute", action="store_true", help="skip export/import and save/load")
     parser.add_argument("--checkout", help="measure the imagebuild of this checkout (main, before a change)")
@@ -384,6 +395,8 @@ def main() -> int:
         "--rows", nargs="+", type=Path, help="print the table and fits of the JSON rows earlier runs printed"
     )
     args = parser.parse_args()
+    if args.layers < 1 or args.files < 1 or (args.layers > 1 and args.files > 1):
+        parser.error("--layers and --files are each at least 1, and at most one of them above 1")
     if args.rows:
         rows = [
             Row(**{"engine_cpu": 0.0, "moved_cpu": 0.0, "saved_cpu": 0.0, **json.loads(line)})
@@ -423,7 +436,14 @@ def main() -> int:
                     prefix="bench-stage-", dir=HERE / "build" if (HERE / "build").is_dir() else None
                 ) as work:
                     row = measure(
-                        name, host, base, size, Path(work), distribute=not args.no_distribute, files=args.files
+                        name,
+                        host,
+                        base,
+                        size,
+                        Path(work),
+                        distribute=not args.no_distribute,
+                        files=args.files,
+                        layers=args.layers,
                     )
                 rows.append(row)
                 print(json.dumps(row.__dict__), flush=True)
@@ -457,7 +477,7 @@ def print_table(rows: list[Row], engines: list[str], *, distribute: bool) -> Non
             else "- | - | - | -"
         )
         print(
-            f"| {r.engine} | {r.size_gb:g} GB{f' in {r.files} files' if r.files > 1 else ''} | {r.load_start:.1f}-{r.load_end:.1f} | {r.build:.1f} s | "
+            f"| {r.engine} | {r.size_gb:g} GB{f' in {r.files} files' if r.files > 1 else ''}{f' in {r.layers} layers' if r.layers > 1 else ''} | {r.load_start:.1f}-{r.load_end:.1f} | {r.build:.1f} s | "
             f"{r.normalize:.1f} s | {r.rewrite:.1f} s | {r.load:.1f} s | {r.cpu:.1f} + {r.engine_cpu:.1f} s | {r.read_from} | "
             f"{r.disk_mb:.0f} MB | {r.spool_mb:.0f} MB | {r.rebuild_normalize:.1f} s ({r.reused} reused) | {r.rebuild_again:.1f} s | {moved} |"
         )
