@@ -46,6 +46,7 @@ from pathlib import Path
 from imagebuild.engine.interface import PODMAN, EngineStore, StoredImage
 from imagebuild.errors import EngineError
 from imagebuild.log import logger
+from imagebuild.normalize.content_load import normalize_into_content_load
 from imagebuild.normalize.from_save import normalize_saved
 from imagebuild.normalize.from_store import normalize_stored
 from imagebuild.normalize.load_archive import legacy_chunks, oci_chunks, oci_manifest
@@ -105,28 +106,23 @@ def normalize_image(
         normalized, fallback, save_started = None, "the layer store was not asked", started
         streamed: dict[str, float] | None = None
         loaded: list[str] = []
+        loaded_as = ""  # the ID the engine gave the image, when it was loaded as it was read
         stored = store.stored_image(image_id) if from_store else None
         source = FROM_CONTENT if stored is not None and stored.manifest is not None else FROM_STORE
         if stored is not None and stored.unavailable:
             fallback = stored.unavailable
         elif stored is not None:
             try:
-                if streams_into(stored, engine):
-                    stream_started = time.monotonic()
-                    normalized, loaded, sized = normalize_into_load(
-                        stored,
-                        plan,
-                        store.load,
-                        what=what,
-                        lower_cache=spool_dir / LOWER_CACHE,
-                        spool=Path(workdir),
-                        spool_below=spool_below,
-                        segment_bytes=segment_bytes,
-                        remove=lambda prefix: _remove_prefix(store, prefix),
-                    )
-                    streamed = {"size": sized, "stream": round(time.monotonic() - stream_started - sized, 3)}
-                else:
-                    normalized = normalize_stored(stored, plan, Path(workdir), what=what, lower_cache=spool_dir / LOWER_CACHE)
+                normalized, loaded, loaded_as, streamed = _read_store(
+                    stored,
+                    plan,
+                    store,
+                    Path(workdir),
+                    spool_dir / LOWER_CACHE,
+                    what=what,
+                    spool_below=spool_below,
+                    segment_bytes=segment_bytes,
+                )
             except StoreReadFailure as e:
                 fallback = str(e)
                 if save_fallback:
@@ -144,7 +140,7 @@ def normalize_image(
             logger.debug("normalising %s from docker save: %s", what, fallback)
             save_started = time.monotonic()
             normalized = normalize_saved(open_stream(store.save(image_id)), plan, Path(workdir), what=what)
-        engine_id = normalized.image_id
+        engine_id = loaded_as or normalized.image_id
         if streamed is None:
             load_started = time.monotonic()
             engine_id, chunks = _load_archive(normalized, engine, what)
@@ -173,6 +169,40 @@ def normalize_image(
         layers_reused=sum(not layer.rewritten for layer in normalized.layers),
         layers=normalized.notes,
     )
+
+
+def _read_store(
+    stored: StoredImage,
+    plan: LayerPlan,
+    store: ImageStore,
+    workdir: Path,
+    lower_cache: Path,
+    *,
+    what: str,
+    spool_below: int,
+    segment_bytes: int,
+) -> tuple[Normalized, list[str], str, dict[str, float] | None]:
+    """The normalisation read from the engine's store: loaded as it is read where the rewrite streams
+    into the load (then what the engine loaded, the ID it gave the image, the phases), else spooled
+    for the load after it (empty, "", None)."""
+    engine = store.store()
+    if streams_into(stored, engine):
+        started = time.monotonic()
+        normalized, loaded, sized = normalize_into_load(
+            stored,
+            plan,
+            store.load,
+            what=what,
+            lower_cache=lower_cache,
+            spool=workdir,
+            spool_below=spool_below,
+            segment_bytes=segment_bytes,
+            remove=lambda prefix: _remove_prefix(store, prefix),
+        )
+        return normalized, loaded, normalized.image_id, {"size": sized, "stream": round(time.monotonic() - started - sized, 3)}
+    if engine.kind != PODMAN and engine.ids_are_manifests and stored.manifest is not None:
+        return normalize_into_content_load(stored, plan, store.load, workdir, what=what, lower_cache=lower_cache)
+    return normalize_stored(stored, plan, workdir, what=what, lower_cache=lower_cache), [], "", None
 
 
 def _remove_prefix(store: ImageStore, image_id: str) -> None:

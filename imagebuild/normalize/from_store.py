@@ -101,7 +101,7 @@ def normalize_stored(
         elif write_layer is not None:
             made = write_layer(layer, step, lower, number, tuple(below))
         else:
-            made = _rewritten(layer, step, lower, workdir / f"layer-{index}.tar", what=f"{what} layer {number}")
+            made = rewrite_to(layer, step, lower, workdir / f"layer-{index}.tar", what=f"{what} layer {number}")
         if made.facts is not None:
             _check_times_kept(made.facts, {epoch for epoch in taken if epoch < step.epoch}, f"{what} layer {number}")
             if lower_cache is not None:
@@ -147,7 +147,7 @@ def _check_times_kept(facts: RewriteResult, epochs: set[int], what: str) -> None
         raise NormalizeFailure(msg)
 
 
-def _rewritten(
+def rewrite_to(
     layer: StoredLayer | BlobLayer, step: BuildLayer, lower: LowerState, out: Path, *, what: str
 ) -> NormalizedLayer:
     """The built ``layer`` rewritten to ``out`` from the store, checked against its diffID; ``lower``

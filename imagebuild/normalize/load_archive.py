@@ -94,16 +94,41 @@ def oci_manifest(
 
 def oci_chunks(config_bytes: bytes, manifest_bytes: bytes, layers: Sequence[LoadLayer]) -> Iterator[bytes]:
     """An OCI image layout holding the manifest, the config and the rewritten layers."""
+    yield from oci_start()
+    yield from _oci_documents(config_bytes, manifest_bytes)
+    for layer in layers:
+        if layer.path is not None:  # a reused layer's blob is in the engine's content store already
+            yield from oci_blob(layer.diff_id, layer.path)
+    yield from _oci_index(manifest_bytes)
+
+
+def oci_start() -> Iterator[bytes]:
+    yield from tar_bytes_chunks("oci-layout", OCI_LAYOUT)
+
+
+def oci_blob(digest: str, path: Path) -> Iterator[bytes]:
+    """A blob of the layout, named by its digest (which its bytes must have)."""
+    yield from tar_file_chunks(f"blobs/sha256/{digest.removeprefix('sha256:')}", path)
+
+
+def oci_end(config_bytes: bytes, manifest_bytes: bytes) -> Iterator[bytes]:
+    """What an OCI layout ends with once its layers' blobs are written: the config, the manifest and
+    the index naming it. The containerd store reads the index once the whole archive is there, so the
+    blobs it names may come first, each as soon as it is made."""
+    yield from _oci_documents(config_bytes, manifest_bytes)
+    yield from _oci_index(manifest_bytes)
+
+
+def _oci_documents(config_bytes: bytes, manifest_bytes: bytes) -> Iterator[bytes]:
+    yield from tar_bytes_chunks(f"blobs/sha256/{_digest(config_bytes).removeprefix('sha256:')}", config_bytes)
+    yield from tar_bytes_chunks(f"blobs/sha256/{_digest(manifest_bytes).removeprefix('sha256:')}", manifest_bytes)
+
+
+def _oci_index(manifest_bytes: bytes) -> Iterator[bytes]:
     index = {
         "schemaVersion": 2,
         "mediaType": OCI_INDEX,
         "manifests": [{"mediaType": OCI_MANIFEST, "digest": _digest(manifest_bytes), "size": len(manifest_bytes)}],
     }
-    yield from tar_bytes_chunks("oci-layout", OCI_LAYOUT)
-    yield from tar_bytes_chunks(f"blobs/sha256/{_digest(config_bytes).removeprefix('sha256:')}", config_bytes)
-    yield from tar_bytes_chunks(f"blobs/sha256/{_digest(manifest_bytes).removeprefix('sha256:')}", manifest_bytes)
-    for layer in layers:
-        if layer.path is not None:  # a reused layer's blob is in the engine's content store already
-            yield from tar_file_chunks(f"blobs/sha256/{layer.diff_id.removeprefix('sha256:')}", layer.path)
     yield from tar_bytes_chunks("index.json", _canonical(index))
     yield TAR_END

@@ -73,6 +73,12 @@ def test_normalisation_reads_the_content_store_and_never_asks_for_save(tmp_path:
     loaded = tars.entries(engine.received[-1])
     assert {info.name for info, _ in loaded} == {"oci-layout", "index.json", *(f"blobs/sha256/{d[7:]}" for d in (
         result.image_id, result.engine_id, *(note.diff_id for note in result.layers)))}  # fmt: skip
+    # Each layer was sent as soon as it was spooled; the config, the manifest and the index naming them last.
+    names = [info.name for info, _ in loaded]
+    layers = [f"blobs/sha256/{note.diff_id[7:]}" for note in result.layers]
+    documents = [f"blobs/sha256/{d[7:]}" for d in (result.image_id, result.engine_id)]
+    assert names == ["oci-layout", *layers, *documents, "index.json"]
+    assert 0 < result.spool_peak < result.bytes_rewritten  # one layer at a time in the spool, the larger
 
 
 @pytest.mark.parametrize("damage", ["flipped", "replaced"])
@@ -91,6 +97,8 @@ def test_a_blob_that_does_not_give_its_layer_falls_back_to_save_with_one_warning
     with caplog.at_level(logging.DEBUG, logger="imagebuild"):
         result = normalize_image(engine, image_id, plan(LAYERS), tmp_path / "spool")
     assert (result.read_from, result.image_id) == (FROM_SAVE, expected)
+    # The content store's read was cut off before its index (the fake engine keeps only what arrived whole).
+    assert (engine.loads, len(engine.received)) == (3, 2)
     assert result.fallback_reason.startswith(f"image {image_id[:19]} layer 3: ")
     assert ("not a valid gzip stream" if damage == "flipped" else "gives sha256") in result.fallback_reason
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
