@@ -11,7 +11,6 @@ A failure cuts the stream before its index, so the engine loads nothing.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -20,7 +19,7 @@ from pathlib import Path
 from imagebuild.engine.interface import BlobLayer, StoredImage, StoredLayer
 from imagebuild.normalize.config import BuildLayer
 from imagebuild.normalize.from_store import normalize_stored, rewrite_to
-from imagebuild.normalize.load_archive import oci_blob, oci_end, oci_manifest, oci_start
+from imagebuild.normalize.load_archive import blob_digest, oci_blob, oci_end, oci_manifest, oci_start
 from imagebuild.normalize.lower import LowerState
 from imagebuild.normalize.model import LayerPlan, Normalized, NormalizedLayer, NormalizeFailure
 from imagebuild.util.pushed import PushedChunks
@@ -70,7 +69,7 @@ def normalize_into_content_load(
         for chunk in oci_end(normalized.config_bytes, manifest):
             sink.write(chunk)
         written.append(time.monotonic())
-        return normalized, "sha256:" + hashlib.sha256(manifest).hexdigest()
+        return normalized, blob_digest(manifest)
 
     pushed: PushedChunks[tuple[Normalized, str]] = PushedChunks(write)
     chunks = pushed.chunks()

@@ -37,11 +37,11 @@ class LoadLayer(Protocol):
     def size(self) -> int: ...
 
 
-def _canonical(document: Mapping[str, Any]) -> bytes:
+def canonical_json(document: Mapping[str, Any]) -> bytes:
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _digest(data: bytes) -> str:
+def blob_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
@@ -65,7 +65,7 @@ def legacy_end(config_bytes: bytes, diff_ids: Sequence[str], members: Mapping[st
     ``docker load`` unpacks the whole archive before it reads the manifest, so the order is free: a
     layer streamed as it is rewritten comes first, and the config, which names its diffID, after it.
     """
-    hex_id = _digest(config_bytes).removeprefix("sha256:")
+    hex_id = blob_digest(config_bytes).removeprefix("sha256:")
     yield from tar_bytes_chunks(f"{hex_id}.json", config_bytes)
     named = members or {}
     manifest = [{"Config": f"{hex_id}.json", "RepoTags": None, "Layers": [named.get(d) or legacy_member(d) for d in diff_ids]}]
@@ -82,11 +82,11 @@ def oci_manifest(
         for descriptor in base_descriptors
     ]
     descriptors += [{"mediaType": OCI_LAYER, "digest": layer.diff_id, "size": layer.size} for layer in layers]
-    return _canonical(
+    return canonical_json(
         {
             "schemaVersion": 2,
             "mediaType": OCI_MANIFEST,
-            "config": {"mediaType": OCI_CONFIG, "digest": _digest(config_bytes), "size": len(config_bytes)},
+            "config": {"mediaType": OCI_CONFIG, "digest": blob_digest(config_bytes), "size": len(config_bytes)},
             "layers": descriptors,
         }
     )
@@ -120,15 +120,15 @@ def oci_end(config_bytes: bytes, manifest_bytes: bytes) -> Iterator[bytes]:
 
 
 def _oci_documents(config_bytes: bytes, manifest_bytes: bytes) -> Iterator[bytes]:
-    yield from tar_bytes_chunks(f"blobs/sha256/{_digest(config_bytes).removeprefix('sha256:')}", config_bytes)
-    yield from tar_bytes_chunks(f"blobs/sha256/{_digest(manifest_bytes).removeprefix('sha256:')}", manifest_bytes)
+    yield from tar_bytes_chunks(f"blobs/sha256/{blob_digest(config_bytes).removeprefix('sha256:')}", config_bytes)
+    yield from tar_bytes_chunks(f"blobs/sha256/{blob_digest(manifest_bytes).removeprefix('sha256:')}", manifest_bytes)
 
 
 def _oci_index(manifest_bytes: bytes) -> Iterator[bytes]:
     index = {
         "schemaVersion": 2,
         "mediaType": OCI_INDEX,
-        "manifests": [{"mediaType": OCI_MANIFEST, "digest": _digest(manifest_bytes), "size": len(manifest_bytes)}],
+        "manifests": [{"mediaType": OCI_MANIFEST, "digest": blob_digest(manifest_bytes), "size": len(manifest_bytes)}],
     }
-    yield from tar_bytes_chunks("index.json", _canonical(index))
+    yield from tar_bytes_chunks("index.json", canonical_json(index))
     yield TAR_END

@@ -19,12 +19,10 @@ of them, and the writer's next layer raises that failure.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-from imagebuild.normalize.load_archive import legacy_end
+from imagebuild.normalize.load_archive import canonical_json, legacy_end
 from imagebuild.util.pushed import ChunkPipe, ReaderLeft
 from imagebuild.util.streams import Sink
 
@@ -44,7 +42,7 @@ class _Segment:
     def __init__(self, load: Load, before: _Segment | None, cancelled: threading.Event) -> None:
         self.pipe = ChunkPipe()
         self.bytes = 0
-        self.prefix_id = ""  # the config this load ends with, when it is not the image's own
+        self.prefix = False  # whether it ends with a config of the layers so far, not the image's own
         self.loaded: list[str] = []
         self.error: BaseException | None = None
         self.done = threading.Event()
@@ -53,9 +51,9 @@ class _Segment:
         self._thread = threading.Thread(target=self._run, args=(load,), name="segmented-load", daemon=True)
         self._thread.start()
 
-    def end(self, chunks: Iterable[bytes], prefix_id: str = "") -> None:
+    def end(self, chunks: Iterable[bytes], *, prefix: bool = False) -> None:
         """What the archive ends with, sent once the load before this one has returned."""
-        self._end, self.prefix_id = chunks, prefix_id
+        self._end, self.prefix = chunks, prefix
         self.pipe.close()
 
     def cut(self) -> None:
@@ -106,10 +104,8 @@ class SegmentedLoad:
         current = self._segments[-1] if self._segments else None
         if current is None or current.bytes >= self._segment_bytes:
             if current is not None:
-                config = _canonical({**self._platform, "rootfs": {"type": "layers", "diff_ids": list(below)}})
-                current.end(
-                    legacy_end(config, below, self._members), "sha256:" + hashlib.sha256(config).hexdigest()
-                )
+                config = canonical_json({**self._platform, "rootfs": {"type": "layers", "diff_ids": list(below)}})
+                current.end(legacy_end(config, below, self._members), prefix=True)
             if len(self._segments) >= 2:
                 self._segments[-2].done.wait()
                 self.raise_failed()
@@ -147,7 +143,7 @@ class SegmentedLoad:
         return [
             image
             for segment in self._segments
-            if segment.prefix_id and segment.error is None
+            if segment.prefix and segment.error is None
             for image in segment.loaded
         ]
 
@@ -160,6 +156,3 @@ class SegmentedLoad:
             if segment.done.is_set() and segment.error is not None:
                 raise segment.error
 
-
-def _canonical(document: Mapping[str, object]) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
