@@ -8,6 +8,8 @@ can ask for its fixtures by name; nothing imports them.
 `docker_engine_matrix` the engine matrix (sampleworld/engine_matrix.py): the main engine and two Docker 26
 engines (overlay2, containerd image store), for tests that parametrize over engines.
 `podman_docker_host` Podman's Docker-compatible API service (sampleworld/podman_engine.py), as DOCKER_HOST.
+`system_containerd_engine` a Docker 26 engine on a containerd of its own, as Docker CE's packages lay
+them out (sampleworld/system_containerd.py).
 
 It brings the world up through the package API (idempotent; the base image is cached by recipe, so only
 a machine's first session runs debootstrap) and, at the end of the session, stops only the servers that
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from sampleworld import World, cluster, down, engine_matrix, podman_engine, up
+from sampleworld import World, cluster, down, engine_matrix, podman_engine, system_containerd, up
 from sampleworld.engines import NodeEngine, ensure_engine, node_engine, stop_engine
 from sampleworld.layout import DEFAULT_STATE_DIR, StateDir
 
@@ -107,3 +109,17 @@ def podman_docker_host() -> Iterator[str]:
     finally:
         if started:
             podman_engine.stop_podman(state)
+
+
+@pytest.fixture(scope="session")
+def system_containerd_engine() -> Iterator[NodeEngine]:
+    """A Docker 26 engine (containerd image store) on a containerd started apart from it, running.
+
+    At the end it and its containerd stop only if this session started them."""
+    state = sample_world_state_dir()
+    engine, started = system_containerd.up(state)
+    try:
+        yield engine
+    finally:
+        if started:
+            system_containerd.down(state)

@@ -4,7 +4,7 @@ normalisation, to find a layer an earlier run loaded).
 On that store an image ID is the digest of the image's manifest (or index), and ``docker image
 inspect`` does not say which config the manifest names (before API 1.48). imagebuild's identity is
 the config's digest, so it reads the manifest from the content store the engine's containerd keeps
-under its data root (``<DockerRootDir>/containerd/daemon/io.containerd.content.v1.content``), checks
+(under the data root, or a system containerd's root: imagebuild.engine.containerd_roots), checks
 that the bytes hash to the image ID, and takes the config digest from it. Anything unexpected gives
 None and the reason; the caller then says the identity is not known rather than guess it.
 
@@ -26,19 +26,23 @@ import os
 from pathlib import Path
 from typing import Any
 
+from imagebuild.engine import containerd_roots
 from imagebuild.engine.content_blobs import NONE, compression
 from imagebuild.engine.interface import BlobLayer, StoredImage
 
-CONTENT = Path("containerd/daemon/io.containerd.content.v1.content/blobs/sha256")
+CONTENT = containerd_roots.MANAGED_ROOT / containerd_roots.CONTENT  # under the data root
 INDEXES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 MAX_MANIFEST = 4 << 20
 
 
 def config_digest(image_id: str, *, data_root: str, platform: tuple[str, str] = ("linux", "amd64")) -> tuple[str | None, str]:
     """(the config digest of the image ``image_id`` names, "") or (None, why it cannot be read)."""
-    digest, reason = image_id, ""
+    content, reason = _content(image_id, data_root)
+    if content is None:
+        return None, reason
+    digest = image_id
     for _ in range(2):  # an index names the platform's manifest; that one names the config
-        document, reason = _blob(Path(data_root) / CONTENT, digest)
+        document, reason = _blob(content, digest)
         if document is None:
             return None, reason
         if document.get("mediaType") in INDEXES or "manifests" in document:
@@ -60,7 +64,9 @@ def config_digest(image_id: str, *, data_root: str, platform: tuple[str, str] = 
 
 def stored_image(image_id: str, *, data_root: str) -> StoredImage:
     """The image's manifest, config and layer blobs in the content store, or ``unavailable`` saying why not."""
-    content = Path(data_root) / CONTENT
+    content, reason = _content(image_id, data_root)
+    if content is None:
+        return StoredImage(unavailable=reason)
     manifest, reason = _blob(content, image_id)
     if manifest is None:
         return StoredImage(unavailable=reason)
@@ -89,6 +95,14 @@ def stored_image(image_id: str, *, data_root: str) -> StoredImage:
         manifest=content / image_id.removeprefix("sha256:"),
         blobs=content,
     )
+
+
+def _content(image_id: str, data_root: str) -> tuple[Path | None, str]:
+    """(the content store holding the blob ``image_id`` names, "") or (None, where it was looked for)."""
+    found, looked = containerd_roots.blob_dir(data_root, image_id)
+    if found is None:
+        return None, f"no blob {image_id[:19]} in the content store ({', '.join(map(str, looked))})"
+    return found, ""
 
 
 def held_blob(content: Path, diff_id: str) -> Path | None:

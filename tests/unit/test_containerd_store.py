@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from imagebuild.distribute.publish import PublishOptions, publish_image
+from imagebuild.engine import containerd_roots
 from imagebuild.engine.containerd_store import CONTENT, config_digest, stored_image
 from imagebuild.engine.interface import BlobLayer, ImageInfo
 from imagebuild.testing import FakeEngine, image_info
@@ -68,7 +69,7 @@ def test_anything_unexpected_gives_no_digest_and_says_why(tmp_path: Path, damage
     assert digest is None
     assert reason
     assert "\n" not in reason
-    expected = {"missing": "cannot read", "rewritten": "does not hash to", "no-config": "names no config", "no-platform": "no linux/amd64"}
+    expected = {"missing": "no blob", "rewritten": "does not hash to", "no-config": "names no config", "no-platform": "no linux/amd64"}
     assert expected[damage] in reason
 
 
@@ -151,3 +152,69 @@ def test_a_store_that_does_not_hold_the_image_as_named_is_not_read(tmp_path: Pat
     assert image.layers == ()
     assert said in image.unavailable
     assert "\n" not in image.unavailable
+
+
+def _containerd(proc: Path, pid: int, comm: str, *argv: str) -> None:
+    (proc / str(pid)).mkdir(parents=True)
+    (proc / str(pid) / "comm").write_text(comm + "\n")
+    (proc / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+
+
+def test_a_system_containerd_s_root_is_where_its_command_line_or_config_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(containerd_roots, "DEFAULT_CONFIG", tmp_path / "absent.toml")
+    named = tmp_path / "named.toml"
+    named.write_text('version = 2\nroot = "/srv/containerd"\nstate = "/run/c"\n')
+    bare = tmp_path / "bare.toml"
+    bare.write_text('disabled_plugins = ["cri"]\n')
+    assert containerd_roots.root_of(["/usr/bin/containerd"]) == Path("/var/lib/containerd")
+    assert containerd_roots.root_of(["containerd", "--root", "/a"]) == Path("/a")
+    assert containerd_roots.root_of(["containerd", "--root=/a", "--config", str(named)]) == Path("/a")
+    assert containerd_roots.root_of(["containerd", "--config", str(named)]) == Path("/srv/containerd")
+    assert containerd_roots.root_of(["containerd", f"-c={named}"]) == Path("/srv/containerd")
+    assert containerd_roots.root_of(["containerd", "-c", str(bare)]) == Path("/var/lib/containerd")
+    # What cannot be read or is relative to a directory we do not know names no root.
+    (tmp_path / "broken.toml").write_text("root = [")
+    assert containerd_roots.root_of(["containerd", "-c", str(tmp_path / "broken.toml")]) is None
+    assert containerd_roots.root_of(["containerd", "--root", "relative"]) is None
+    assert containerd_roots.root_of(["containerd", "-c", "relative.toml"]) is None
+
+
+def test_the_content_store_is_looked_for_under_the_data_root_then_each_running_containerd_s(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    config = tmp_path / "system.toml"
+    config.write_text(f'root = "{tmp_path / "system"}"\n')
+    _containerd(proc, 40, "containerd", "/usr/bin/containerd", "--config", str(config))
+    _containerd(proc, 41, "containerd-shim", "containerd-shim-runc-v2", "-namespace", "moby")
+    _containerd(proc, 42, "dockerd", "dockerd", "--root", "/not/containerd")
+    _containerd(proc, 43, "containerd", "containerd", "--root", str(tmp_path / "docker" / "containerd" / "daemon"))
+    (proc / "self").mkdir()
+    data_root = str(tmp_path / "docker")
+    assert list(containerd_roots.content_dirs(data_root, proc=proc)) == [
+        tmp_path / "docker" / CONTENT,  # a containerd dockerd started itself: listed once
+        tmp_path / "system" / containerd_roots.CONTENT,
+        containerd_roots.DEFAULT_ROOT / containerd_roots.CONTENT,
+    ]
+    assert next(iter(containerd_roots.content_dirs("", proc=proc))) == tmp_path / "system" / containerd_roots.CONTENT
+
+
+def test_an_image_in_a_system_containerd_s_store_is_read_from_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Docker CE's layout: dockerd uses the machine's containerd, whose root is not under the data root."""
+    system = tmp_path / "var-lib-containerd"
+    monkeypatch.setattr(containerd_roots, "DEFAULT_ROOT", system)
+    cfg = tars.config(LAYERS)
+    image_id = tars.content_store_image(LAYERS, cfg, tmp_path / "staging", plain=(2,))
+    (system / containerd_roots.CONTENT).parent.mkdir(parents=True)
+    (tmp_path / "staging" / CONTENT).rename(system / containerd_roots.CONTENT)
+    data_root = tmp_path / "docker"
+    (data_root / CONTENT).mkdir(parents=True)  # the data root's own store, empty: dockerd's containerd is the system's
+    image = stored_image(image_id, data_root=str(data_root))
+    assert (image.unavailable, image.blobs, len(image.layers)) == ("", system / containerd_roots.CONTENT, len(LAYERS))
+    assert config_digest(image_id, data_root=str(data_root)) == (tars.digest(json.dumps(cfg).encode()), "")
+    missing = "sha256:" + "f" * 64
+    digest, reason = config_digest(missing, data_root=str(data_root))
+    assert digest is None
+    assert f"no blob {missing[:19]}" in reason
+    assert str(data_root / CONTENT) in reason
+    assert str(system / containerd_roots.CONTENT) in reason
