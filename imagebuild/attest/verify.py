@@ -11,7 +11,6 @@ statement, the image identity or manifest digest its predicate names.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +20,7 @@ from imagebuild.attest.dsse import envelope_of, verify_envelope
 from imagebuild.attest.keys import VerificationKey
 from imagebuild.attest.statement import DISTRIBUTION_PREDICATE, STATEMENT_TYPE, hex_of
 from imagebuild.errors import ConfigError, UnverifiedError
-from imagebuild.inputs.values import shown
-
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+from imagebuild.inputs.values import DIGEST_RE, shown
 
 
 @dataclass(frozen=True, kw_only=True)

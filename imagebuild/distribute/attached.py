@@ -21,7 +21,6 @@ from imagebuild.attest.keys import VerificationKey
 from imagebuild.attest.verify import VerifiedStatement, verify_attestation
 from imagebuild.distribute.publish import REPOSITORY_RE, check_registry_host
 from imagebuild.distribute.referrers import (
-    DIGEST_RE,
     DSSE_TYPE,
     Descriptor,
     ReferrersError,
@@ -32,7 +31,7 @@ from imagebuild.distribute.referrers import (
 )
 from imagebuild.distribute.registry_http import RegistryRepository, opened_repository
 from imagebuild.errors import ConfigError, RegistryError, UnverifiedError
-from imagebuild.inputs.values import shown
+from imagebuild.inputs.values import DIGEST_RE, shown
 from imagebuild.util.files import atomic_file
 
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")

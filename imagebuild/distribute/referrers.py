@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagebuild.inputs.values import DIGEST_RE
+
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
@@ -40,7 +42,6 @@ ARTIFACT_TYPES = (
     (".intoto.json", "application/vnd.in-toto+json"),
 )
 DSSE_TYPE = "application/vnd.dsse.envelope.v1+json"
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 MEDIA_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$")
 
 
