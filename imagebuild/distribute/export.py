@@ -30,7 +30,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -196,6 +196,9 @@ def _export(
             f"it reports as {info.described}; the engine changed the image while it was saved, export it again"
         )
         raise EngineError(msg)
+    if not info.identity:  # the store could not be read for it; the config the engine saved names it
+        info = replace(info, config_digest=written.config_digest, identity_unknown="")
+        name = _named_by_identity(output, name, archive_name(info, options.compression, options.export_format), report)
     _write(output / IMPORTER_NAME, importer_zipapp(), mode=0o755)
     image = ImageIdentity(identity=written.config_digest, manifest_digest=written.manifest_digest)
     archive_details: dict[str, object] = {"size": written.size, "compression": options.compression.value}
@@ -239,6 +242,14 @@ def _export(
         options.record_path, image_id=info.identity, key=EXPORTED, value=str(manifest_path), report=report
     )
     return ExportResult(manifest_path=manifest_path, manifest=manifest, seconds=seconds, recorded_in=recorded)
+
+
+def _named_by_identity(output: Path, name: str, named: str, report: Callable[[str], None]) -> str:
+    """The archive, named by the engine's ID until its saved config gave the identity, renamed by it."""
+    if named != name:
+        (output / name).replace(output / named)
+        report(f"its identity, from the config the engine saved: the archive is {named}")
+    return named
 
 
 def _docker_archive(

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -351,6 +352,25 @@ def test_export_from_the_containerd_store_names_the_archive_by_the_identity(tmp_
     assert result.manifest.image_id == again["image_id"]
     assert result.manifest.manifest_digest == again["manifest_digest"]
     assert result.manifest.archive.endswith(str(again["archive"]).rsplit("-", 1)[1])  # <name>-<identity 12>
+
+
+def test_an_export_whose_identity_the_store_did_not_give_takes_it_from_the_saved_config(tmp_path: Path) -> None:
+    """A containerd store imagebuild cannot read (another user's root, an engine elsewhere): the
+    archive is still named by the identity, and its build record's documents travel with it."""
+    _, first = _export(tmp_path / "a")
+    node = FakeEngine(manifest_ids=True)
+    import_manifest(first, node, report=lambda _: None)
+    unread = node.inspect_image(TAG)
+    node.images[node.images.index(unread)] = replace(unread, config_digest="", identity_unknown="cannot read it")
+    lines: list[str] = []
+    result = export_image(ExportOptions(image=TAG, output=tmp_path / "b"), node, report=lines.append)
+    identity = str(_manifest(first)["image_id"])
+    assert result.manifest.image_id == identity
+    assert result.manifest.archive.endswith(f"-{identity[7:19]}.tar.zst")  # by the identity, not the engine ID
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == sorted(
+        [result.manifest.archive, f"{result.manifest.archive}.json", f"{result.manifest.archive}.export.intoto.jsonl", IMPORTER_NAME]
+    )
+    assert any("its identity, from the config the engine saved" in line for line in lines)
 
 
 def _with_archive_names(manifest_path: Path, names: list[str], **changes: object) -> None:
