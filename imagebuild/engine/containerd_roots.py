@@ -37,13 +37,17 @@ def content_dirs(data_root: str, *, proc: Path = PROC) -> Iterator[Path]:
             yield root / CONTENT
 
 
-def blob_dir(data_root: str, digest: str, *, proc: Path = PROC) -> tuple[Path | None, list[Path]]:
-    """(the content store holding the blob ``digest`` names, or None; every place looked)."""
-    looked: list[Path] = []
+def blob_dir(data_root: str, digest: str, *, proc: Path = PROC) -> tuple[Path | None, list[str]]:
+    """(the content store holding the blob ``digest`` names, or None; every place looked, and why
+    it could not be looked in: a root only its owner may read, say)."""
+    looked: list[str] = []
     for directory in content_dirs(data_root, proc=proc):
-        looked.append(directory)
-        if (directory / digest.removeprefix("sha256:")).is_file():
-            return directory, looked
+        try:
+            if (directory / digest.removeprefix("sha256:")).is_file():
+                return directory, looked
+            looked.append(str(directory))
+        except OSError as e:  # is_file() passes on "no such file", not "permission denied"
+            looked.append(f"{directory}: {e.strerror}")
     return None, looked
 
 

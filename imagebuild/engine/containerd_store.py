@@ -101,7 +101,7 @@ def _content(image_id: str, data_root: str) -> tuple[Path | None, str]:
     """(the content store holding the blob ``image_id`` names, "") or (None, where it was looked for)."""
     found, looked = containerd_roots.blob_dir(data_root, image_id)
     if found is None:
-        return None, f"no blob {image_id[:19]} in the content store ({', '.join(map(str, looked))})"
+        return None, f"no blob {image_id[:19]} in the content store ({'; '.join(looked)})"
     return found, ""
 
 

@@ -159,9 +159,11 @@ def _blob_findings(layer: BlobLayer, findings: _LayerFindings) -> _LayerFindings
 
 
 def scan_layers(
-    engine: Engine, info: ImageInfo, *, roots: tuple[str, ...], max_bytes: int
-) -> tuple[tuple[LayerFinding, ...], _Budget, str]:
-    """Every finding in every layer of ``info`` under ``roots``, the scan's counts, and its source."""
+    engine: Engine, info: ImageInfo, *, roots: tuple[str, ...], max_bytes: int,
+    saved_config: Callable[[str], None] = lambda _: None,
+) -> tuple[tuple[LayerFinding, ...], _Budget, str]:  # fmt: skip
+    """Every finding in every layer of ``info`` under ``roots``, the scan's counts, and its source;
+    read from ``docker save``, the digest of the config it saved goes to ``saved_config``."""
     budget = _Budget()
     stored = engine.stored_image(info.id)
     layers = _stored_findings(stored, info, roots=roots, max_bytes=max_bytes, budget=budget)
@@ -179,6 +181,7 @@ def scan_layers(
             raise EngineError(msg) from e
         layers = list(saved.layers)
         source = "docker save"
+        saved_config(saved.image_id)
     findings = tuple(
         LayerFinding(layer=number, diff_id=layer.diff_id, path=path, line=line, kind=kind, shown=shown)
         for number, layer in enumerate(layers, 1)
@@ -189,11 +192,12 @@ def scan_layers(
 
 def layer_secrets_check(
     engine: Engine, info: ImageInfo, *, roots: tuple[str, ...], max_bytes: int,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] = time.monotonic, saved_config: Callable[[str], None] = lambda _: None,
 ) -> CheckResult:  # fmt: skip
-    """The layer scan as one verify check: failed with every finding named by layer and path."""
+    """The layer scan as one verify check: failed with every finding named by layer and path
+    (``saved_config`` as scan_layers)."""
     started = clock()
-    findings, budget, source = scan_layers(engine, info, roots=roots, max_bytes=max_bytes)
+    findings, budget, source = scan_layers(engine, info, roots=roots, max_bytes=max_bytes, saved_config=saved_config)
     name, group = LAYER_CHECK_NAME, LAYER_CHECK_GROUP
     if findings:
         shown = "\n".join(f.describe() for f in findings[:SHOWN_FINDINGS])

@@ -109,18 +109,21 @@ def verify(
     finally:
         engine.remove(container)
         say(f"verify: container {container[:12]} removed")
+    saved: list[str] = []  # the config digest docker save gave, where the layers were read from it
     if layer_check_selected(options.keyword):
         say(f"verify: scanning every layer's files under {', '.join(options.secret_scan_roots)} for credentials")
         layer_check = layer_secrets_check(
-            engine, info, roots=options.secret_scan_roots, max_bytes=SECRET_SCAN_MAX_FILE_BYTES
-        )
+            engine, info, roots=options.secret_scan_roots, max_bytes=SECRET_SCAN_MAX_FILE_BYTES,
+            saved_config=saved.append,
+        )  # fmt: skip
         results += (layer_check,)
         if options.junit is not None and options.junit.is_file():
             add_to_junit(options.junit, layer_check)
+    identity = info.identity or next(iter(saved), "")  # where the store did not give it, the saved config does
     return VerifyResult(
         image=options.image,
-        image_id=info.identity,
-        engine_id="" if info.identity == info.id else info.id,
+        image_id=identity,
+        engine_id="" if identity == info.id else info.id,
         arch=arch,
         checks=results,
         duration_s=time.monotonic() - started,

@@ -218,3 +218,24 @@ def test_an_image_in_a_system_containerd_s_store_is_read_from_there(tmp_path: Pa
     assert f"no blob {missing[:19]}" in reason
     assert str(data_root / CONTENT) in reason
     assert str(system / containerd_roots.CONTENT) in reason
+
+
+def test_a_store_this_user_may_not_read_is_named_with_why_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A docker-group user on Docker CE: /var/lib/docker and the containerd root are root's alone."""
+    private = tmp_path / "docker"
+    monkeypatch.setattr(containerd_roots, "DEFAULT_ROOT", tmp_path / "var-lib-containerd")
+    real_is_file = Path.is_file
+
+    def is_file(path: Path) -> bool:
+        if path.is_relative_to(private):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_is_file(path)
+
+    monkeypatch.setattr(Path, "is_file", is_file)
+    image_id = "sha256:" + "a" * 64
+    digest, reason = config_digest(image_id, data_root=str(private))
+    assert digest is None
+    assert f"{private / CONTENT}: Permission denied" in reason
+    assert stored_image(image_id, data_root=str(private)).unavailable == reason
