@@ -43,7 +43,7 @@ from imagebuild.build.record import BuildRecord
 from imagebuild.build.stream import ANSI_RE, StepTiming, StepTracker
 from imagebuild.engine.interface import PODMAN, BuildRequest, Engine
 from imagebuild.errors import AttestationError, BuildError, EngineError
-from imagebuild.inputs.layout import build_log_path, build_record_path, default_tag
+from imagebuild.inputs.layout import BUILD_LOG_SUFFIX, build_record_path, default_tag
 from imagebuild.log import logger
 from imagebuild.normalize.after_build import Normalization, ahead_of_build, cache_from, normalize_build
 from imagebuild.normalize.ahead import NormalizeAhead
@@ -75,10 +75,11 @@ class BuildPlaces:
 
     @classmethod
     def of(cls, prepared: PreparedBuild) -> BuildPlaces:
-        """The options' paths, else build/ARCH.* in the checkout; their directories made."""
-        arch, root = prepared.inputs.arch.name, prepared.project.root
-        log = prepared.options.log_path or build_log_path(root, arch)
-        record = prepared.options.record_path or build_record_path(root, arch)
+        """The options' paths (prepare_build checked them), else build/ARCH.* in the checkout; the log
+        beside the record."""
+        arch = prepared.inputs.arch.name
+        record = prepared.options.record_path or build_record_path(prepared.project.root, arch)
+        log = prepared.options.log_path or record.with_name(f"{arch}{BUILD_LOG_SUFFIX}")
         for directory in {log.parent, record.parent}:
             directory.mkdir(parents=True, exist_ok=True)
         return cls(log=log, record=record)

@@ -9,6 +9,7 @@ meanwhile must not be named in the provenance with a digest of what was not buil
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 from imagebuild.build.record import FileDigest
 from imagebuild.errors import ConfigError
 from imagebuild.inputs.layers import with_tunables
+from imagebuild.inputs.layout import BUILD_LOG_SUFFIX, build_record_path
 from imagebuild.inputs.schema import suggest
 from imagebuild.inputs.values import ENV_NAME, TUNABLE
 from imagebuild.normalize.ahead import DEFAULT_MIN_MB
@@ -93,9 +95,34 @@ def check_build_args(build_args: dict[str, str], inputs: Inputs) -> None:
         TUNABLE.check(value, "--build-arg", name)
 
 
+def check_build_places(project: Project, inputs: Inputs, options: BuildOptions) -> None:
+    """The build's record and log, where the build will write them (build/ARCH.* in the checkout
+    unless --record names a file), can be written: said in one line before the engine is asked, not
+    found by the engine's build."""
+    record = options.record_path or build_record_path(project.root, inputs.arch.name)
+    log = options.log_path or record.with_name(f"{inputs.arch.name}{BUILD_LOG_SUFFIX}")
+    for directory in dict.fromkeys((record.parent, log.parent)):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(_unwritable(f"{directory}: {e.strerror}")) from e
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise ConfigError(_unwritable(f"{directory} is not writable"))
+    if log.exists() and not os.access(log, os.W_OK):  # the record is replaced, the log written over
+        raise ConfigError(_unwritable(f"{log} is not writable"))
+
+
+def _unwritable(reason: str) -> str:
+    return (
+        f"cannot write the build record and log ({reason}); make it writable, or give --record FILE "
+        "in a directory you can write (the log, SBOM and provenance go beside it)"
+    )
+
+
 def prepare_build(project: Project, inputs: Inputs, options: BuildOptions) -> PreparedBuild:
     """Check the build's arguments, render its Dockerfile and context, hash its input files."""
     check_build_args(options.build_args, inputs)
+    check_build_places(project, inputs, options)
     if options.compile_cache is not None and options.network != "host":
         msg = (
             "--compile-cache needs --network host: steps 4 and 7 reach the cache on the build host's "

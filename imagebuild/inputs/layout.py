@@ -136,9 +136,9 @@ def attestation_file_name(arch: str, identity: str, suffix: str) -> str:
     return f"{arch}-{identity.removeprefix('sha256:')[:12]}{suffix}"
 
 
+BUILD_LOG_SUFFIX = ".build.log"  # ARCH.build.log, beside the build record
+
+
 def build_record_path(root: Path, arch: str) -> Path:
     return root / BUILD_DIR / f"{arch}.build.json"
 
-
-def build_log_path(root: Path, arch: str) -> Path:
-    return root / BUILD_DIR / f"{arch}.build.log"

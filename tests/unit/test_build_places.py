@@ -1,0 +1,53 @@
+"""Where a build writes its record and log, checked before the engine is asked."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from imagebuild.build.core import BuildOptions, BuildPlaces, prepare_build
+from imagebuild.errors import ConfigError
+from imagebuild.project import find_project
+
+
+def _prepare(project: Path, streams: Path, **options: object) -> BuildPlaces:
+    found = find_project(project, streams / "pins.toml")  # locked pins: the Dockerfile renders
+    prepared = prepare_build(found, found.load("gfx942"), BuildOptions(arch="gfx942", **options))  # type: ignore[arg-type]
+    return BuildPlaces.of(prepared)
+
+
+def test_the_log_is_beside_the_record_in_build_by_default_or_where_record_names(
+    project: Path, build_streams: Path, tmp_path: Path
+) -> None:
+    assert _prepare(project, build_streams) == BuildPlaces(log=project / "build" / "gfx942.build.log", record=project / "build" / "gfx942.build.json")
+    elsewhere = tmp_path / "records" / "mine.json"
+    elsewhere.parent.mkdir()
+    assert _prepare(project, build_streams, record_path=elsewhere) == BuildPlaces(log=elsewhere.parent / "gfx942.build.log", record=elsewhere)
+
+
+def test_a_build_dir_that_cannot_be_made_is_one_line_naming_it_and_the_way_out(project: Path, build_streams: Path) -> None:
+    (project / "build").write_text("a file where the build's directory goes\n")
+    with pytest.raises(ConfigError) as e:
+        _prepare(project, build_streams)
+    message = str(e.value)
+    assert "\n" not in message
+    assert f"{project / 'build'}: " in message
+    assert "--record FILE" in message
+
+
+def test_a_build_dir_or_log_this_user_may_not_write_is_said_before_the_engine(
+    project: Path, build_streams: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shared checkout whose build/ belongs to another user (root passes every os.access check, so
+    the check is made to answer as it would for them)."""
+    (project / "build").mkdir()
+    (project / "build" / "gfx942.build.log").write_text("an earlier build's log\n")
+    denied: set[Path] = {project / "build"}
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) not in denied)
+    with pytest.raises(ConfigError, match=rf"\({project / 'build'} is not writable\)"):
+        _prepare(project, build_streams)
+    denied = {project / "build" / "gfx942.build.log"}
+    with pytest.raises(ConfigError, match=r"gfx942\.build\.log is not writable"):
+        _prepare(project, build_streams)
