@@ -23,6 +23,8 @@ from imagebuild.inputs.layout import (
     PIN_LABEL_PREFIX,
     VERSION_LABEL,
 )
+from imagebuild.inputs.values import escape_controls
+from imagebuild.log import logger
 from imagebuild.project import Inputs, Project
 from imagebuild.render.labels import check_label_values
 from imagebuild.util.run import run_command
@@ -60,6 +62,8 @@ def checkout_labels(project: Project, arch: str) -> dict[str, str]:
             ],
         )
     commit, _, committed = log.partition("\n")
+    if not commit and (project.root / ".git").exists():
+        _warn_git_refused(project.root)
     revision = commit or "unknown"
     if status:
         revision += "-dirty"
@@ -93,6 +97,21 @@ def public_url(url: str) -> str:
         host = f"[{host}]"
     netloc = f"{host}:{port}" if port else host
     return urlunsplit(parts._replace(netloc=netloc, query="", fragment=""))
+
+
+def _warn_git_refused(root: Path) -> None:
+    """A checkout git would not read (another user's, which git calls of dubious ownership): said,
+    since its labels, and so the image's identity, then differ from a build of the same commit."""
+    try:
+        done = run_command(["git", "-C", str(root), "rev-parse", "HEAD"], timeout=GIT_TIMEOUT_S, check=False)
+        why = next((line for line in done.stderr.splitlines() if line.strip()), "")
+    except CommandError as e:
+        why = str(e)
+    logger.warning(
+        "imagebuild: warning: git could not read the checkout at %s (%s): its revision and commit time "
+        "are labelled \"unknown\", so the image differs from one built of the same commit where git can",
+        root, escape_controls(why.removeprefix("fatal: ")[:300]) or "no reason given",
+    )
 
 
 def _git(root: Path, *args: str) -> str:

@@ -1,14 +1,19 @@
-"""Where a build writes its record and log, checked before the engine is asked."""
+"""Where a build writes its record and log, checked before the engine is asked, and what it says of a
+checkout git will not read: a shared checkout used by another user than its owner."""
 
 from __future__ import annotations
 
+import logging
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from imagebuild.build.checkout_labels import checkout_labels
 from imagebuild.build.core import BuildOptions, BuildPlaces, prepare_build
 from imagebuild.errors import ConfigError
+from imagebuild.inputs.layout import OCI_LABEL_PREFIX
 from imagebuild.project import find_project
 
 
@@ -51,3 +56,22 @@ def test_a_build_dir_or_log_this_user_may_not_write_is_said_before_the_engine(
     denied = {project / "build" / "gfx942.build.log"}
     with pytest.raises(ConfigError, match=r"gfx942\.build\.log is not writable"):
         _prepare(project, build_streams)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives the checkout to another user: needs root")
+def test_a_checkout_git_will_not_read_is_labelled_unknown_with_a_warning_saying_why(
+    project: Path, build_streams: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another user's checkout: git refuses it as of dubious ownership, so the labels fall back."""
+    for args in (["init", "-q"], ["-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "x"]):
+        subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True, timeout=30)
+    for path in (project, *project.joinpath(".git").rglob("*"), project / ".git"):
+        os.lchown(path, 54321, 54321)
+    found = find_project(project, build_streams / "pins.toml")
+    with caplog.at_level(logging.WARNING, logger="imagebuild"):
+        labels = checkout_labels(found, "gfx942")
+    assert labels[f"{OCI_LABEL_PREFIX}revision"].startswith("unknown")
+    warned = [r.getMessage() for r in caplog.records if "git could not read the checkout" in r.getMessage()]
+    assert len(warned) == 1
+    assert "dubious ownership" in warned[0]
+    assert "\n" not in warned[0]
