@@ -11,7 +11,6 @@ is a bare file name (else by their digest), written whole (temporary name, renam
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from imagebuild.distribute.referrers import (
     Descriptor,
     ReferrersError,
     artifact_subject,
+    config_digest_of,
     fallback_tag,
     referrers_in,
     sha256_of,
@@ -86,15 +86,6 @@ def parse_reference(text: str) -> ImageReference:
     return ImageReference(repository=repository, reference=reference)
 
 
-def _config_digest(manifest: bytes) -> str:
-    try:
-        config = json.loads(manifest).get("config") or {}
-    except (ValueError, AttributeError):
-        return ""
-    digest = config.get("digest") if isinstance(config, dict) else None
-    return digest if isinstance(digest, str) and DIGEST_RE.fullmatch(digest) else ""
-
-
 def _list(registry: RegistryRepository, digest: str) -> tuple[str, list[Descriptor]]:
     answer = registry.referrers(digest)
     where = f"{registry.where}/referrers/{digest[:19]}"
@@ -125,7 +116,7 @@ def list_referrers(reference: ImageReference) -> Referrers:
     return Referrers(
         repository=reference.repository,
         digest=digest,
-        config_digest=_config_digest(manifest),
+        config_digest=config_digest_of(manifest),
         listed_by=listed_by,
         entries=tuple(entries),
     )

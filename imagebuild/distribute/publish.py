@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from imagebuild.attest.keys import SigningKey
@@ -31,11 +31,14 @@ from imagebuild.attest.statement import (
 )
 from imagebuild.distribute.attach import AttachResult, attach_documents
 from imagebuild.distribute.record_notes import ATTESTATIONS, PUBLISHED, build_documents, note_in_record
+from imagebuild.distribute.referrers import config_digest_of
+from imagebuild.distribute.registry_http import opened_repository
 from imagebuild.engine.interface import Engine, ImageInfo, PushEvent
 from imagebuild.errors import ConfigError, ImageBuildError, RegistryError
 from imagebuild.inputs.layout import attestation_file_name
 from imagebuild.inputs.references import COMPONENT, TAG_RE
 from imagebuild.inputs.values import shown
+from imagebuild.log import logger
 from imagebuild.secrets import redact
 
 # A repository to push to starts with a host docker takes for a registry (a dot or a port, or
@@ -169,6 +172,9 @@ def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[
         raise RegistryError(msg)
     report(f"pushed in {time.monotonic() - started:.1f}s: {progress.summary()}")
     reference = f"{repository}@{digest}"
+    if not info.identity and (identity := _pushed_config(repository, digest)):
+        info = replace(info, config_digest=identity, identity_unknown="")
+        report(f"its identity, from the manifest the registry now holds: {identity}")
     if not info.identity:  # never a wrong identity: the digest still names exactly what was pushed
         report(f"the image's identity is unknown ({info.identity_unknown}); {reference} still names exactly what was pushed")
     written = _attest(options, info, repository, digest, report)
@@ -192,6 +198,18 @@ def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[
         attestations=written,
         attached=attached,
     )
+
+
+def _pushed_config(repository: str, digest: str) -> str:
+    """The config digest of the manifest just pushed, read back from the registry: the identity where
+    the engine's store could not give it ("" when it cannot be read, or is an index)."""
+    try:
+        with opened_repository(repository, push=False) as registry:
+            found = registry.manifest(digest)
+    except ImageBuildError as e:
+        logger.debug("could not read %s@%s back from the registry: %s", repository, digest, e)
+        return ""
+    return config_digest_of(found[0]) if found is not None else ""
 
 
 def _attach(

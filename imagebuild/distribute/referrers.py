@@ -244,3 +244,14 @@ def artifact_subject(manifest: bytes, where: str) -> tuple[Descriptor, Descripto
         msg = f"{where}: an attestation artifact has one layer, this has {len(layers) if isinstance(layers, list) else 'none'}"
         raise ReferrersError(msg)
     return descriptor_of(data["subject"], f"{where} subject"), descriptor_of(layers[0], f"{where} layers[0]")
+
+
+def config_digest_of(manifest: bytes) -> str:
+    """The config digest an image manifest names: the image's identity ("" when it names none, as an
+    index does, or is not JSON)."""
+    try:
+        config = json.loads(manifest).get("config") or {}
+    except (ValueError, AttributeError):
+        return ""
+    digest = config.get("digest") if isinstance(config, dict) else None
+    return digest if isinstance(digest, str) and DIGEST_RE.fullmatch(digest) else ""

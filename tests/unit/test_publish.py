@@ -7,7 +7,11 @@ a loopback server (tests/unit/test_attach.py).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -140,3 +144,60 @@ def test_podmans_push_stream_gives_the_digest_in_its_status_line() -> None:
         None,
         "sha256:cbd2795b3ab3b95b0fe5cae52f889ed67268dd5f57ef9866afe4885cd37d490b",
     ]
+
+
+OCI_MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+
+
+def _serving(documents: dict[str, bytes]) -> tuple[ThreadingHTTPServer, str]:
+    """A loopback registry holding ``documents`` (manifests by path), answering 404 to anything else."""
+
+    class Registry(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = documents.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Type", OCI_MANIFEST_TYPE if body else "application/json")
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"127.0.0.1:{server.server_address[1]}"
+
+
+def test_an_identity_the_store_did_not_give_is_read_back_from_the_manifest_pushed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A docker-group user on Docker 29's containerd store: the engine names the image by its manifest
+    and imagebuild may not read the store; the registry then holds that manifest, which names the config."""
+    engine = FakeEngine(manifest_ids=True)
+    engine.add_saved_image(TAG, labels={"io.imagebuild.arch": "gfx942"})
+    unread = engine.inspect_image(TAG)
+    engine.images[engine.images.index(unread)] = replace(unread, config_digest="", identity_unknown="cannot read it")
+    identity = "sha256:" + "c" * 64
+    manifest = json.dumps(
+        {"schemaVersion": 2, "mediaType": OCI_MANIFEST_TYPE, "layers": [],
+         "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": identity, "size": 2}}
+    ).encode()  # fmt: skip
+    digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    server, registry = _serving({f"/v2/ml/kimi-k3/manifests/{digest}": manifest})
+    monkeypatch.setattr(engine, "push", lambda repository, tag: iter([PushEvent(digest=digest)]))
+    record = _record(tmp_path / "gfx942.build.json", identity)
+    lines: list[str] = []
+    try:
+        result = publish_image(
+            PublishOptions(image=TAG, repository=f"{registry}/ml/kimi-k3", record_path=record, attach=False),
+            engine,
+            report=lines.append,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (result.image_id, result.recorded_in) == (identity, record)
+    assert json.loads(record.read_text())["published"] == [f"{registry}/ml/kimi-k3@{digest}"]
+    assert f"its identity, from the manifest the registry now holds: {identity}" in lines
+    assert not any("identity is unknown" in line for line in lines)
