@@ -131,7 +131,7 @@ def docker26_engine(state: StateDir, spec: Docker26) -> NodeEngine:
 
 
 @contextmanager
-def _lock(state: StateDir) -> Iterator[None]:
+def engines_lock(state: StateDir) -> Iterator[None]:
     """One engines up/down at a time per state dir (not the world's lock: the world may be busy)."""
     engines_root(state).mkdir(parents=True, exist_ok=True)
     with (engines_root(state) / "lock").open("w") as fh:
@@ -329,7 +329,7 @@ def up(state_dir: Path | None = None) -> tuple[list[MatrixEngine], list[str]]:
     state = _state(state_dir)
     started: list[str] = []
     began = time.monotonic()
-    with _lock(state):
+    with engines_lock(state):
         fetch(state)
         for spec in DOCKER26:
             engine = docker26_engine(state, spec)
@@ -343,7 +343,7 @@ def down(state_dir: Path | None = None, *, only: list[str] | None = None) -> lis
     """Stop the Docker 26 engines this state dir started (all, or those in `only`); never the main one."""
     state = _state(state_dir)
     stopped: list[str] = []
-    with _lock(state):
+    with engines_lock(state):
         for spec in DOCKER26:
             if only is not None and spec.name not in only:
                 continue

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sampleworld import log, proc
-from sampleworld.engine_matrix import dist_dir, engines_root, fetch
+from sampleworld.engine_matrix import dist_dir, engines_lock, engines_root, fetch
 from sampleworld.engines import (
     RUN_ROOT,
     START_TIMEOUT_S,
@@ -65,6 +65,9 @@ class SystemContainerd:
     def log_file(self) -> Path:
         return self.root / "containerd.log"
 
+    def argv(self, binary: Path) -> tuple[str, ...]:
+        return (str(binary), "--config", str(self.config))
+
     def config_text(self) -> str:
         return (
             "version = 2\n"
@@ -98,21 +101,24 @@ def layout(state: StateDir) -> tuple[SystemContainerd, NodeEngine]:
 def up(state_dir: Path) -> tuple[NodeEngine, bool]:
     """The engine, running; True when this call started it (or its containerd)."""
     state = StateDir(state_dir.resolve())
-    fetch(state)
-    containerd, engine = layout(state)
-    started = _ensure_containerd(containerd, dist_dir(state) / "bin" / "containerd", engine.env())
-    return engine, ensure_engine(engine) or started
+    with engines_lock(state):  # one fetch, start or stop of the state dir's engines at a time
+        fetch(state)
+        containerd, engine = layout(state)
+        started = _ensure_containerd(containerd, dist_dir(state) / "bin" / "containerd", engine.env())
+        return engine, ensure_engine(engine) or started
 
 
 def down(state_dir: Path) -> None:
     """Stop the dockerd, then the containerd, that this state dir started."""
-    containerd, engine = layout(StateDir(state_dir.resolve()))
-    stop_engine(engine)
-    pid = _running(containerd)
-    if pid is not None:
-        proc.stop_pid(pid, timeout=30)
-        log.info(f"engine {NAME}: stopped its containerd, pid {pid}")
-    left = leftover_pids(engine)
+    state = StateDir(state_dir.resolve())
+    containerd, engine = layout(state)
+    with engines_lock(state):
+        stop_engine(engine)
+        pid = _running(containerd)
+        if pid is not None:
+            proc.stop_pid(pid, timeout=30)
+            log.info(f"engine {NAME}: stopped its containerd, pid {pid}")
+        left = leftover_pids(engine)
     if left:
         msg = f"engine {NAME}: still running after down: pids {left}"
         raise SampleWorldError(msg)
@@ -143,8 +149,7 @@ def _ensure_containerd(containerd: SystemContainerd, binary: Path, env: dict[str
             path.mkdir(parents=True, exist_ok=True)
         containerd.config.write_text(containerd.config_text())
         containerd.socket.unlink(missing_ok=True)
-        argv = (str(binary), "--config", str(containerd.config))
-        pid = proc.spawn(argv, log_path=containerd.log_file, env=env)
+        pid = proc.spawn(containerd.argv(binary), log_path=containerd.log_file, env=env)
         containerd.pid_file.write_text(f"{pid}\n")
     deadline = time.monotonic() + START_TIMEOUT_S
     while not _answers(containerd.socket):
