@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Iterator
+from itertools import chain
 from pathlib import Path
 
 MANAGED_ROOT = Path("containerd/daemon")  # under the data root: the containerd dockerd started
@@ -31,7 +32,7 @@ def content_dirs(data_root: str, *, proc: Path = PROC) -> Iterator[Path]:
     """Each place the engine's blobs may be, most likely first, each once (see the module's text)."""
     seen: set[Path] = set()
     managed = (Path(data_root) / MANAGED_ROOT,) if Path(data_root).is_absolute() else ()
-    for root in (*managed, *running_roots(proc), DEFAULT_ROOT):
+    for root in chain(managed, running_roots(proc), (DEFAULT_ROOT,)):  # /proc read only if needed
         if root not in seen:
             seen.add(root)
             yield root / CONTENT
