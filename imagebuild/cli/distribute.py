@@ -148,8 +148,9 @@ def _attached_json(attached: AttachResult | None) -> dict[str, object] | None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from imagebuild.distribute.archive_files import check_output_dir
     from imagebuild.distribute.compression import Compression
-    from imagebuild.distribute.export import ExportOptions, check_output_dir, export_image
+    from imagebuild.distribute.export import ExportOptions, export_image
     from imagebuild.distribute.formats import ExportFormat, check_format
     from imagebuild.engine.docker import DockerEngine
 

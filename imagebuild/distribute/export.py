@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import socket
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -42,6 +40,13 @@ from imagebuild.attest.statement import (
     statement_text,
     write_attestation,
 )
+from imagebuild.distribute.archive_files import (
+    archive_name,
+    carry_build_documents,
+    check_output_dir,
+    named_by_identity,
+    write_file,
+)
 from imagebuild.distribute.archive_layout import ArchiveLayoutError, PortableArchive, portable_archive
 from imagebuild.distribute.compression import Compression, Sink, compressing
 from imagebuild.distribute.formats import (
@@ -51,14 +56,13 @@ from imagebuild.distribute.formats import (
     check_format,
     write_spooled_format,
 )
-from imagebuild.distribute.record_notes import EXPORTED, build_documents, note_in_record
+from imagebuild.distribute.record_notes import EXPORTED, note_in_record
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
 from imagebuild.distribute.spooled_image import spool_saved_image, spool_stored_image
 from imagebuild.distribute.stored_archive import StoredArchiveError, stored_archive
 from imagebuild.engine.interface import Engine, ImageInfo
 from imagebuild.errors import ConfigError, EngineError, ImageBuildError
 from imagebuild.importer.manifest import Manifest, parse_manifest
-from imagebuild.importer.text import shown
 from imagebuild.log import logger
 from imagebuild.secrets import secret_value_reason
 from imagebuild.util.background_hash import BackgroundSha256
@@ -106,38 +110,6 @@ class _HashingSink:
 
     def flush(self) -> None:
         self._file.flush()
-
-
-def check_output_dir(output: Path) -> Path:
-    """Create ``output`` if needed and prove it writable, before the engine is asked for anything."""
-    text = str(output)
-    if not text.isprintable():  # the printed manifest path would be split or rewrite the terminal
-        msg = f"--output {shown(text)}: control characters in a path; choose another directory name"
-        raise ConfigError(msg)
-    try:
-        output.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        msg = f"--output {output}: cannot create it ({e.strerror}); choose a directory you can write"
-        raise ConfigError(msg) from e
-    if not output.is_dir():
-        msg = f"--output {output}: not a directory; give a directory (the archive and manifest go inside)"
-        raise ConfigError(msg)
-    try:
-        with tempfile.TemporaryFile(dir=output):
-            pass
-    except OSError as e:
-        msg = f"--output {output}: not writable ({e.strerror}); choose a directory you can write, or fix its permissions"
-        raise ConfigError(msg) from e
-    return output.resolve()
-
-
-def archive_name(info: ImageInfo, compression: Compression, export_format: ExportFormat = ExportFormat.DOCKER) -> str:
-    """``<name>-<id12><suffix>``: the last path part of the image's first tag, and its identity; the
-    suffix says the format (``.tar.zst``, ``.oci.tar.zst``, ``.sqfs``)."""
-    tagged = [t for t in info.tags if t != "<none>:<none>"]
-    stem = tagged[0].rsplit(":", 1)[0].rsplit("/", 1)[-1] if tagged else "image"
-    stem = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip(".-") or "image"
-    return f"{stem}-{(info.identity or info.id).removeprefix('sha256:')[:12]}{export_format.suffix(compression)}"
 
 
 def image_manifest_fields(info: ImageInfo) -> tuple[dict[str, str], dict[str, str]]:
@@ -198,8 +170,8 @@ def _export(
         raise EngineError(msg)
     if not info.identity:  # the store could not be read for it; the config the engine saved names it
         info = replace(info, config_digest=written.config_digest, identity_unknown="")
-        name = _named_by_identity(output, name, archive_name(info, options.compression, options.export_format), report)
-    _write(output / IMPORTER_NAME, importer_zipapp(), mode=0o755)
+        name = named_by_identity(output, name, archive_name(info, options.compression, options.export_format), report)
+    write_file(output / IMPORTER_NAME, importer_zipapp(), mode=0o755)
     image = ImageIdentity(identity=written.config_digest, manifest_digest=written.manifest_digest)
     archive_details: dict[str, object] = {"size": written.size, "compression": options.compression.value}
     if options.export_format is not ExportFormat.DOCKER:  # a docker archive's statement is as it was
@@ -211,7 +183,7 @@ def _export(
         details={"archive": archive_details},
     )
     attested = write_attestation(output / f"{name}{EXPORT_SUFFIX}", statement_text(statement, one_line=True), key=options.signing_key)
-    carried = _carry_build_documents(options, info, output=output, name=name, report=report)
+    carried = carry_build_documents(options.record_path, info, output=output, name=name, report=report)
     manifest = Manifest(
         archive=name,
         sha256=written.sha256,
@@ -231,7 +203,7 @@ def _export(
     )
     parse_manifest(manifest.to_json(), name)  # what nodes will accept, checked before writing
     manifest_path = output / f"{name}.json"
-    _write(manifest_path, (json.dumps(manifest.to_json(), indent=2) + "\n").encode())
+    write_file(manifest_path, (json.dumps(manifest.to_json(), indent=2) + "\n").encode())
     seconds = time.monotonic() - started
     report(
         f"wrote {name} ({options.export_format}, {written.size / 1e9:.2f} GB from {progress.saved / 1e9:.2f} GB read from "
@@ -242,14 +214,6 @@ def _export(
         options.record_path, image_id=info.identity, key=EXPORTED, value=str(manifest_path), report=report
     )
     return ExportResult(manifest_path=manifest_path, manifest=manifest, seconds=seconds, recorded_in=recorded)
-
-
-def _named_by_identity(output: Path, name: str, named: str, report: Callable[[str], None]) -> str:
-    """The archive, named by the engine's ID until its saved config gave the identity, renamed by it."""
-    if named != name:
-        (output / name).replace(output / named)
-        report(f"its identity, from the config the engine saved: the archive is {named}")
-    return named
 
 
 def _docker_archive(
@@ -339,33 +303,6 @@ class _Count:
     size = 0
 
 
-def carried_name(archive: str, document: Path) -> str:
-    """``gfx942-<id12>.sbom.cdx.json`` beside ``kimi-k3-<id12>.tar.zst``: ``kimi-k3-<id12>.tar.zst.sbom.cdx.jsonl``."""
-    kind = document.name.split(".", 1)[1] if "." in document.name else document.name
-    return f"{archive}.{kind.removesuffix('.json')}.jsonl"
-
-
-def _carry_build_documents(
-    options: ExportOptions, info: ImageInfo, *, output: Path, name: str, report: Callable[[str], None]
-) -> tuple[Path, ...]:
-    """The build's SBOM, provenance and envelopes (as the build record of this image names them), beside
-    the archive: each the same JSON on one line, ``.jsonl``, so ``*.json`` there still finds only the
-    manifest. A document that is not JSON is refused (it is not one build wrote)."""
-    carried = []
-    for document in build_documents(options.record_path, image_id=info.identity, report=report):
-        try:
-            text = json.dumps(json.loads(document.read_bytes()), separators=(",", ":"), ensure_ascii=False) + "\n"
-        except ValueError as e:
-            msg = f"{document}: named by the build record {options.record_path} but not JSON ({e}); build again"
-            raise ImageBuildError(msg) from e
-        target = output / carried_name(name, document)
-        _write(target, text.encode("utf-8"))
-        carried.append(target)
-    if carried:
-        report(f"beside the archive: {', '.join(p.name for p in carried)}")
-    return tuple(carried)
-
-
 class _Counted:
     """The compressor's input, counted: the manifest declares it, and importers stop decompressing past it."""
 
@@ -398,8 +335,3 @@ class _SaveProgress:
             self._next_report = time.monotonic() + PROGRESS_EVERY_S
             verb = "saved" if self.source == "docker save" else "read"
             self._report(f"{self._name}: {self.saved / 1e9:.1f} GB {verb}, {self.written.size / 1e9:.1f} GB written")
-
-
-def _write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    with atomic_file(path, mode) as file:
-        file.write(data)

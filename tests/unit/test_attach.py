@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.distribute.archive_files import carried_name
 from imagebuild.distribute.attached import parse_reference
 from imagebuild.distribute.compression import Compression
-from imagebuild.distribute.export import ExportOptions, carried_name, export_image
+from imagebuild.distribute.export import ExportOptions, export_image
 from imagebuild.distribute.local_import import import_manifest
 from imagebuild.distribute.publish import PublishOptions, publish_image
 from imagebuild.distribute.referrers import (
