@@ -6,11 +6,8 @@
                        containerd image store (driver-type io.containerd.snapshotter.v1), the default of
                        fresh Docker Engine 29 installs; there an image's ID is its manifest digest
 
-The Docker 26 binaries come from trixie's `docker.io` and `containerd` packages, fetched with apt through a
-temporary sources list into the state dir (nothing is configured or installed on the host), each .deb
-checked here against the sha256 trixie's Packages index lists, and unpacked with `dpkg -x`. Their dockerd and
-containerd run on bookworm's glibc; trixie's runc needs glibc 2.38, so the private bin dir, first on the
-dockerd process's PATH, holds no runc and the shims find bookworm's /usr/sbin/runc.
+The Docker 26 binaries are trixie's docker.io and containerd packages, fetched and unpacked into the state
+dir by `trixie_dist` (nothing is installed on the host).
 
 Each Docker 26 engine is a NodeEngine (sampleworld/engines.py): its own data root, exec root, pid file,
 socket and bridge, and the containerd its dockerd starts keeps its state, root and socket under those.
@@ -28,7 +25,6 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
 import time
 import tomllib
 import urllib.parse
@@ -52,19 +48,8 @@ from sampleworld.engines import (
 )
 from sampleworld.errors import SampleWorldError
 from sampleworld.layout import DEFAULT_STATE_DIR, StateDir
+from sampleworld.trixie_dist import dist_dir, fetch
 
-SUITE = "trixie"
-MIRROR = "http://deb.debian.org/debian"
-PACKAGES = ("docker.io", "containerd")
-ARCH = "amd64"
-# What the private bin dir links, from the unpacked packages. Deliberately no runc (see the module doc).
-BINARIES = {
-    "dockerd": "usr/sbin/dockerd",
-    "docker-proxy": "usr/sbin/docker-proxy",
-    "containerd": "usr/bin/containerd",
-    "containerd-shim-runc-v2": "usr/bin/containerd-shim-runc-v2",
-    "ctr": "usr/bin/ctr",
-}
 MAIN_SOCKET = Path("/var/run/docker.sock")
 
 
@@ -107,21 +92,12 @@ def _state(state_dir: Path | None) -> StateDir:
     return StateDir((state_dir or DEFAULT_STATE_DIR).resolve())
 
 
-def engines_root(state: StateDir) -> Path:
-    return state.root / "engines"
-
-
-def dist_dir(state: StateDir) -> Path:
-    """Where the trixie packages are fetched and unpacked (shared by both Docker 26 engines)."""
-    return engines_root(state) / f"dist-{SUITE}"
-
-
 def docker26_engine(state: StateDir, spec: Docker26) -> NodeEngine:
     key = hashlib.sha256(f"{state.root}\0{spec.name}".encode()).hexdigest()[:12]
     bin_dir = dist_dir(state) / "bin"
     return NodeEngine(
         name=spec.name,
-        root=engines_root(state) / spec.name,
+        root=state.engines / spec.name,
         run_dir=RUN_ROOT / key,
         dockerd=str(bin_dir / "dockerd"),
         path_prefix=bin_dir,
@@ -133,141 +109,16 @@ def docker26_engine(state: StateDir, spec: Docker26) -> NodeEngine:
 @contextmanager
 def engines_lock(state: StateDir) -> Iterator[None]:
     """One engines up/down at a time per state dir (not the world's lock: the world may be busy)."""
-    engines_root(state).mkdir(parents=True, exist_ok=True)
-    with (engines_root(state) / "lock").open("w") as fh:
+    state.engines.mkdir(parents=True, exist_ok=True)
+    with (state.engines / "lock").open("w") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             log.info(
-                f"waiting for another sampleworld engines command holding {engines_root(state) / 'lock'}"
+                f"waiting for another sampleworld engines command holding {state.engines / 'lock'}"
             )
             fcntl.flock(fh, fcntl.LOCK_EX)
         yield
-
-
-# --- fetching trixie's packages -------------------------------------------------------------------------
-
-
-def _apt_options(dist: Path) -> list[str]:
-    apt = dist / "apt"
-    return [
-        "-o",
-        f"Dir::Etc::sourcelist={apt / 'sources.list'}",
-        "-o",
-        "Dir::Etc::sourceparts=-",
-        "-o",
-        f"Dir::State::Lists={apt / 'lists'}",
-        "-o",
-        f"Dir::Cache={apt / 'cache'}",  # not the host's pkgcache.bin
-        "-o",
-        "APT::Sandbox::User=root",  # the downloads land in a root-owned dir
-        "-q",
-    ]
-
-
-def parse_packages(text: str, wanted: tuple[str, ...], arch: str = ARCH) -> dict[str, dict[str, str]]:
-    """Package name -> its stanza's fields (Version, Filename, SHA256, Size, ...) in a Packages index."""
-    found: dict[str, dict[str, str]] = {}
-    for stanza in text.split("\n\n"):
-        fields: dict[str, str] = {}
-        key = ""
-        for line in stanza.splitlines():
-            if line[:1] in (" ", "\t"):
-                if key:
-                    fields[key] += "\n" + line.strip()
-                continue
-            key, _, value = line.partition(":")
-            fields[key] = value.strip()
-        name = fields.get("Package")
-        if name in wanted and fields.get("Architecture") in (arch, "all"):
-            found[name] = fields
-    missing = [name for name in wanted if name not in found]
-    if missing:
-        msg = f"trixie's Packages index lists no {', '.join(missing)} for {arch}"
-        raise SampleWorldError(msg)
-    return found
-
-
-def _packages_index(dist: Path) -> str:
-    lists = dist / "apt" / "lists"
-    found = sorted(lists.glob(f"*_dists_{SUITE}_main_binary-{ARCH}_Packages*"))
-    if not found:
-        msg = f"apt-get update left no {SUITE} main {ARCH} Packages index in {lists}"
-        raise SampleWorldError(msg)
-    # apt keeps the index compressed (.lz4, .gz, ...); its helper decompresses any of them.
-    return proc.run(["/usr/lib/apt/apt-helper", "cat-file", str(found[0])], timeout=120)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _marker(dist: Path) -> Path:
-    return dist / "root" / ".fetched.json"
-
-
-def fetched(state: StateDir) -> dict[str, dict[str, str]] | None:
-    """What the last fetch unpacked (package -> version, sha256, filename), when it is all there."""
-    dist = dist_dir(state)
-    try:
-        record: dict[str, dict[str, str]] = json.loads(_marker(dist).read_text())
-    except (OSError, ValueError):
-        return None
-    links_ok = all((dist / "bin" / name).resolve().is_file() for name in BINARIES)
-    return record if links_ok and set(record) == set(PACKAGES) else None
-
-
-def fetch(state: StateDir) -> dict[str, dict[str, str]]:
-    """trixie's docker.io and containerd, verified and unpacked into the state dir (once)."""
-    record = fetched(state)
-    if record is not None:
-        return record
-    dist = dist_dir(state)
-    apt = dist / "apt"
-    for path in (apt / "lists" / "partial", apt / "cache" / "archives" / "partial", dist / "debs"):
-        path.mkdir(parents=True, exist_ok=True)
-    (apt / "sources.list").write_text(f"deb {MIRROR} {SUITE} main\n")
-    options = _apt_options(dist)
-    with log.step(f"engines: apt-get update ({SUITE} main, private lists)"):
-        proc.run(["apt-get", *options, "update"], timeout=600)
-    index = parse_packages(_packages_index(dist), PACKAGES)
-    with log.step(f"engines: apt-get download {' '.join(f'{p}/{SUITE}' for p in PACKAGES)}"):
-        proc.run(["apt-get", *options, "download", *(f"{p}/{SUITE}" for p in PACKAGES)], cwd=dist / "debs")
-    record = {}
-    for name, fields in index.items():
-        deb = dist / "debs" / Path(fields["Filename"]).name
-        if not deb.is_file():
-            msg = f"apt-get download left no {deb.name} in {deb.parent}"
-            raise SampleWorldError(msg)
-        actual = _sha256(deb)
-        if actual != fields["SHA256"]:
-            deb.unlink()
-            msg = f"{deb.name}: sha256 {actual}, but trixie's Packages index lists {fields['SHA256']}"
-            raise SampleWorldError(msg)
-        record[name] = {"version": fields["Version"], "sha256": actual, "filename": deb.name}
-    root = dist / "root"
-    staging = dist / "root.partial"
-    for path in (root, staging):
-        if path.exists():
-            shutil.rmtree(path)
-    with log.step("engines: dpkg -x (not installed)"):
-        for fields in record.values():
-            proc.run(["dpkg", "-x", str(dist / "debs" / fields["filename"]), str(staging)], timeout=300)
-    staging.rename(root)
-    bin_dir = dist / "bin"
-    if bin_dir.exists():
-        shutil.rmtree(bin_dir)
-    bin_dir.mkdir()
-    for name, relative in BINARIES.items():
-        (bin_dir / name).symlink_to(root / relative)
-    _marker(dist).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    for fields in record.values():  # the unpacked tree is what runs; the .debs are not needed again
-        (dist / "debs" / fields["filename"]).unlink()
-    return record
 
 
 # --- the engines ----------------------------------------------------------------------------------------
@@ -367,7 +218,7 @@ def matrix(state_dir: Path | None = None, *, start: bool = True) -> list[MatrixE
 def disk_usage(state_dir: Path | None = None) -> dict[str, int]:
     """Bytes under the fetched packages and each engine's root (data root, config, log)."""
     state = _state(state_dir)
-    paths = {"dist": dist_dir(state), **{s.name: engines_root(state) / s.name for s in DOCKER26}}
+    paths = {"dist": dist_dir(state), **{s.name: state.engines / s.name for s in DOCKER26}}
     return {name: _du(path) for name, path in paths.items()}
 
 

@@ -134,6 +134,10 @@ class StateDir:
         return self.root / "build"
 
     @property
+    def engines(self) -> Path:  # the engine matrix's and Docker CE layout's engines, and trixie's packages
+        return self.root / "engines"
+
+    @property
     def pins(self) -> Path:
         return self.root / "pins.toml"
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sampleworld import log, proc
-from sampleworld.engine_matrix import dist_dir, engines_lock, engines_root, fetch
+from sampleworld.engine_matrix import engines_lock
 from sampleworld.engines import (
     RUN_ROOT,
     START_TIMEOUT_S,
@@ -36,6 +36,7 @@ from sampleworld.engines import (
 )
 from sampleworld.errors import SampleWorldError
 from sampleworld.layout import StateDir
+from sampleworld.trixie_dist import dist_dir, fetch
 
 NAME = "docker26-system-containerd"
 
@@ -82,7 +83,7 @@ class SystemContainerd:
 def layout(state: StateDir) -> tuple[SystemContainerd, NodeEngine]:
     """The containerd and the dockerd on it (neither started)."""
     key = hashlib.sha256(f"{state.root}\0{NAME}".encode()).hexdigest()[:12]
-    root, run_dir = engines_root(state) / NAME, RUN_ROOT / key
+    root, run_dir = state.engines / NAME, RUN_ROOT / key
     containerd = SystemContainerd(root=root / "containerd", run_dir=run_dir / "c")
     bin_dir = dist_dir(state) / "bin"
     config = {"containerd": str(containerd.socket), "features": {"containerd-snapshotter": True}}

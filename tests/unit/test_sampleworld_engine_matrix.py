@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from sampleworld import engine_matrix
-from sampleworld.engine_matrix import DOCKER26, ENGINE_NAMES, docker26_engine, parse_packages
+from sampleworld.engine_matrix import DOCKER26, ENGINE_NAMES, docker26_engine
 from sampleworld.errors import SampleWorldError
 from sampleworld.layout import StateDir
+from sampleworld.trixie_dist import BINARIES, dist_dir, parse_packages
 
 STATE = StateDir(Path("/state/.sampleworld"))
 
@@ -55,8 +56,8 @@ def test_a_package_missing_from_the_index_is_an_error() -> None:
 
 def test_the_private_bin_dir_has_no_runc() -> None:
     # trixie's runc needs glibc 2.38; the shims must find bookworm's /usr/sbin/runc.
-    assert "runc" not in engine_matrix.BINARIES
-    assert {"dockerd", "containerd", "containerd-shim-runc-v2"} <= set(engine_matrix.BINARIES)
+    assert "runc" not in BINARIES
+    assert {"dockerd", "containerd", "containerd-shim-runc-v2"} <= set(BINARIES)
 
 
 def test_each_engine_has_its_own_dirs_socket_and_bridge() -> None:
@@ -68,12 +69,12 @@ def test_each_engine_has_its_own_dirs_socket_and_bridge() -> None:
         assert len(engine.bridge) <= 15
         assert len(str(engine.socket)) < 100  # unix socket paths are limited
         argv = engine.argv(engine.storage_driver or "")
-        assert argv[0] == str(engine_matrix.dist_dir(STATE) / "bin" / "dockerd")
+        assert argv[0] == str(dist_dir(STATE) / "bin" / "dockerd")
         assert f"--bridge={engine.bridge}" in argv
         assert "--bridge=none" not in argv  # it deletes the host's docker0
         env = engine.env()
         assert env is not None
-        assert env["PATH"].startswith(f"{engine_matrix.dist_dir(STATE) / 'bin'}:")
+        assert env["PATH"].startswith(f"{dist_dir(STATE) / 'bin'}:")
 
 
 def test_overlay2_engine_names_its_driver_and_the_containerd_engine_the_snapshotter() -> None:
