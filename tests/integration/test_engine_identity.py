@@ -29,6 +29,7 @@ from imagebuild.project import find_project
 from imagebuild.render import RenderOptions, render_inputs
 from sampleworld.engine_matrix import MatrixEngine
 from sampleworld.world import World
+from tests.integration.engine_support import engine_at
 
 pytestmark = pytest.mark.docker
 
@@ -36,17 +37,6 @@ REPO = Path(__file__).resolve().parents[2]
 # Per checkout: several checkouts share the main engine, and a shared tag would be overwritten.
 CHECKOUT = hashlib.sha256(str(REPO).encode()).hexdigest()[:8]
 TAG = f"imagebuild-test/engines:gfx942-{CHECKOUT}"
-
-
-@contextlib.contextmanager
-def docker_host(engine: MatrixEngine) -> Iterator[DockerEngine]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DOCKER_HOST", engine.docker_host)
-        client = DockerEngine.from_env()
-        try:
-            yield client
-        finally:
-            client.close()
 
 
 def start_build(engine: MatrixEngine, pins: Path, where: Path) -> subprocess.Popen[bytes]:
@@ -120,7 +110,7 @@ def test_the_containerd_store_knows_the_image_by_the_manifest_imagebuild_loaded(
     # read from its content store's blobs, not from docker save
     assert (normalization["read_from"], normalization["fallback_reason"]) == ("content store", "")
     assert normalization["engine_id"] != record["image_id"]  # a manifest digest there, not the config's
-    with docker_host(engine_named(docker_engine_matrix, "docker26-containerd")) as engine:
+    with engine_at(engine_named(docker_engine_matrix, "docker26-containerd").docker_host) as engine:
         assert engine.inspect_image(TAG).id == normalization["engine_id"]  # the tag names what was loaded
         assert engine.inspect_image(TAG).layers == engine.inspect_image(str(normalization["engine_id"])).layers
 
@@ -152,7 +142,7 @@ def test_a_rebuild_on_the_containerd_store_takes_its_unchanged_layers_from_the_c
     record_path.write_text(json.dumps(record))
     inputs = find_project(REPO, locked_pins).load("gfx942")
     monkeypatch.setattr(DockerEngine, "save", _no_save)
-    with docker_host(engine_named(docker_engine_matrix, "docker26-containerd")) as engine:
+    with engine_at(engine_named(docker_engine_matrix, "docker26-containerd").docker_host) as engine:
         built = str(normalization["unnormalized_id"])
         plan = layer_plan(engine, built, inputs.pins.image(inputs.definition.base_pin).reference, render_inputs(inputs, RenderOptions()))
         result = normalize_image(engine, built, replace(plan, previous=previous_layers(record_path)), tmp_path)
@@ -184,7 +174,7 @@ def test_a_cache_over_the_normalised_layers_where_the_store_allows_it(
         result = json.loads(record.read_text())
         normalization = result["normalization"]
         assert result["image_id"] == builds["main"]["image_id"]
-        with docker_host(engine) as client:
+        with engine_at(engine.docker_host) as client:
             try:
                 cache = client.inspect_image(f"{tag}-cache")
                 if engine.kind == "containerd":
@@ -206,7 +196,7 @@ def test_verify_passes_on_the_engine_that_built_it(
     builds: dict[str, dict[str, object]], docker_engine_matrix: list[MatrixEngine], locked_pins: Path, name: str
 ) -> None:
     assert builds[name]["image_id"]
-    with docker_host(engine_named(docker_engine_matrix, name)), contextlib.chdir(REPO), pytest.MonkeyPatch.context() as patch:
+    with engine_at(engine_named(docker_engine_matrix, name).docker_host), contextlib.chdir(REPO), pytest.MonkeyPatch.context() as patch:
         patch.setattr(DockerEngine, "save", _no_save)  # its layer scan reads the engine's store
         assert main(["verify", TAG, "--pins", str(locked_pins)]) == 0
 
@@ -223,7 +213,7 @@ def exports(
     manifests: dict[str, dict[str, object]] = {}
     for name in ENGINES:
         output = tmp_path_factory.mktemp(f"export-{name}")
-        with docker_host(engine_named(docker_engine_matrix, name)), contextlib.chdir(REPO), pytest.MonkeyPatch.context() as patch:
+        with engine_at(engine_named(docker_engine_matrix, name).docker_host), contextlib.chdir(REPO), pytest.MonkeyPatch.context() as patch:
             patch.setattr(DockerEngine, "save", _no_save)
             assert main(["export", str(builds[name]["tag"]), "-o", str(output)]) == 0
         (path,) = output.glob("*.json")
@@ -277,14 +267,14 @@ def test_an_archive_exported_on_one_engine_imports_verified_on_every_other(
         assert "verified and loaded" in run.stderr
         said = run.stderr
     else:
-        with docker_host(node), contextlib.chdir(REPO):
+        with engine_at(node.docker_host), contextlib.chdir(REPO):
             assert main(["import", str(manifest["path"]), "--json"]) == 0
         captured = capsys.readouterr()
         document, said = json.loads(captured.out), captured.err
         assert (document["image_id"], document["engine_id"], document["already_present"]) == (identity, expected, False)
     # A graph-driver node holds the sample base (it built the image): those layers' files are not sent.
     assert ("layers are in the engine already: read and hashed, not sent" in said) == (node.kind != "containerd"), said
-    with docker_host(node) as engine:
+    with engine_at(node.docker_host) as engine:
         loaded = engine.inspect_image(expected)
         assert (loaded.id, loaded.identity) == (expected, identity)
         assert set(manifest["repo_tags"]) <= set(loaded.tags)  # tagged after the check
@@ -304,7 +294,7 @@ def test_a_digest_published_from_one_engine_pulls_as_the_same_image_on_another(
 ) -> None:
     repository = f"{sample_world.registry}/imagebuild-test-engines/{source}"
     capsys.readouterr()
-    with docker_host(engine_named(docker_engine_matrix, source)), contextlib.chdir(REPO):
+    with engine_at(engine_named(docker_engine_matrix, source).docker_host), contextlib.chdir(REPO):
         assert main(["publish", str(builds[source]["tag"]), "-t", repository, "--json"]) == 0
     published = json.loads(capsys.readouterr().out)
     assert published["image_id"] == builds["main"]["image_id"]  # the identity, from either store
@@ -312,7 +302,7 @@ def test_a_digest_published_from_one_engine_pulls_as_the_same_image_on_another(
     # The image the pull must make: on a graph-driver store by its identity (removed first, so the
     # layers really come from the registry), on the containerd store by the published manifest.
     tags = evict(node, published["digest"] if node.kind == "containerd" else published["image_id"])
-    with docker_host(node) as engine:
+    with engine_at(node.docker_host) as engine:
         pulled = engine.inspect_image(engine.pull(published["reference"]))
         for name in tags:
             engine.tag(pulled.id, name)

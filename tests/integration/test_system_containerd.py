@@ -26,6 +26,7 @@ from sampleworld.engines import NodeEngine
 from sampleworld.layout import StateDir
 from sampleworld.pytest_plugin import sample_world_state_dir
 from sampleworld.system_containerd import layout
+from tests.integration.engine_support import engine_at
 
 pytestmark = pytest.mark.docker
 
@@ -35,13 +36,9 @@ DOCKERFILE = "FROM scratch\nCOPY a /a\nCOPY b /d/b\n"
 
 
 @pytest.fixture
-def engine(system_containerd_engine: NodeEngine, monkeypatch: pytest.MonkeyPatch) -> Iterator[DockerEngine]:
-    monkeypatch.setenv("DOCKER_HOST", system_containerd_engine.host)
-    client = DockerEngine.from_env()
-    try:
+def engine(system_containerd_engine: NodeEngine) -> Iterator[DockerEngine]:
+    with engine_at(system_containerd_engine.host) as client:
         yield client
-    finally:
-        client.close()
 
 
 def test_the_identity_and_the_layers_come_from_the_system_containerd_s_content_store(
