@@ -1,28 +1,25 @@
-"""Where the Docker engine is: the docker context's endpoint, and an address checked before connecting."""
+"""Where the Docker engine is: found as the docker CLI finds it, and an address checked before connecting."""
 
 from __future__ import annotations
 
-import os
-
 import docker.errors
+import docker.tls
 import docker.utils
-from docker.context import ContextAPI
 
 from imagebuild.engine.unreachable import ADDRESS_FORMS
 from imagebuild.errors import ConfigError
+from imagebuild.importer.docker_context import ContextError, Endpoint, Tls, engine_endpoint
 from imagebuild.launcher.text import shown, text_problem
 
 
-def context_host() -> str | None:
-    """The endpoint of the current docker context, when DOCKER_HOST is unset."""
-    if os.environ.get("DOCKER_HOST"):
-        return None
+def docker_endpoint() -> Endpoint:
+    """DOCKER_HOST, else the docker context (DOCKER_CONTEXT, else the config's current one), else the
+    default socket: the engine `docker` itself would use here, and the shipped importer too (its
+    ``docker_context``), not docker-py's reading, which ignores DOCKER_CONTEXT."""
     try:
-        context = ContextAPI.get_current_context()
-    except Exception:  # a broken ~/.docker must not hide the real error below
-        return None
-    host = context.Host if context is not None else None
-    return str(host) if host else None
+        return engine_endpoint()
+    except ContextError as e:
+        raise ConfigError(str(e)) from None
 
 
 def check_address(address: str, source: str) -> None:
@@ -36,4 +33,16 @@ def check_address(address: str, source: str) -> None:
     except (docker.errors.DockerException, ValueError) as e:
         detail = "a port is required" if "port is required" in str(e) else "not understood"
         msg = f"{source} = {address!r} is not a Docker engine address ({detail}); use {ADDRESS_FORMS}"
+        raise ConfigError(msg) from e
+
+
+def context_tls(tls: Tls | None) -> docker.tls.TLSConfig | bool:
+    """docker-py's TLS for a docker context's endpoint: its files, verified unless it says SkipTLSVerify."""
+    if tls is None:
+        return False
+    client_cert = (str(tls.cert), str(tls.key)) if tls.cert and tls.key else None
+    try:
+        return docker.tls.TLSConfig(client_cert=client_cert, ca_cert=str(tls.ca) if tls.ca else None, verify=tls.verify)
+    except docker.errors.TLSParameterError as e:
+        msg = f"the docker context's TLS files: {e}; recreate the context, or set DOCKER_HOST"
         raise ConfigError(msg) from e

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -28,7 +27,7 @@ import urllib3
 
 import docker
 from imagebuild.engine import containerd_store
-from imagebuild.engine.address import check_address, context_host
+from imagebuild.engine.address import check_address, context_tls, docker_endpoint
 from imagebuild.engine.credentials import credentials_for, registry_failure
 from imagebuild.engine.interface import (  # fmt: skip
     GRAPH_DRIVER,
@@ -47,7 +46,7 @@ from imagebuild.engine.interface import (  # fmt: skip
 )
 from imagebuild.engine.overlay2_store import stored_image
 from imagebuild.engine.store_kind import api_version_problem, engine_store
-from imagebuild.engine.unreachable import DEFAULT_SOCKET, plain_reason, probe, unreachable
+from imagebuild.engine.unreachable import plain_reason, probe, unreachable
 from imagebuild.errors import EngineError, UnknownImageError
 from imagebuild.importer.docker_api import loaded_images, stream_error, tag_table
 from imagebuild.importer.held_layers import chains_of
@@ -68,9 +67,9 @@ class DockerEngine(Engine):
 
     @classmethod
     def from_env(cls, timeout: int = 600) -> DockerEngine:
-        host = context_host()
-        address = os.environ.get("DOCKER_HOST") or host or f"unix://{DEFAULT_SOCKET}"
-        check_address(address, "DOCKER_HOST" if os.environ.get("DOCKER_HOST") else "the docker context")
+        endpoint = docker_endpoint()
+        address = endpoint.host
+        check_address(address, endpoint.source)
         try:
             probe(address, PROBE_TIMEOUT_S)
         except OSError as e:
@@ -79,9 +78,9 @@ class DockerEngine(Engine):
             # Creating the client asks the engine for its API version (GET /version):
             # that request is the reachability check, so no separate ping.
             client = (
-                docker.DockerClient(base_url=host, timeout=timeout)
-                if host
-                else docker.from_env(timeout=timeout)
+                docker.DockerClient(base_url=address, timeout=timeout, tls=context_tls(endpoint.tls))
+                if endpoint.context
+                else docker.from_env(timeout=timeout)  # DOCKER_HOST and its TLS variables, or the default socket
             )
         except docker.errors.DockerException as e:
             if "paramiko" in str(e):

@@ -44,6 +44,7 @@ from imagebuild.engine.store_kind import api_version_problem, engine_store
 from imagebuild.engine.unreachable import DEFAULT_SOCKET, plain_reason, probe, unreachable
 from imagebuild.errors import EngineError, UnknownImageError
 from imagebuild.importer.docker_api import response_error
+from imagebuild.importer.docker_context import ContextError, engine_endpoint
 from imagebuild.importer.socket_engine import UnixConnection
 from imagebuild.launcher.text import control_character
 
@@ -56,8 +57,8 @@ REQUEST_KEYS = ("auths", "credsStore", "credHelpers", "proxies")
 def plain_socket() -> str | None:
     """The engine's unix socket when docker-py would send a build there exactly as HttpEngine does, else None.
 
-    DOCKER_HOST ``unix:///PATH`` (or unset, with no current docker context: the default socket), and a
-    docker config (DOCKER_CONFIG, else ~/.docker) without credentials, proxies or a context.
+    DOCKER_HOST ``unix:///PATH`` (or unset, with no docker context: the default socket), and a docker
+    config (DOCKER_CONFIG, else ~/.docker) without credentials or proxies.
     """
     host = os.environ.get("DOCKER_HOST")
     if host:
@@ -74,8 +75,12 @@ def plain_socket() -> str | None:
         return None  # unreadable: docker-py's (credentials.check_config_file names it)
     if not isinstance(config, dict) or any(config.get(key) for key in REQUEST_KEYS):
         return None
-    if not host and config.get("currentContext", "default") != "default":
-        return None
+    if not host:
+        try:
+            if engine_endpoint().context:  # DOCKER_CONTEXT or the config's current one
+                return None
+        except ContextError:
+            return None  # DockerEngine says why
     return host.partition("://")[2] if host else DEFAULT_SOCKET
 
 

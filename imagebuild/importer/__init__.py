@@ -18,6 +18,7 @@ held_layers    which layer files the engine holds already (by chain ID): read an
 tag_guard      the second line: any tag a load still created or moved, undone
 text           values from a manifest or an engine, escaped for a terminal
 docker_api     the engine API's load and error messages, as both engines read them
-socket_engine  SocketEngine: the engine API over DOCKER_HOST with http.client
+docker_context which engine `docker` uses: DOCKER_HOST, else DOCKER_CONTEXT, else the config's current context
+socket_engine  SocketEngine: the engine API over that address with http.client
 cli            main(): what the shipped zipapp runs
 """

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         "--runtime",
         choices=("docker", "podman"),
         default="docker",
-        help="docker: stream into the Docker engine at DOCKER_HOST (default); podman: check, then `podman load`",
+        help="docker: stream into the Docker engine `docker` uses (DOCKER_HOST, else the docker context; the default); podman: check, then `podman load`",
     )
     args = parser.parse_args(argv)
 

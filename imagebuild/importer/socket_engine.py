@@ -1,6 +1,7 @@
-"""The Docker engine API over DOCKER_HOST with http.client: the engine of nodes without imagebuild.
+"""The Docker engine API with http.client: the engine of nodes without imagebuild.
 
-unix:// or tcp:// (TLS from DOCKER_TLS_VERIFY and DOCKER_CERT_PATH), default /var/run/docker.sock.
+The engine is the one the docker CLI uses (``docker_context``: DOCKER_HOST, else the docker context),
+unix:// or tcp:// (TLS from DOCKER_TLS_VERIFY and DOCKER_CERT_PATH, or from the context's files).
 It talks to the engine itself rather than running the docker CLI, so it needs no CLI on the node and
 reports the engine's own error messages.
 """
@@ -10,11 +11,9 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import socket
 import ssl
 import urllib.parse
-from pathlib import Path
 from typing import Any, Iterable
 
 from .docker_api import (
@@ -24,31 +23,34 @@ from .docker_api import (
     stream_error,
     tag_table,
 )
-from .failures import EngineUnavailable
+from .docker_context import ContextError, Tls, engine_endpoint
+from .failures import BadInput, EngineUnavailable
 from .held_layers import chains_of
 
 
 class SocketEngine:
     """The engine calls the importer makes (``verified_load.ImportEngine``), and nothing else."""
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, *, source: str = "DOCKER_HOST", tls: Tls | None = None) -> None:
         self.address = host
+        self._named = "" if source == "DOCKER_HOST" else f", {source}"  # messages name a context
         url = urllib.parse.urlsplit(host)
         self._unix = url.path if url.scheme == "unix" else None
         self._netloc = url.netloc if url.scheme == "tcp" else None
         if self._unix is None and self._netloc is None:
-            msg = f"DOCKER_HOST={host}: only unix:// and tcp:// engines are supported here"
+            msg = f"{source}: {host}: only unix:// and tcp:// engines are supported here"
             raise EngineUnavailable(msg)
-        self._tls: ssl.SSLContext | None = None
-        if url.scheme == "tcp" and os.environ.get("DOCKER_TLS_VERIFY"):
-            certs = Path(os.environ.get("DOCKER_CERT_PATH") or Path.home() / ".docker")
-            self._tls = ssl.create_default_context(cafile=str(certs / "ca.pem"))
-            self._tls.load_cert_chain(str(certs / "cert.pem"), str(certs / "key.pem"))
+        self._tls = _tls_context(tls, source) if tls is not None and self._netloc is not None else None
         self.ids_are_manifests = names_images_by_manifest(self._json("/info", "report how it stores images"))
 
     @classmethod
     def from_env(cls) -> SocketEngine:
-        return cls(os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
+        """The engine `docker` uses here: DOCKER_HOST, else the docker context, else the default socket."""
+        try:
+            endpoint = engine_endpoint()
+        except ContextError as e:  # named but unusable: bad input, as in imagebuild
+            raise BadInput(str(e)) from None
+        return cls(endpoint.host, source=endpoint.source, tls=endpoint.tls)
 
     def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
         if self._unix is not None:
@@ -72,8 +74,8 @@ class SocketEngine:
             return response.status, response.read()
         except (OSError, http.client.HTTPException) as e:
             msg = (
-                f"the Docker engine at {self.address} did not answer {method} {path.split('?', maxsplit=1)[0]} ({e or type(e).__name__}); "
-                "start docker on this node, or point DOCKER_HOST at its engine"
+                f"the Docker engine at {self.address}{self._named} did not answer {method} {path.split('?', maxsplit=1)[0]} "
+                f"({e or type(e).__name__}); start docker on this node, or point DOCKER_HOST at its engine"
             )
             raise EngineUnavailable(msg) from None
         finally:
@@ -169,3 +171,19 @@ class UnixConnection(http.client.HTTPConnection):
             sock.close()
             raise
         self.sock = sock
+
+
+def _tls_context(tls: Tls, source: str) -> ssl.SSLContext:
+    """The client's TLS as the docker CLI sets it up: the CA given (else the system's), the client
+    certificate when there is one, and no verification only when the context says SkipTLSVerify."""
+    try:
+        context = ssl.create_default_context(cafile=str(tls.ca) if tls.ca else None)
+        if not tls.verify:
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        if tls.cert is not None:
+            context.load_cert_chain(str(tls.cert), str(tls.key) if tls.key else None)
+    except (OSError, ssl.SSLError) as e:
+        files = ", ".join(str(path) for path in (tls.ca, tls.cert, tls.key) if path is not None)
+        msg = f"{source}: cannot use its TLS files ({files}): {getattr(e, 'strerror', None) or e}; fix them or point DOCKER_HOST elsewhere"
+        raise BadInput(msg) from None
+    return context
