@@ -21,7 +21,7 @@ import pytest
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.engine.http_api import HttpEngine
-from imagebuild.errors import ConfigError
+from imagebuild.errors import ConfigError, EngineError
 from imagebuild.importer.docker_context import DEFAULT_HOST, ContextError, engine_endpoint
 from imagebuild.importer.failures import BadInput
 from imagebuild.importer.socket_engine import SocketEngine
@@ -198,3 +198,14 @@ def test_unusable_tls_files_are_one_line_in_the_importer(config: Path, monkeypat
     monkeypatch.setenv("DOCKER_CONTEXT", "remote")
     with pytest.raises(BadInput, match=r'docker context "remote" \(DOCKER_CONTEXT\): cannot use its TLS files \(.*ca.pem\)'):
         SocketEngine.from_env()
+
+
+def test_an_unreachable_context_engine_is_said_with_the_context_that_named_it(config: Path, tmp_path: Path) -> None:
+    add_context(config, "rootless", f"unix://{tmp_path}/gone.sock")
+    use_context(config, "rootless")
+    with pytest.raises(EngineError) as error:
+        HttpEngine.from_env()
+    assert str(error.value).startswith(f"no Docker socket at {tmp_path}/gone.sock: start the engine")
+    assert str(error.value).endswith(
+        f'; the address is the one docker context "rootless" (currentContext in {config / "config.json"}) names'
+    )
