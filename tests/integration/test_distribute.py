@@ -133,6 +133,36 @@ def test_the_shipped_importer_loads_verifies_and_tags_on_a_fresh_engine_with_pyt
     assert "already present" in again.stderr
 
 
+def test_the_docker_context_is_the_engine_both_importers_load_into(
+    built: dict[str, object], exported: Path, node: NodeEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on a node set up for rootless Docker: DOCKER_HOST unset, a context made current by the docker
+    CLI, and another engine (the machine's, which has the image) on the default socket."""
+    config = tmp_path / "docker-config"
+    cli_env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "DOCKER_CONFIG": str(config)}
+    for argv in (["context", "create", "node", "--docker", f"host={node.host}"], ["context", "use", "node"]):
+        made = subprocess.run(["docker", *argv], env=cli_env, capture_output=True, text=True, check=False)
+        assert made.returncode == 0, made.stderr
+    importer = [sys.executable, str(exported.parent / "imagebuild-import.pyz"), str(exported)]
+    _forget(node, str(built["image_id"]))
+    done = subprocess.run(importer, env=cli_env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "verified and loaded" in done.stderr  # not "already present": the default socket's engine has it
+    seen = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", IMAGE], env=cli_env, capture_output=True, text=True, check=False)
+    assert seen.stdout.strip() == built["image_id"], seen.stderr  # what `docker run` in the job will find
+
+    _forget(node, str(built["image_id"]))
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    monkeypatch.setenv("DOCKER_CONTEXT", "node")
+    assert main(["import", str(exported)]) == 0
+    assert _docker(node.host, "image", "inspect", "--format", "{{.Id}}", IMAGE).stdout.strip() == built["image_id"]
+    # DOCKER_CONTEXT over the config's current context, as the CLI: the default socket's engine has it.
+    again = subprocess.run(importer, env={**cli_env, "DOCKER_CONTEXT": "default"}, capture_output=True, text=True, check=False)
+    assert again.returncode == 0, again.stderr
+    assert "already present" in again.stderr
+
+
 def test_imagebuild_import_of_an_uncompressed_archive_on_a_fresh_engine(
     built: dict[str, object], node: NodeEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
