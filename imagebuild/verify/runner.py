@@ -8,8 +8,9 @@ command as ``docker exec CONTAINER /bin/sh -c ...`` with the ``docker`` CLI:
 outside the Engine interface, because testinfra talks to hosts only through
 its own backends and a subprocess cannot be handed a Python engine object. So
 verify needs the ``docker`` CLI on PATH, and it reaches the same engine as
-imagebuild because both take it from the same environment (DOCKER_HOST, else
-the current docker context, else /var/run/docker.sock).
+imagebuild because both find it as the CLI does (DOCKER_HOST, else the context
+DOCKER_CONTEXT names, else the config's current one, else /var/run/docker.sock:
+``imagebuild.importer.docker_context``).
 """
 
 from __future__ import annotations
