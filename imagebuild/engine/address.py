@@ -22,11 +22,6 @@ def docker_endpoint() -> Endpoint:
         raise ConfigError(str(e)) from None
 
 
-def from_context(endpoint: Endpoint) -> str:
-    """What an unreachable-engine message adds when a docker context chose the address: which one."""
-    return f"; the address is the one {endpoint.source} names" if endpoint.context else ""
-
-
 def check_address(address: str, source: str) -> None:
     """A malformed address is bad input, not a missing engine: said before anything connects."""
     problem = text_problem(address)

@@ -27,7 +27,7 @@ import urllib3
 
 import docker
 from imagebuild.engine import containerd_store
-from imagebuild.engine.address import check_address, context_tls, docker_endpoint, from_context
+from imagebuild.engine.address import check_address, context_tls, docker_endpoint
 from imagebuild.engine.credentials import credentials_for, registry_failure
 from imagebuild.engine.interface import (  # fmt: skip
     GRAPH_DRIVER,
@@ -73,7 +73,7 @@ class DockerEngine(Engine):
         try:
             probe(address, PROBE_TIMEOUT_S)
         except OSError as e:
-            raise EngineError(unreachable(address, e) + from_context(endpoint)) from e
+            raise EngineError(unreachable(address, e) + endpoint.chosen) from e
         try:
             # Creating the client asks the engine for its API version (GET /version):
             # that request is the reachability check, so no separate ping.
@@ -89,7 +89,7 @@ class DockerEngine(Engine):
                     "or forward the engine's socket with ssh -L and point DOCKER_HOST at the local end"
                 )
                 raise EngineError(msg) from e
-            raise EngineError(unreachable(address, e) + from_context(endpoint)) from e
+            raise EngineError(unreachable(address, e) + endpoint.chosen) from e
         problem = api_version_problem(address, str(client.api.api_version))  # negotiated: the engine's own
         if problem is not None:
             client.close()

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 DEFAULT_CONTEXT = "default"
+DEFAULT_SOURCE = "the default socket"
 TLS_FILES = ("ca.pem", "cert.pem", "key.pem")
 
 
@@ -44,13 +45,14 @@ class Tls:
 @dataclass(frozen=True)
 class Endpoint:
     host: str
-    source: str  # what chose it, for messages: DOCKER_HOST, docker context "rootless" (DOCKER_CONTEXT), ...
+    source: str  # what chose it: DOCKER_HOST, docker context "rootless", from DOCKER_CONTEXT, ...
     tls: Tls | None = None
     context: str = ""  # the docker context's name, when one chose it
 
     @property
-    def from_docker_host(self) -> bool:
-        return self.source == "DOCKER_HOST"
+    def chosen(self) -> str:
+        """What a message about this address adds: what chose it, unless DOCKER_HOST or the plain default did."""
+        return "" if self.source in ("DOCKER_HOST", DEFAULT_SOURCE) else f" ({self.source})"
 
 
 def config_dir(environ: Mapping[str, str]) -> Path:
@@ -68,8 +70,7 @@ def engine_endpoint(environ: Mapping[str, str] | None = None) -> Endpoint:
     directory = config_dir(env)
     name, chosen_by, unread = _context_name(env, directory)
     if name == DEFAULT_CONTEXT:
-        source = "the default socket" + (f" ({unread})" if unread else "")
-        return Endpoint(host=DEFAULT_HOST, source=source)
+        return Endpoint(host=DEFAULT_HOST, source=f"{DEFAULT_SOURCE}, {unread}" if unread else DEFAULT_SOURCE)
     return _context_endpoint(directory, name, chosen_by)
 
 
@@ -86,7 +87,7 @@ def _context_name(env: Mapping[str, str], directory: Path) -> tuple[str, str, st
     """(the context's name, what named it, why the config was not read or "")."""
     named = env.get("DOCKER_CONTEXT")
     if named:
-        return named, "DOCKER_CONTEXT", ""
+        return named, "from DOCKER_CONTEXT", ""
     config_file = directory / "config.json"
     try:
         config: Any = json.loads(config_file.read_bytes())
@@ -97,17 +98,17 @@ def _context_name(env: Mapping[str, str], directory: Path) -> tuple[str, str, st
     current = config.get("currentContext") if isinstance(config, dict) else None
     if not isinstance(current, str) or not current:
         return DEFAULT_CONTEXT, "", ""
-    return current, f"currentContext in {config_file}", ""
+    return current, f"the current one in {config_file}", ""
 
 
 def _context_endpoint(directory: Path, name: str, chosen_by: str) -> Endpoint:
     context_id = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()
     meta_file = directory / "contexts" / "meta" / context_id / "meta.json"
-    described = f"docker context {json.dumps(name)} ({chosen_by})"
+    described = f"docker context {json.dumps(name)}, {chosen_by}"
     try:
         meta: Any = json.loads(meta_file.read_bytes())
     except FileNotFoundError:
-        msg = f"{described} does not exist (no {meta_file}); `docker context ls` lists the contexts, or set DOCKER_HOST"
+        msg = f"{described}, does not exist (no {meta_file}); `docker context ls` lists the contexts, or set DOCKER_HOST"
         raise ContextError(msg) from None
     except (OSError, ValueError) as e:
         msg = f"{described}: cannot read {meta_file} ({getattr(e, 'strerror', None) or e}); recreate the context, or set DOCKER_HOST"

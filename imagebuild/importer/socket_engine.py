@@ -31,14 +31,16 @@ from .held_layers import chains_of
 class SocketEngine:
     """The engine calls the importer makes (``verified_load.ImportEngine``), and nothing else."""
 
-    def __init__(self, host: str, *, source: str = "DOCKER_HOST", tls: Tls | None = None) -> None:
+    def __init__(self, host: str, *, source: str = "DOCKER_HOST", chosen: str = "", tls: Tls | None = None) -> None:
         self.address = host
-        self._named = "" if source == "DOCKER_HOST" else f", {source}"  # messages name a context
+        self._chosen = chosen  # what chose the address, for a message about it (Endpoint.chosen)
         url = urllib.parse.urlsplit(host)
         self._unix = url.path if url.scheme == "unix" else None
         self._netloc = url.netloc if url.scheme == "tcp" else None
         if self._unix is None and self._netloc is None:
-            msg = f"{source}: {host}: only unix:// and tcp:// engines are supported here"
+            msg = f"{source}={host}: only unix:// and tcp:// engines are supported here" if source == "DOCKER_HOST" else (
+                f"{host}{chosen}: only unix:// and tcp:// engines are supported here"
+            )
             raise EngineUnavailable(msg)
         self._tls = _tls_context(tls, source) if tls is not None and self._netloc is not None else None
         self.ids_are_manifests = names_images_by_manifest(self._json("/info", "report how it stores images"))
@@ -50,7 +52,7 @@ class SocketEngine:
             endpoint = engine_endpoint()
         except ContextError as e:  # named but unusable: bad input, as in imagebuild
             raise BadInput(str(e)) from None
-        return cls(endpoint.host, source=endpoint.source, tls=endpoint.tls)
+        return cls(endpoint.host, source=endpoint.source, chosen=endpoint.chosen, tls=endpoint.tls)
 
     def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
         if self._unix is not None:
@@ -74,7 +76,7 @@ class SocketEngine:
             return response.status, response.read()
         except (OSError, http.client.HTTPException) as e:
             msg = (
-                f"the Docker engine at {self.address}{self._named} did not answer {method} {path.split('?', maxsplit=1)[0]} "
+                f"the Docker engine at {self.address}{self._chosen} did not answer {method} {path.split('?', maxsplit=1)[0]} "
                 f"({e or type(e).__name__}); start docker on this node, or point DOCKER_HOST at its engine"
             )
             raise EngineUnavailable(msg) from None

@@ -66,11 +66,11 @@ def test_docker_host_wins_then_docker_context_then_the_current_context(config: P
     use_context(config, "rootless")
     endpoint = engine_endpoint()
     assert (endpoint.host, endpoint.context) == ("unix:///run/user/1000/docker.sock", "rootless")
-    assert endpoint.source == f'docker context "rootless" (currentContext in {config / "config.json"})'
+    assert endpoint.source == f'docker context "rootless", the current one in {config / "config.json"}'
     monkeypatch.setenv("DOCKER_CONTEXT", "node")
-    assert (engine_endpoint().host, engine_endpoint().source) == ("unix:///run/node.sock", 'docker context "node" (DOCKER_CONTEXT)')
+    assert (engine_endpoint().host, engine_endpoint().source) == ("unix:///run/node.sock", 'docker context "node", from DOCKER_CONTEXT')
     monkeypatch.setenv("DOCKER_HOST", "unix:///run/mine.sock")  # as the CLI: DOCKER_HOST over any context
-    assert (engine_endpoint().host, engine_endpoint().context, engine_endpoint().from_docker_host) == ("unix:///run/mine.sock", "", True)
+    assert (engine_endpoint().host, engine_endpoint().context, engine_endpoint().source) == ("unix:///run/mine.sock", "", "DOCKER_HOST")
 
 
 def test_the_default_context_is_the_default_socket(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,7 +84,8 @@ def test_a_config_the_cli_cannot_parse_leaves_the_default_socket_and_says_so(con
     (config / "config.json").write_text("{not json")
     endpoint = engine_endpoint()
     assert endpoint.host == DEFAULT_HOST
-    assert endpoint.source.startswith(f"the default socket ({config / 'config.json'} not read: ")
+    assert endpoint.source.startswith(f"the default socket, {config / 'config.json'} not read: ")
+    assert endpoint.chosen == f" ({endpoint.source})"  # what an unreachable engine's message adds
 
 
 @pytest.mark.parametrize("named_by", ["DOCKER_CONTEXT", "config"])
@@ -96,9 +97,9 @@ def test_a_context_that_does_not_exist_is_named_with_its_file(config: Path, monk
     with pytest.raises(ContextError) as error:
         engine_endpoint()
     meta = config / "contexts" / "meta" / hashlib.sha256(b"gone").hexdigest() / "meta.json"
-    by = "DOCKER_CONTEXT" if named_by == "DOCKER_CONTEXT" else f"currentContext in {config / 'config.json'}"
+    by = "from DOCKER_CONTEXT" if named_by == "DOCKER_CONTEXT" else f"the current one in {config / 'config.json'}"
     assert str(error.value) == (
-        f'docker context "gone" ({by}) does not exist (no {meta}); `docker context ls` lists the contexts, or set DOCKER_HOST'
+        f'docker context "gone", {by}, does not exist (no {meta}); `docker context ls` lists the contexts, or set DOCKER_HOST'
     )
 
 
@@ -107,7 +108,7 @@ def test_a_context_without_a_docker_endpoint_is_refused(config: Path, monkeypatc
     meta.mkdir(parents=True)
     (meta / "meta.json").write_text('{"Name":"k8s","Metadata":{},"Endpoints":{"kubernetes":{}}}')
     monkeypatch.setenv("DOCKER_CONTEXT", "k8s")
-    with pytest.raises(ContextError, match=r'docker context "k8s" \(DOCKER_CONTEXT\): .*meta.json names no docker endpoint host'):
+    with pytest.raises(ContextError, match=r'docker context "k8s", from DOCKER_CONTEXT: .*meta.json names no docker endpoint host'):
         engine_endpoint()
 
 
@@ -182,13 +183,13 @@ def test_a_missing_context_is_bad_input_in_imagebuild_and_in_the_importer(
     config: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("DOCKER_CONTEXT", "gone")
-    with pytest.raises(BadInput, match='docker context "gone" \\(DOCKER_CONTEXT\\) does not exist'):
+    with pytest.raises(BadInput, match='docker context "gone", from DOCKER_CONTEXT, does not exist'):
         SocketEngine.from_env()
-    with pytest.raises(ConfigError, match='docker context "gone" \\(DOCKER_CONTEXT\\) does not exist'):
+    with pytest.raises(ConfigError, match='docker context "gone", from DOCKER_CONTEXT, does not exist'):
         HttpEngine.from_env()
     assert main(["diff", "sha256:" + "1" * 64, "sha256:" + "2" * 64]) == 2
     err = capsys.readouterr().err
-    assert err.startswith('imagebuild: error: docker context "gone" (DOCKER_CONTEXT) does not exist')
+    assert err.startswith('imagebuild: error: docker context "gone", from DOCKER_CONTEXT, does not exist')
     assert "Traceback" not in err
     assert err.count("\n") == 1
 
@@ -196,7 +197,7 @@ def test_a_missing_context_is_bad_input_in_imagebuild_and_in_the_importer(
 def test_unusable_tls_files_are_one_line_in_the_importer(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     add_context(config, "remote", "tcp://127.0.0.1:9", tls=("ca.pem",))  # not a certificate
     monkeypatch.setenv("DOCKER_CONTEXT", "remote")
-    with pytest.raises(BadInput, match=r'docker context "remote" \(DOCKER_CONTEXT\): cannot use its TLS files \(.*ca.pem\)'):
+    with pytest.raises(BadInput, match=r'docker context "remote", from DOCKER_CONTEXT: cannot use its TLS files \(.*ca.pem\)'):
         SocketEngine.from_env()
 
 
@@ -206,6 +207,4 @@ def test_an_unreachable_context_engine_is_said_with_the_context_that_named_it(co
     with pytest.raises(EngineError) as error:
         HttpEngine.from_env()
     assert str(error.value).startswith(f"no Docker socket at {tmp_path}/gone.sock: start the engine")
-    assert str(error.value).endswith(
-        f'; the address is the one docker context "rootless" (currentContext in {config / "config.json"}) names'
-    )
+    assert str(error.value).endswith(f' (docker context "rootless", the current one in {config / "config.json"})')
