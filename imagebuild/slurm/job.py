@@ -49,7 +49,9 @@ DEFAULT_SHM_SIZE = "256g"
 DEFAULT_ULIMITS = (("nofile", "524288:524288"), ("memlock", "-1:-1"))
 # Each node's host directory for the JIT caches, keyed by the image (kernels built against one image's
 # libraries are stale for another): mounted over the image's cache dirs so a job does not start cold.
-DEFAULT_JIT_CACHE_ROOT = "/var/tmp/imagebuild-jit-cache"
+# One per user ($UID is bash's, on the node): a directory another user made there is not writable, and
+# kernels another user compiled are not to be run. The script makes it 0700 and refuses one not the user's.
+DEFAULT_JIT_CACHE_ROOT = "/var/tmp/imagebuild-jit-cache-$UID"
 # Host RDMA userspace libraries mounted over the image's copies so they match the host's driver
 # (the reference's list): Debian/Ubuntu locations; each one is mounted only where it is a regular file.
 DEFAULT_RDMA_LIBS = (

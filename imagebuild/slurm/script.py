@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from imagebuild.inputs.layout import LAUNCHER, LOG_MOUNT, MODEL_MOUNT
 from imagebuild.launcher.sentinel import SENTINEL_NAME
-from imagebuild.slurm.job import Job
+from imagebuild.slurm.job import DEFAULT_JIT_CACHE_ROOT, Job
 from imagebuild.slurm.recipe import Topology
 from imagebuild.slurm.runtimes import Runtime, runtime
 from imagebuild.slurm.shell import array as _array
@@ -103,9 +103,10 @@ settings() {{
 {_setting(rt, "STOP_TIMEOUT_S", f"    STOP_TIMEOUT_S={job.stop_timeout_s}")}\
 {_setting(rt, "INIT", f"    INIT={int(job.init)}")}\
     # Each node's host directory for the JIT caches (AITER, vLLM, Triton, COMGR under /opt/vllm_cache;
-    # MoRI under /root/.mori), keyed by the image: a job reuses the kernels earlier jobs compiled, and
-    # the launcher's stale-lock cleanup works on it. Empty: the image's own, thrown away with the container.
-    JIT_CACHE={_q(job.jit_cache)}
+    # MoRI under /root/.mori), the user's own and keyed by the image: a job reuses the kernels the
+    # user's earlier jobs compiled, and the launcher's stale-lock cleanup works on it. Empty: the
+    # image's own, thrown away with the container.
+    JIT_CACHE={_jit_cache(job)}
 {devices}\
 {_setting(rt, "SHM_SIZE", f"    SHM_SIZE={_q(job.shm_size)}")}\
 {_setting(rt, "ULIMITS", ulimits)}\
@@ -147,6 +148,21 @@ say() { echo "[job ${SLURM_JOB_ID} node ${SLURM_NODEID:-batch} $(date +%H:%M:%S)
 # share a host. The same name on every step lets each node find its own container.
 container_name() { echo "colocated_${RECIPE}_${SLURM_JOB_ID}_node${SLURM_NODEID}"; }
 
+# The host JIT cache's directories on this node. The default is the user's own under /var/tmp, where
+# anyone may make a directory first: made 0700, and refused when it is not the user's.
+jit_cache_dirs() {
+    settings
+    local own="@JIT_CACHE_ROOT@"
+    if [[ $JIT_CACHE == "$own"/* ]]; then
+        mkdir -m 0700 "$own" 2>/dev/null || true  # there already, or made by this job's other task here
+        if [[ -L $own || ! -d $own || ! -O $own ]]; then
+            say "$own is not yours (another user made it): remove it, or give --jit-cache or --no-jit-cache"
+            return 1
+        fi
+    fi
+    mkdir -p "$JIT_CACHE/vllm_cache" "$JIT_CACHE/mori"
+}
+
 @HELPERS@
 
 # This node's address as the reference finds it (the first of `hostname -I`), after its node index.
@@ -178,7 +194,7 @@ node_address() {
     if ((SLURM_JOB_NUM_NODES == 1)); then nodes="1 node"; fi
     say "$RECIPE/$VARIANT on $nodes ($SLURM_JOB_NODELIST); logs in $job_dir"
     # The tasks run these functions: they reach every node through srun's environment.
-    export -f settings say container_name @FUNCTIONS@
+    export -f settings say container_name jit_cache_dirs @FUNCTIONS@
     local step=(srun --export=ALL --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1)
 
     # Every node's address in node order; the first (SLURM_NODEID 0, the first host of
@@ -212,6 +228,13 @@ main "$@"
 """
 
 
+def _jit_cache(job: Job) -> str:
+    """The default in double quotes, so that bash gives its ``$UID`` on the node; any other path quoted."""
+    if job.jit_cache == f"{DEFAULT_JIT_CACHE_ROOT}/{job.image_key}":
+        return f'"{job.jit_cache}"'  # a constant and 12 hex digits
+    return _q(job.jit_cache)
+
+
 def render_script(job: Job, topology: Topology, *, version: str) -> str:
     rt = runtime(job.runtime)
     body = (
@@ -229,6 +252,7 @@ def render_script(job: Job, topology: Topology, *, version: str) -> str:
         .replace("@SENTINEL@", SENTINEL_NAME)
         .replace("@MIN_BASH@", str(MIN_BASH[0] * 100 + MIN_BASH[1]))
         .replace("@MIN_BASH_TEXT@", f"{MIN_BASH[0]}.{MIN_BASH[1]}")
+        .replace("@JIT_CACHE_ROOT@", DEFAULT_JIT_CACHE_ROOT)
     )
     return "\n\n".join(
         (

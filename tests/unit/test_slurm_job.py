@@ -209,7 +209,7 @@ def test_a_job_has_an_init_a_host_jit_cache_keyed_by_the_image_and_the_nodes_to_
     code, out, err = run(capsys, "--image", IMAGE)
     assert code == 0, err
     assert "INIT=1\n" in out
-    assert f"JIT_CACHE=/var/tmp/imagebuild-jit-cache/{DIGEST[7:19]}\n" in out
+    assert f'JIT_CACHE="/var/tmp/imagebuild-jit-cache-$UID/{DIGEST[7:19]}"\n' in out  # the user's own
     assert "#SBATCH --exclusive\n" in out
     assert "#SBATCH --gpus-per-node=8\n" in out  # the recipe's pp2xtp8 on 2 nodes: 8 GPUs each
 

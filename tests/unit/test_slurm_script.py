@@ -259,3 +259,51 @@ def test_every_function_but_main_reaches_the_nodes(script: Path) -> None:
     defined = set(re.findall(r"^([a-z_]+)\(\) \{", text, flags=re.MULTILINE)) - {"main"}
     (exported,) = re.findall(r"^\s*export -f (.+)$", text, flags=re.MULTILINE)
     assert defined == set(exported.split())
+
+
+def _jit_cache_dirs(root: Path, jit_cache: str) -> subprocess.CompletedProcess[str]:
+    """The rendered script's jit_cache_dirs, its per-user root moved under ``root``, run by bash."""
+    text = render("registry")
+    function = text[text.index("jit_cache_dirs() {") : text.index("\n}\n", text.index("jit_cache_dirs() {")) + 3]
+    function = function.replace("/var/tmp/imagebuild-jit-cache-$UID", f"{root}/jit-$UID")
+    program = f'settings() {{ JIT_CACHE="{jit_cache}"; }}\nsay() {{ echo "$*"; }}\n{function}set -euo pipefail\njit_cache_dirs\n'
+    return subprocess.run(["bash", "-c", program], capture_output=True, text=True, check=False)
+
+
+def test_the_default_jit_cache_is_the_users_own_and_another_users_is_refused(tmp_path: Path) -> None:
+    assert 'JIT_CACHE="/var/tmp/imagebuild-jit-cache-$UID/0123456789ab"\n' in render("registry")  # bash's $UID, on the node
+    own = tmp_path / f"jit-{os.getuid()}"
+    done = _jit_cache_dirs(tmp_path, f"{own}/0123456789ab")
+    assert done.returncode == 0, done.stderr
+    assert (own.stat().st_mode & 0o777, own.stat().st_uid) == (0o700, os.getuid())
+    assert (own / "0123456789ab" / "vllm_cache").is_dir()
+    assert (own / "0123456789ab" / "mori").is_dir()
+    if os.getuid() != 0:
+        return  # only root can give the directory to another user
+    os.chown(own, 65534, 65534)  # as if another user had made it first in the shared /var/tmp
+    refused = _jit_cache_dirs(tmp_path, f"{own}/0123456789ab")
+    assert refused.returncode == 1
+    assert refused.stdout == f"{own} is not yours (another user made it): remove it, or give --jit-cache or --no-jit-cache\n"
+
+
+def test_a_jit_cache_the_user_names_is_used_as_it_is(tmp_path: Path) -> None:
+    shared = tmp_path / "site-cache"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    done = _jit_cache_dirs(tmp_path, str(shared))
+    assert done.returncode == 0, done.stderr
+    assert (shared / "vllm_cache").is_dir()
+    assert shared.stat().st_mode & 0o777 == 0o777  # not made private: --jit-cache is the user's choice
+
+
+def test_charliecloud_sets_size_limits_in_bytes_as_docker_s_ulimit_does() -> None:
+    """bash's `ulimit -l` counts KiB: --ulimit memlock=8388608 (8 MiB, as docker reads it) is 8192 there."""
+    text = render("charliecloud")
+    start = text.index('    for limit in "${ULIMITS[@]}"; do')
+    loop = text[start : text.index("    done\n", start) + len("    done\n")]
+    program = (
+        'say() { echo "$*"; }\nULIMITS=(memlock=8388608:8388608 nofile=1024:1024)\n'
+        f"{loop}ulimit -S -l; ulimit -H -l; ulimit -S -n\n"
+    )
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, check=False)
+    assert done.stdout == "8192\n8192\n1024\n", done.stdout + done.stderr

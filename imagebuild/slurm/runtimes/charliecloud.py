@@ -38,13 +38,18 @@ run_node() {
             memlock) flag=l ;; msgqueue) flag=q ;; nice) flag=e ;; nofile) flag=n ;; nproc) flag=u ;;
             rss) flag=m ;; rtprio) flag=r ;; rttime) flag=R ;; sigpending) flag=i ;; *) flag=s ;;
         esac
+        # --ulimit counts sizes in bytes, as docker's does; bash's ulimit counts these in KiB.
+        if [[ $flag == [cdflms] ]]; then
+            if [[ $soft != unlimited ]]; then soft=$((soft / 1024)); fi
+            if [[ $hard != unlimited ]]; then hard=$((hard / 1024)); fi
+        fi
         # Hard first when raising, soft first when lowering: trying hard, soft, hard does either.
         ulimit -H "-$flag" "$hard" 2>/dev/null || true
         ulimit -S "-$flag" "$soft" 2>/dev/null || say "cannot set the soft $name limit to $soft here"
         ulimit -H "-$flag" "$hard" 2>/dev/null || say "cannot set the hard $name limit to $hard here"
     done
     if [[ -n $JIT_CACHE ]]; then
-        mkdir -p "$JIT_CACHE/vllm_cache" "$JIT_CACHE/mori"
+        jit_cache_dirs
         run+=(-b "$JIT_CACHE/vllm_cache:/opt/vllm_cache" -b "$JIT_CACHE/mori:/root/.mori")
     fi
     # GPU_DEVICES needs nothing here: /dev is the host's. -f, never -e: a directory over a library

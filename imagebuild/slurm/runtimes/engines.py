@@ -136,7 +136,7 @@ run_node() {{
     for limit in "${{ULIMITS[@]}}"; do run+=(--ulimit "$limit"); done
     if ((INIT)); then run+=({s.init}); fi
     if [[ -n $JIT_CACHE ]]; then
-        mkdir -p "$JIT_CACHE/vllm_cache" "$JIT_CACHE/mori"
+        jit_cache_dirs
         run+=(--volume "$JIT_CACHE/vllm_cache:/opt/vllm_cache" --volume "$JIT_CACHE/mori:/root/.mori")
     fi
     if ((GPU_DEVICES)); then

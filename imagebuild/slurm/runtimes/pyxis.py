@@ -58,7 +58,7 @@ run_node() {
 _RUN_STEP = """\
 # The image's bash runs run_node (exported, it reaches the container in srun's environment).
     # SIGTERM from SLURM reaches the launcher itself. pyxis removes the named container at the job's end.
-    if [[ -n $JIT_CACHE ]]; then "${step[@]}" mkdir -p "$JIT_CACHE/vllm_cache" "$JIT_CACHE/mori"; fi
+    if [[ -n $JIT_CACHE ]]; then "${step[@]}" bash -euo pipefail -c jit_cache_dirs; fi
     local PYXIS
     pyxis_options
     "${step[@]}" --kill-on-bad-exit=1 --label "${PYXIS[@]}" bash -euo pipefail -c run_node || status=$?"""
