@@ -64,6 +64,12 @@ def _wait_until(what: str, predicate: Callable[[], bool], output: Path, timeout:
         time.sleep(0.1)
 
 
+def _exported(definitions: Path) -> str:
+    """main's `export -f ...` line: the functions the nodes' tasks get, as the job gives them."""
+    (line,) = (line.strip() for line in definitions.read_text().splitlines() if line.strip().startswith("export -f "))
+    return line
+
+
 class Node:
     """One node's task, as `srun bash -euo pipefail -c run_node` starts it, on this host."""
 
@@ -74,10 +80,7 @@ class Node:
             **os.environ, "SLURM_JOB_ID": JOB_ID, "SLURM_NODEID": str(rank), "SLURM_NNODES": "2",
             "SLURM_JOB_NUM_NODES": "2", "MASTER_ADDR": "127.0.0.1", "IPADDRS": "127.0.0.1,127.0.0.1",
         }  # fmt: skip
-        driver = (
-            'source "$1"; export -f settings say container_name node_address fetch_image run_node; '
-            "exec bash -euo pipefail -c run_node"
-        )
+        driver = f'source "$1"; {_exported(definitions)}; exec bash -euo pipefail -c run_node'
         with self.output.open("wb") as out:
             self.task = subprocess.Popen(
                 ["bash", "-c", driver, "node", str(definitions)], env=env, stdout=out, stderr=subprocess.STDOUT
