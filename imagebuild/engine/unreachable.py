@@ -16,8 +16,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import imagebuild
+from imagebuild.importer.docker_context import DEFAULT_HOST
 
-DEFAULT_SOCKET = "/var/run/docker.sock"
+DEFAULT_SOCKET = DEFAULT_HOST.removeprefix("unix://")
 ADDRESS_FORMS = "unix:///PATH/docker.sock, tcp://HOST:PORT or ssh://USER@HOST"
 
 

@@ -31,6 +31,18 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def docker_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty docker CLI config as the only one read, and no engine named by the environment."""
+    directory = tmp_path / "docker-config"
+    directory.mkdir()
+    monkeypatch.setenv("DOCKER_CONFIG", str(directory))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    return directory
+
+
 # Replaying recorded builds (tests/data/build_streams) --------------------------------------------------
 
 BUILD_STREAMS = REPO / "tests" / "data" / "build_streams"

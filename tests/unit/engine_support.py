@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import http.server
 import socketserver
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 
@@ -14,3 +19,15 @@ class UnixHttpServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
     def get_request(self) -> tuple[Any, tuple[str, int]]:
         request, _ = super().get_request()
         return request, ("local", 0)  # BaseHTTPRequestHandler wants a (host, port) client address
+
+
+@contextmanager
+def serving(socket_path: Path, handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[None]:
+    """The stand-in engine answers on `socket_path` while the block runs, and is gone after it."""
+    server = UnixHttpServer(str(socket_path), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from imagebuild.errors import ConfigError, EngineError
 from imagebuild.importer.docker_context import DEFAULT_HOST, ContextError, engine_endpoint
 from imagebuild.importer.failures import BadInput
 from imagebuild.importer.socket_engine import SocketEngine
-from tests.unit.engine_support import UnixHttpServer
+from tests.unit.engine_support import serving
 
 
 def add_context(config: Path, name: str, host: str, *, skip_verify: bool = False, tls: tuple[str, ...] = ()) -> Path:
@@ -47,64 +46,53 @@ def use_context(config: Path, name: str) -> None:
     (config / "config.json").write_text(json.dumps({"auths": {}, "currentContext": name}, indent="\t"))
 
 
-@pytest.fixture
-def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    directory = tmp_path / "docker-config"
-    directory.mkdir()
-    monkeypatch.setenv("DOCKER_CONFIG", str(directory))
-    monkeypatch.setenv("HOME", str(tmp_path))
-    for name in ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"):
-        monkeypatch.delenv(name, raising=False)
-    return directory
-
-
-def test_docker_host_wins_then_docker_context_then_the_current_context(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    add_context(config, "rootless", "unix:///run/user/1000/docker.sock")
-    add_context(config, "node", "unix:///run/node.sock")
-    assert engine_endpoint() == engine_endpoint({"DOCKER_CONFIG": str(config)})
+def test_docker_host_wins_then_docker_context_then_the_current_context(docker_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    add_context(docker_config, "rootless", "unix:///run/user/1000/docker.sock")
+    add_context(docker_config, "node", "unix:///run/node.sock")
+    assert engine_endpoint() == engine_endpoint({"DOCKER_CONFIG": str(docker_config)})
     assert (engine_endpoint().host, engine_endpoint().source) == (DEFAULT_HOST, "the default socket")
-    use_context(config, "rootless")
+    use_context(docker_config, "rootless")
     endpoint = engine_endpoint()
     assert (endpoint.host, endpoint.context) == ("unix:///run/user/1000/docker.sock", "rootless")
-    assert endpoint.source == f'docker context "rootless", the current one in {config / "config.json"}'
+    assert endpoint.source == f'docker context "rootless", the current one in {docker_config / "config.json"}'
     monkeypatch.setenv("DOCKER_CONTEXT", "node")
     assert (engine_endpoint().host, engine_endpoint().source) == ("unix:///run/node.sock", 'docker context "node", from DOCKER_CONTEXT')
     monkeypatch.setenv("DOCKER_HOST", "unix:///run/mine.sock")  # as the CLI: DOCKER_HOST over any context
     assert (engine_endpoint().host, engine_endpoint().context, engine_endpoint().source) == ("unix:///run/mine.sock", "", "DOCKER_HOST")
 
 
-def test_the_default_context_is_the_default_socket(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    use_context(config, "default")
+def test_the_default_context_is_the_default_socket(docker_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    use_context(docker_config, "default")
     assert engine_endpoint().host == DEFAULT_HOST
     monkeypatch.setenv("DOCKER_CONTEXT", "default")
     assert (engine_endpoint().host, engine_endpoint().context) == (DEFAULT_HOST, "")
 
 
-def test_a_config_the_cli_cannot_parse_leaves_the_default_socket_and_says_so(config: Path) -> None:
-    (config / "config.json").write_text("{not json")
+def test_a_config_the_cli_cannot_parse_leaves_the_default_socket_and_says_so(docker_config: Path) -> None:
+    (docker_config / "config.json").write_text("{not json")
     endpoint = engine_endpoint()
     assert endpoint.host == DEFAULT_HOST
-    assert endpoint.source.startswith(f"the default socket, {config / 'config.json'} not read: ")
+    assert endpoint.source.startswith(f"the default socket, {docker_config / 'config.json'} not read: ")
     assert endpoint.chosen == f" ({endpoint.source})"  # what an unreachable engine's message adds
 
 
 @pytest.mark.parametrize("named_by", ["DOCKER_CONTEXT", "config"])
-def test_a_context_that_does_not_exist_is_named_with_its_file(config: Path, monkeypatch: pytest.MonkeyPatch, named_by: str) -> None:
+def test_a_context_that_does_not_exist_is_named_with_its_file(docker_config: Path, monkeypatch: pytest.MonkeyPatch, named_by: str) -> None:
     if named_by == "DOCKER_CONTEXT":
         monkeypatch.setenv("DOCKER_CONTEXT", "gone")
     else:
-        use_context(config, "gone")
+        use_context(docker_config, "gone")
     with pytest.raises(ContextError) as error:
         engine_endpoint()
-    meta = config / "contexts" / "meta" / hashlib.sha256(b"gone").hexdigest() / "meta.json"
-    by = "from DOCKER_CONTEXT" if named_by == "DOCKER_CONTEXT" else f"the current one in {config / 'config.json'}"
+    meta = docker_config / "contexts" / "meta" / hashlib.sha256(b"gone").hexdigest() / "meta.json"
+    by = "from DOCKER_CONTEXT" if named_by == "DOCKER_CONTEXT" else f"the current one in {docker_config / 'config.json'}"
     assert str(error.value) == (
         f'docker context "gone", {by}, does not exist (no {meta}); `docker context ls` lists the contexts, or set DOCKER_HOST'
     )
 
 
-def test_a_context_without_a_docker_endpoint_is_refused(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    meta = config / "contexts" / "meta" / hashlib.sha256(b"k8s").hexdigest()
+def test_a_context_without_a_docker_endpoint_is_refused(docker_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    meta = docker_config / "contexts" / "meta" / hashlib.sha256(b"k8s").hexdigest()
     meta.mkdir(parents=True)
     (meta / "meta.json").write_text('{"Name":"k8s","Metadata":{},"Endpoints":{"kubernetes":{}}}')
     monkeypatch.setenv("DOCKER_CONTEXT", "k8s")
@@ -112,10 +100,10 @@ def test_a_context_without_a_docker_endpoint_is_refused(config: Path, monkeypatc
         engine_endpoint()
 
 
-def test_a_tls_context_gives_its_files_and_skip_verify(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    tls_dir = add_context(config, "remote", "tcp://10.0.0.5:2376", tls=("ca.pem", "cert.pem", "key.pem"))
-    add_context(config, "insecure", "tcp://10.0.0.6:2376", skip_verify=True)
-    add_context(config, "plain", "tcp://10.0.0.7:2375")
+def test_a_tls_context_gives_its_files_and_skip_verify(docker_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tls_dir = add_context(docker_config, "remote", "tcp://10.0.0.5:2376", tls=("ca.pem", "cert.pem", "key.pem"))
+    add_context(docker_config, "insecure", "tcp://10.0.0.6:2376", skip_verify=True)
+    add_context(docker_config, "plain", "tcp://10.0.0.7:2375")
     monkeypatch.setenv("DOCKER_CONTEXT", "remote")
     tls = engine_endpoint().tls
     assert tls is not None
@@ -128,7 +116,7 @@ def test_a_tls_context_gives_its_files_and_skip_verify(config: Path, monkeypatch
     assert engine_endpoint().tls is None
 
 
-def test_docker_tls_verify_applies_to_docker_host_only(config: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_docker_tls_verify_applies_to_docker_host_only(docker_config: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.5:2376")
     monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
     monkeypatch.setenv("DOCKER_CERT_PATH", str(tmp_path))
@@ -155,18 +143,13 @@ class _Engine(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def context_engine(config: Path, tmp_path: Path) -> Iterator[str]:
+def context_engine(docker_config: Path, tmp_path: Path) -> Iterator[str]:
     """An engine on a socket only the current context names; the default socket is not it."""
     socket_path = tmp_path / "rootless.sock"
-    server = UnixHttpServer(str(socket_path), _Engine)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    add_context(config, "rootless", f"unix://{socket_path}")
-    use_context(config, "rootless")
-    try:
+    add_context(docker_config, "rootless", f"unix://{socket_path}")
+    use_context(docker_config, "rootless")
+    with serving(socket_path, _Engine):
         yield f"unix://{socket_path}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_the_shipped_importer_and_imagebuild_reach_the_context_s_engine(context_engine: str) -> None:
@@ -180,7 +163,7 @@ def test_the_shipped_importer_and_imagebuild_reach_the_context_s_engine(context_
 
 
 def test_a_missing_context_is_bad_input_in_imagebuild_and_in_the_importer(
-    config: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    docker_config: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("DOCKER_CONTEXT", "gone")
     with pytest.raises(BadInput, match='docker context "gone", from DOCKER_CONTEXT, does not exist'):
@@ -194,17 +177,17 @@ def test_a_missing_context_is_bad_input_in_imagebuild_and_in_the_importer(
     assert err.count("\n") == 1
 
 
-def test_unusable_tls_files_are_one_line_in_the_importer(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    add_context(config, "remote", "tcp://127.0.0.1:9", tls=("ca.pem",))  # not a certificate
+def test_unusable_tls_files_are_one_line_in_the_importer(docker_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    add_context(docker_config, "remote", "tcp://127.0.0.1:9", tls=("ca.pem",))  # not a certificate
     monkeypatch.setenv("DOCKER_CONTEXT", "remote")
     with pytest.raises(BadInput, match=r'docker context "remote", from DOCKER_CONTEXT: cannot use its TLS files \(.*ca.pem\)'):
         SocketEngine.from_env()
 
 
-def test_an_unreachable_context_engine_is_said_with_the_context_that_named_it(config: Path, tmp_path: Path) -> None:
-    add_context(config, "rootless", f"unix://{tmp_path}/gone.sock")
-    use_context(config, "rootless")
+def test_an_unreachable_context_engine_is_said_with_the_context_that_named_it(docker_config: Path, tmp_path: Path) -> None:
+    add_context(docker_config, "rootless", f"unix://{tmp_path}/gone.sock")
+    use_context(docker_config, "rootless")
     with pytest.raises(EngineError) as error:
         HttpEngine.from_env()
     assert str(error.value).startswith(f"no Docker socket at {tmp_path}/gone.sock: start the engine")
-    assert str(error.value).endswith(f' (docker context "rootless", the current one in {config / "config.json"})')
+    assert str(error.value).endswith(f' (docker context "rootless", the current one in {docker_config / "config.json"})')

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from imagebuild.engine.docker import DockerEngine
 from imagebuild.engine.http_api import HttpEngine, json_messages, plain_socket
 from imagebuild.engine.interface import BuildRequest
 from imagebuild.errors import EngineError, UnknownImageError
-from tests.unit.engine_support import UnixHttpServer
+from tests.unit.engine_support import serving
 
 Seen = list[tuple[str, str, dict[str, list[str]], bytes]]  # (method, path, query, body) per request
 IMAGE = "sha256:" + "ab" * 32
@@ -102,27 +101,13 @@ def _serve(
 ) -> Iterator[list[tuple[str, str, dict[str, list[str]], bytes]]]:
     seen: list[tuple[str, str, dict[str, list[str]], bytes]] = []
     handler.seen = seen
-    server = UnixHttpServer(str(socket_path), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(socket_path, handler):
         yield seen
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-@pytest.fixture
-def no_docker_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    config = tmp_path / "docker-config"
-    config.mkdir()
-    monkeypatch.setenv("DOCKER_CONFIG", str(config))
-    monkeypatch.setenv("HOME", str(tmp_path))
-    return config
 
 
 @pytest.fixture
 def seen(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_docker_config: Path
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docker_config: Path
 ) -> Iterator[list[tuple[str, str, dict[str, list[str]], bytes]]]:
     socket_path = tmp_path / "engine.sock"
     monkeypatch.setenv("DOCKER_HOST", f"unix://{socket_path}")
@@ -188,7 +173,7 @@ class _OldEngine(_Engine):
 
 
 def test_an_engine_too_old_is_refused_as_docker_engine_refuses_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_docker_config: Path
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docker_config: Path
 ) -> None:
     socket_path = tmp_path / "old.sock"
     monkeypatch.setenv("DOCKER_HOST", f"unix://{socket_path}")
@@ -198,7 +183,7 @@ def test_an_engine_too_old_is_refused_as_docker_engine_refuses_it(
 
 
 def test_no_engine_is_said_in_docker_engines_words(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_docker_config: Path
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docker_config: Path
 ) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/absent.sock")
     messages = []
@@ -238,18 +223,18 @@ def test_docker_py_is_used_wherever_it_would_send_another_request(
     config: dict[str, object],
     expected: str | None,
     monkeypatch: pytest.MonkeyPatch,
-    no_docker_config: Path,
+    docker_config: Path,
 ) -> None:
     if host:
         monkeypatch.setenv("DOCKER_HOST", host)
     else:
         monkeypatch.delenv("DOCKER_HOST", raising=False)
-    (no_docker_config / "config.json").write_text(json.dumps(config))
+    (docker_config / "config.json").write_text(json.dumps(config))
     assert plain_socket() == expected
 
 
 def test_the_config_docker_py_reads_is_the_one_asked(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_docker_config: Path
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docker_config: Path
 ) -> None:
     """DOCKER_CONFIG without a config.json: docker-py falls back to ~/.docker, then ~/.dockercfg."""
     monkeypatch.setenv("DOCKER_HOST", "unix:///run/x.sock")
@@ -264,10 +249,10 @@ def test_the_config_docker_py_reads_is_the_one_asked(
 
 
 def test_an_unreadable_docker_config_is_left_to_docker_py(
-    monkeypatch: pytest.MonkeyPatch, no_docker_config: Path
+    monkeypatch: pytest.MonkeyPatch, docker_config: Path
 ) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///run/x.sock")
-    (no_docker_config / "config.json").write_text("{not json")
+    (docker_config / "config.json").write_text("{not json")
     assert plain_socket() is None
 
 

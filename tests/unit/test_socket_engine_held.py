@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 
 from imagebuild.engine.chain_ids import chain_ids
 from imagebuild.importer.socket_engine import SocketEngine
-from tests.unit.engine_support import UnixHttpServer
+from tests.unit.engine_support import serving
 
 LAYERS = {
     "sha256:" + "1" * 64: ["sha256:" + "a" * 64, "sha256:" + "b" * 64],  # the base
@@ -58,13 +57,8 @@ class _Node(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[type[_Node]]:
     handler = type("Node", (_Node,), {"asked": [], "info": {"Driver": "overlay2"}, "components": [{"Name": "Engine"}]})
-    server = UnixHttpServer(str(tmp_path / "docker.sock"), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(tmp_path / "docker.sock", handler):
         yield handler
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_graph_driver_engine_holds_every_chain_of_its_top_level_images(node: type[_Node], tmp_path: Path) -> None:
