@@ -35,7 +35,13 @@ ROUTER = "/usr/local/bin/vllm-router"
 # squashfs` adds these as empty directories where the image has nothing.
 LOG_MOUNT = "/run_logs"
 MODEL_MOUNT = f"{IMAGEBUILD_DIR}/model"
-JIT_CACHE_MOUNTS = ("/opt/vllm_cache", "/root/.mori")  # AITER, vLLM, Triton, COMGR; MoRI
+# The image runs as root (no USER): HOME is /root under docker and podman, and MoRI keeps its JIT
+# under HOME. ch-run passes the task's own HOME through, which the image lacks, so its job (and pyxis's,
+# whose home is not mounted) sets this one.
+IMAGE_HOME = "/root"
+VLLM_CACHE_MOUNT = "/opt/vllm_cache"  # AITER, vLLM, Triton, COMGR
+MORI_JIT_MOUNT = f"{IMAGE_HOME}/.mori"
+JIT_CACHE_MOUNTS = (VLLM_CACHE_MOUNT, MORI_JIT_MOUNT)
 MOUNT_POINTS = (LOG_MOUNT, MODEL_MOUNT, *JIT_CACHE_MOUNTS)
 # What step 10 installs with WITH_NIXL=1 (the reference's /usr/local/ucx and /usr/local/RIXL/install;
 # rocSHMEM's and DeepEP's file names are the sample stand-ins', unverified against the real builds).

@@ -18,7 +18,14 @@ job"):
 
 from __future__ import annotations
 
-from imagebuild.inputs.layout import LAUNCHER, LOG_MOUNT, MODEL_MOUNT
+from imagebuild.inputs.layout import (
+    IMAGE_HOME,
+    LAUNCHER,
+    LOG_MOUNT,
+    MODEL_MOUNT,
+    MORI_JIT_MOUNT,
+    VLLM_CACHE_MOUNT,
+)
 from imagebuild.launcher.sentinel import SENTINEL_NAME
 from imagebuild.slurm.job import DEFAULT_JIT_CACHE_ROOT, Job
 from imagebuild.slurm.recipe import Topology
@@ -247,6 +254,9 @@ def render_script(job: Job, topology: Topology, *, version: str) -> str:
         .replace("@CLEANUP_STEP@\n", f"    {rt.cleanup_step}\n" if rt.cleanup_step else "")
         .replace("@LOG_MOUNT@", LOG_MOUNT)
         .replace("@MODEL_MOUNT@", MODEL_MOUNT)
+        .replace("@VLLM_CACHE_MOUNT@", VLLM_CACHE_MOUNT)
+        .replace("@MORI_JIT_MOUNT@", MORI_JIT_MOUNT)
+        .replace("@IMAGE_HOME@", IMAGE_HOME)
         .replace("@SERVED_NAME@", _q(topology.served_name))
         .replace("@LAUNCHER@", LAUNCHER)
         .replace("@SENTINEL@", SENTINEL_NAME)

@@ -4,8 +4,8 @@ ch-run 0.31 (squashfuse built in) runs the sample image's squashfs where it lies
 A node "lacking the image" is the only kind there is: nothing is imported, so every node's step 1 is
 the shipped importer's --check-only reading the squashfs from shared storage. The cases: the job
 serving (the model mounted at the image's mount point and served under its own name, the host JIT
-cache's stale lock removed through the mount, an RDMA library the image has no file for left out,
-said), a worker that dies, scancel (nothing of the job left running), a squashfs that is corrupted,
+cache's stale AITER and MoRI locks removed through the mount though the job was submitted from a
+home the image lacks, an RDMA library the image has no file for left out, said), a worker that dies, scancel (nothing of the job left running), a squashfs that is corrupted,
 truncated or another image's, and a node without ch-run. Each job prints what it took:
 docs/measured.md has the numbers of one run.
 """
@@ -63,7 +63,11 @@ def _render(cluster: Cluster, dirs: JobDirs, manifest: Path, extra: tuple[str, .
 
 
 def test_the_job_checks_the_squashfs_on_every_node_serves_and_stops(
-    sample_cluster: Cluster, sample_image: dict[str, object], squashfs: Path, tmp_path: Path
+    sample_cluster: Cluster,
+    sample_image: dict[str, object],
+    squashfs: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     dirs = JobDirs.create(tmp_path)
     # An RDMA library this node has and the image has no file for (ch-run cannot make one in the
@@ -71,14 +75,22 @@ def test_the_job_checks_the_squashfs_on_every_node_serves_and_stops(
     lib = tmp_path / "hostlibs" / "libfake.so.1"
     lib.parent.mkdir()
     lib.write_bytes(b"\x7fELF stand-in")
-    # The nodes' host JIT cache, with the lock a job killed mid-compile left two hours ago.
+    # The nodes' host JIT cache, with the locks a job killed mid-compile left two hours ago: AITER's,
+    # and MoRI's, which MoRI and the launcher look for under HOME.
     jit = tmp_path / "jit"
     stale = jit / "vllm_cache" / "aiter_jit" / "build" / "lock_module_moe"
-    stale.parent.mkdir(parents=True)
-    stale.write_text("")
-    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    stale_mori = jit / "mori" / "jit" / ".ep_dispatch_gfx942.hsaco.lock"
+    for lock in (stale, stale_mori):
+        lock.parent.mkdir(parents=True)
+        lock.write_text("")
+        os.utime(lock, (time.time() - 7200, time.time() - 7200))
     extra = ("--rdma-lib", str(lib), "--env", f"EXPECT_FILES={lib}:{MODEL_MOUNT}/config.json", "--jit-cache", str(jit))
     _render(sample_cluster, dirs, squashfs, extra)
+    # Submitted from a home the image lacks, as any user but root is: ch-run passes the task's HOME
+    # through, and MoRI's JIT must still be the one the host cache is mounted at.
+    home = tmp_path / "home" / "alice"
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
 
     result, ready = submit_until_ready(sample_cluster, dirs)
     print(
@@ -101,6 +113,7 @@ def test_the_job_checks_the_squashfs_on_every_node_serves_and_stops(
     assert any("the head raised /run_logs/" in line and "stopping vLLM" in line for line in lines_of(result, 1))
     assert [(result.log_dir / f"node{n}.exit").read_text().strip() for n in (0, 1)] == ["0", "0"]
     assert not stale.exists(), "the stale lock in the host JIT cache was not cleaned up"
+    assert not stale_mori.exists(), "MoRI's JIT was not the host cache's: HOME is not the image's"
     assert sorted(p.name for p in result.log_dir.glob("colocated_bench_NODE*.log")) == [
         "colocated_bench_NODE0.log", "colocated_bench_NODE1.log",
     ]  # fmt: skip

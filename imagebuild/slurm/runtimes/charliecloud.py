@@ -50,7 +50,7 @@ run_node() {
     done
     if [[ -n $JIT_CACHE ]]; then
         jit_cache_dirs
-        run+=(-b "$JIT_CACHE/vllm_cache:/opt/vllm_cache" -b "$JIT_CACHE/mori:/root/.mori")
+        run+=(-b "$JIT_CACHE/vllm_cache:@VLLM_CACHE_MOUNT@" -b "$JIT_CACHE/mori:@MORI_JIT_MOUNT@")
     fi
     # GPU_DEVICES needs nothing here: /dev is the host's. -f, never -e: a directory over a library
     # would hide it. A library is bound over the image's copy only: ch-run cannot make a file in the
@@ -75,9 +75,12 @@ run_node() {
     run+=(-b "$LOG_DIR:@LOG_MOUNT@" -b "$MODEL_PATH:@MODEL_MOUNT@")
     # The image's environment (the squashfs carries it), then the launcher's inputs: this node's rank
     # and the job's shape from SLURM, the head's address and every node's, and the settings above.
-    # The task's own environment passes through as ch-run does, so PASS_ENV needs no option.
+    # The task's own environment passes through as ch-run does, so PASS_ENV needs no option. HOME is
+    # the image's, as docker's: the task's (/home/USER) is not in the image, and MoRI keeps its JIT
+    # under HOME, where the host JIT cache is mounted (squashfuse shows the image's files as the user's,
+    # so the image's root-only HOME is open to any user).
     run+=(
-        --set-env
+        --set-env --set-env=HOME=@IMAGE_HOME@
         --set-env="NODE_RANK=$SLURM_NODEID" --set-env="NNODES=$SLURM_NNODES" --set-env="MASTER_ADDR=$MASTER_ADDR"
         --set-env="IPADDRS=$IPADDRS" --set-env="SLURM_JOB_ID=$SLURM_JOB_ID" --set-env=LOG_ROOT=@LOG_MOUNT@
         --set-env=MODEL_PATH=@MODEL_MOUNT@ --set-env=MODEL_NAME=@SERVED_NAME@

@@ -137,7 +137,7 @@ run_node() {{
     if ((INIT)); then run+=({s.init}); fi
     if [[ -n $JIT_CACHE ]]; then
         jit_cache_dirs
-        run+=(--volume "$JIT_CACHE/vllm_cache:/opt/vllm_cache" --volume "$JIT_CACHE/mori:/root/.mori")
+        run+=(--volume "$JIT_CACHE/vllm_cache:@VLLM_CACHE_MOUNT@" --volume "$JIT_CACHE/mori:@MORI_JIT_MOUNT@")
     fi
     if ((GPU_DEVICES)); then
         run+=(--device /dev/kfd --device /dev/dri{s.groups}

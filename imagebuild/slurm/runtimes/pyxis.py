@@ -20,7 +20,7 @@ pyxis_options() {
     local names=(NNODES MASTER_ADDR IPADDRS LOG_ROOT MODEL_PATH RECIPE VARIANT BENCHMARK_CMD SERVE_PORT)
     names+=(MASTER_PORT CONTAINER_BARRIER_PORT BARRIER_TIMEOUT_S)
     if [[ -n $JIT_CACHE ]]; then
-        mounts+=",$JIT_CACHE/vllm_cache:/opt/vllm_cache,$JIT_CACHE/mori:/root/.mori"
+        mounts+=",$JIT_CACHE/vllm_cache:@VLLM_CACHE_MOUNT@,$JIT_CACHE/mori:@MORI_JIT_MOUNT@"
     fi
     # Looked for on this (the batch) host: the options are the same on every node, so the nodes must
     # be alike. -f, never -e: a directory over a library would hide it.
@@ -44,10 +44,12 @@ pyxis_options() {
 }
 
 # Step 2, in the container on every node: this node's rank, the launcher, and its exit status where
-# the batch script reads the head's.
+# the batch script reads the head's. HOME is the image's, as docker's, not the task's home, which is
+# not mounted: MoRI keeps its JIT under HOME, where the host JIT cache is mounted. The image's files
+# are the user's under enroot (unsquashfs, or squashfuse -o uid=: read in its runtime.sh, not run).
 run_node() {
     local status=0
-    export NODE_RANK=$SLURM_NODEID
+    export NODE_RANK=$SLURM_NODEID HOME=@IMAGE_HOME@
     python3 @LAUNCHER@ || status=$?
     echo "$status" >"@LOG_MOUNT@/$SLURM_JOB_ID/node$SLURM_NODEID.exit"
     return "$status"
