@@ -26,7 +26,7 @@ from typing import Any
 
 from imagebuild.errors import ConfigError
 from imagebuild.inputs.debian import APT_COMPONENT, APT_SUITE, DEB_ARCH, DEB_PACKAGE, DEB_VERSION, SNAPSHOT_ID
-from imagebuild.inputs.schema import Table, read_text_file
+from imagebuild.inputs.schema import Table, read_toml
 from imagebuild.inputs.values import DIGEST, HTTPS_URL, SHA256
 
 APT_LOCK_FILE_NAME = "apt.lock.toml"
@@ -126,13 +126,7 @@ def read_apt_lock(path: Path) -> AptLock | None:
     """The lock at ``path``, or None when there is none yet."""
     if not path.exists() and not path.is_symlink():
         return None
-    text = read_text_file(path, "apt lock")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        msg = f"{path}: invalid TOML: {e}; regenerate it with `imagebuild lock`"
-        raise ConfigError(msg) from e
-    return parse_apt_lock(data, path)
+    return parse_apt_lock(read_toml(path, "apt lock", fix="regenerate it with `imagebuild lock`"), path)
 
 
 def parse_apt_lock(data: Mapping[str, Any], path: Path) -> AptLock:

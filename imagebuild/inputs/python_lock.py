@@ -31,7 +31,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from imagebuild.errors import ConfigError
-from imagebuild.inputs.schema import Table, read_text_file
+from imagebuild.inputs.schema import Table, read_toml
 from imagebuild.inputs.values import FILE_NAME, HTTPS_URL, PROJECT_NAME, PYTHON_VERSION, VERSION
 
 LOCK_FILE_NAME = "pylock.toml"
@@ -135,13 +135,7 @@ def read_python_lock(path: Path) -> PythonLock | None:
     """The lock at ``path``, or None when there is none yet."""
     if not path.exists() and not path.is_symlink():
         return None
-    text = read_text_file(path, "python lock")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        msg = f"{path}: invalid TOML: {e}; regenerate it with `imagebuild lock`"
-        raise ConfigError(msg) from e
-    return parse_python_lock(data, path)
+    return parse_python_lock(read_toml(path, "python lock", fix="regenerate it with `imagebuild lock`"), path)
 
 
 def require_python_lock(path: Path) -> PythonLock:

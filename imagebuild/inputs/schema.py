@@ -54,13 +54,14 @@ def read_text_file(path: Path, what: str = "file") -> str:
         raise ConfigError(msg) from e
 
 
-def read_toml(path: Path, what: str = "TOML file") -> dict[str, Any]:
-    """Parse a TOML file, turning I/O, encoding and syntax errors into ConfigError."""
+def read_toml(path: Path, what: str = "TOML file", *, fix: str = "") -> dict[str, Any]:
+    """Parse a TOML file, turning I/O, encoding and syntax errors into ConfigError (``fix``: what to do
+    about a syntax error, when the file is one the tool writes)."""
     text = read_text_file(path, what)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        msg = f"{path}: invalid TOML: {e}"
+        msg = f"{path}: invalid TOML: {e}{f'; {fix}' if fix else ''}"
         raise ConfigError(msg) from e
 
 

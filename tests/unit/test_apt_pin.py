@@ -99,6 +99,13 @@ def test_the_apt_lock_round_trips_byte_for_byte(locked_project: Path) -> None:
     assert render_apt_lock(lock) == path.read_text()
 
 
+def test_an_apt_lock_that_is_not_toml_says_how_to_remake_it(locked_project: Path) -> None:
+    path = apt_lock_path_for(locked_project / "pins.toml")
+    path.write_text(path.read_text() + "[[packages\n")
+    with pytest.raises(ConfigError, match=r"apt\.lock\.toml: invalid TOML: .*; regenerate it with `imagebuild lock`$"):
+        read_apt_lock(path)
+
+
 def test_step_4_installs_exactly_the_locked_set_from_the_snapshot_only(locked_project: Path) -> None:
     text = rendered(locked_project, allow_unpinned=False).text
     step4 = text.split("# [4/18]")[1].split("# [5/18]")[0]

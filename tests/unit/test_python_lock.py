@@ -165,6 +165,7 @@ def test_missing_lock_reads_as_none(tmp_path: Path) -> None:
         ),
         ('name = "meson"', 'name = "Meson"', "is not normalised"),
         ('lock-version = "1.0"', 'lock-version = "2.0"', "lock-version '2.0'"),
+        ("[[packages]]", "[[packages]", r"invalid TOML: .*; regenerate it with `imagebuild lock`"),
     ],
 )
 def test_damaged_lock_is_refused_naming_the_file(tmp_path: Path, old: str, new: str, error: str) -> None:
