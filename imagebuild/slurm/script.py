@@ -109,8 +109,8 @@ settings() {{
     BARRIER_TIMEOUT_S={job.barrier_timeout_s}
 {_setting(rt, "STOP_TIMEOUT_S", f"    STOP_TIMEOUT_S={job.stop_timeout_s}")}\
 {_setting(rt, "INIT", f"    INIT={int(job.init)}")}\
-    # Each node's host directory for the JIT caches (AITER, vLLM, Triton, COMGR under /opt/vllm_cache;
-    # MoRI under /root/.mori), the user's own and keyed by the image: a job reuses the kernels the
+    # Each node's host directory for the JIT caches (AITER, vLLM, Triton, COMGR under {VLLM_CACHE_MOUNT};
+    # MoRI under {MORI_JIT_MOUNT}), the user's own and keyed by the image: a job reuses the kernels the
     # user's earlier jobs compiled, and the launcher's stale-lock cleanup works on it. Empty: the
     # image's own, thrown away with the container.
     JIT_CACHE={_jit_cache(job)}
