@@ -27,7 +27,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from imagebuild.engine import containerd_store
 from imagebuild.engine.interface import (  # fmt: skip
     BuildEvent,
     BuildRequest,
@@ -241,6 +240,8 @@ class HttpEngine(Engine):
         """ImageInfo's config_digest (or identity_unknown) where image IDs are not config digests."""
         if not self.store().ids_are_manifests:
             return {}
+        from imagebuild.engine import containerd_store  # not on a graph-driver engine's path
+
         root = str(self._info_of_engine().get("DockerRootDir") or "")
         digest, reason = containerd_store.config_digest(image_id, data_root=root)
         return {"config_digest": digest} if digest else {"identity_unknown": reason}

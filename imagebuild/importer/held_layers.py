@@ -17,9 +17,10 @@ a file left out wrongly fails the load; it cannot load another image.
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-from .manifest import Manifest
+if TYPE_CHECKING:  # the engine interface imports this module; a build needs no manifest
+    from .manifest import Manifest
 
 
 def chain_ids(diff_ids: Sequence[str]) -> list[str]:

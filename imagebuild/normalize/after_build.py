@@ -25,7 +25,6 @@ from imagebuild.errors import EngineError, NormalizeError
 from imagebuild.inputs.stage_model import Instruction
 from imagebuild.log import format_duration, logger
 from imagebuild.normalize.ahead import NormalizeAhead
-from imagebuild.normalize.cache_image import load_cache_image
 from imagebuild.normalize.model import (
     FROM_CONTENT,
     FROM_SAVE,
@@ -250,6 +249,8 @@ def _keep_cache_image(engine: Engine, built_id: str, keep: str, normalized: Norm
     (keeps_cache_images; an engine read through save) or the load fails, the built image stays ``keep``."""
     if not keeps_cache_images(engine) or normalized.result.read_from == FROM_SAVE:
         return normalized
+    from imagebuild.normalize.cache_image import load_cache_image  # its archive writer: only when it is made
+
     try:
         cache_image = load_cache_image(engine, built_id, normalized.engine_id)
         engine.tag(cache_image, keep)

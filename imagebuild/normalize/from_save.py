@@ -10,14 +10,13 @@ from typing import BinaryIO
 from imagebuild.engine.saved_image import ArchiveError, read_saved_image
 from imagebuild.normalize.canonical import LayerReducer
 from imagebuild.normalize.load_archive import OCI_LAYER
-from imagebuild.normalize.lower import Digest, Meta, scan_layer
+from imagebuild.normalize.lower import Digest, Meta, lower_state, scan_layer
 from imagebuild.normalize.model import (
     LayerPlan,
     Normalized,
     NormalizedLayer,
     NormalizeFailure,
     assemble,
-    lower_state,
 )
 from imagebuild.normalize.rewrite import LayerError, rewrite_layer
 from imagebuild.util.streams import spool

@@ -15,7 +15,7 @@ from imagebuild.engine.chain_ids import chain_ids
 from imagebuild.engine.interface import BlobLayer, StoredImage, StoredLayer
 from imagebuild.normalize.canonical import LayerReducer
 from imagebuild.normalize.config import BuildLayer
-from imagebuild.normalize.lower import LowerState, entry_path
+from imagebuild.normalize.lower import LowerState, entry_path, lower_state
 from imagebuild.normalize.lower_cache import Entries, cached_entries
 from imagebuild.normalize.model import (
     LayerNote,
@@ -25,7 +25,6 @@ from imagebuild.normalize.model import (
     NormalizeFailure,
     StoreReadFailure,
     assemble,
-    lower_state,
 )
 from imagebuild.normalize.reuse import remember, reused_layer
 from imagebuild.normalize.rewrite import LayerError, RewriteResult, rewrite_layer

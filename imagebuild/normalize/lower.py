@@ -166,6 +166,14 @@ class LowerState:
 _IMPLIED_DIR = Meta(kind=tarfile.DIRTYPE, perms=0o755, uid=0, gid=0, size=0, mtime=0, linkname="", xattrs=())
 
 
+def lower_state(layers: Iterable[list[tuple[str, Meta, Digest | None]]]) -> LowerState:
+    """The filesystem ``layers`` leave, applied in order."""
+    lower = LowerState()
+    for entries in layers:
+        lower.apply(entries)
+    return lower
+
+
 def file_digest(read: Callable[[], Iterator[bytes]]) -> Digest:
     """A digest computed once, on first use, from the content ``read`` yields."""
     cached: list[str] = []

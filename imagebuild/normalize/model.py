@@ -6,12 +6,13 @@ import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from imagebuild.engine.interface import EngineStore, ImageInfo, StoredImage
 from imagebuild.normalize.config import BuildLayer, HistoryMismatch, build_layers, normalized_config
-from imagebuild.normalize.lower import Digest, LowerState, Meta
-from imagebuild.normalize.rewrite import RewriteResult
+
+if TYPE_CHECKING:  # the tar machinery stays off the path of a build that reuses its normalisation
+    from imagebuild.normalize.rewrite import RewriteResult
 
 # Where the built image was read from: overlay2's layer store, the containerd store's content store, or save.
 FROM_STORE, FROM_CONTENT, FROM_SAVE = "layer store", "content store", "docker save"
@@ -235,12 +236,3 @@ def assemble(
         base_descriptors=base_descriptors,
         notes=notes,
     )
-
-
-def lower_state(layers: Iterable[list[tuple[str, Meta, Digest | None]]]) -> LowerState:
-    lower = LowerState()
-    for entries in layers:
-        lower.apply(entries)
-    return lower
-
-

@@ -106,3 +106,30 @@ def test_build_imports_no_other_verb() -> None:
     for module in others:
         assert module not in loaded
     assert "imagebuild.cli.build" in loaded
+
+
+def test_a_no_op_builds_modules_leave_out_what_only_a_new_image_needs() -> None:
+    """What `cmd_build` imports before it asks the engine: not the Docker SDK, the rewrite, the tar
+    machinery under it, the cache image's writer, the containerd store's reader or the SBOM's makers,
+    each imported where a build that makes a new image (or that engine) needs it (bench_noop.py)."""
+    probe = (
+        "import sys, json; import imagebuild.cli.build, imagebuild.build.core, imagebuild.build.progress, "
+        "imagebuild.engine.http_api; print(json.dumps(sorted(sys.modules)))"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], cwd=REPO, check=True, capture_output=True, text=True)
+    loaded = set(json.loads(run.stdout))
+    assert "imagebuild.normalize.after_build" in loaded  # the reuse of the last normalisation is on the path
+    left_out = {
+        "docker",
+        "requests",
+        "cyclonedx",
+        "imagebuild.normalize.core",
+        "imagebuild.normalize.rewrite",
+        "imagebuild.normalize.lower",
+        "imagebuild.normalize.cache_image",
+        "imagebuild.engine.containerd_store",
+        "imagebuild.importer.manifest",
+        "imagebuild.build.sbom",
+        "imagebuild.build.provenance",
+    }
+    assert sorted(left_out & loaded) == []
