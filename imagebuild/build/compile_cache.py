@@ -19,15 +19,20 @@ import os
 import socket
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imagebuild.errors import ImageBuildError
-from imagebuild.inputs.layout import COMPILE_CACHE_PORT
+from imagebuild.inputs.layout import COMPILE_CACHE_PORT, COMPILE_CACHE_URL
 from imagebuild.log import logger
 from imagebuild.secrets import redact
+
+if TYPE_CHECKING:
+    from imagebuild.build.stream import StepTiming
+    from imagebuild.render import Dockerfile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +106,24 @@ class CacheCounts:
         rate = f" ({100 * self.hits / asked:.0f}%)" if asked else ""
         failed = f", {self.failed} remote failures" if self.failed else ""
         return f"compile cache {self.cache}: {self.hits} of {asked} lookups hit{rate}, {self.stored} entries stored{failed}"
+
+    def unasked(self, ran: Iterable[int]) -> str:
+        """A warning when steps that compile through the cache ran and nothing asked it; '' otherwise.
+
+        A ccache before 4.4 has no remote storage, so the cache would be silently of no use to it."""
+        steps = ", ".join(str(number) for number in ran)
+        if not steps or self.hits + self.misses + self.stored + self.failed:
+            return ""
+        return (
+            f"imagebuild: warning: compile cache {self.cache}: step {steps} ran and no compile asked the cache: "
+            "the step compiled nothing, or its ccache is older than 4.4 (no remote storage) or not on PATH"
+        )
+
+
+def cache_steps_run(dockerfile: Dockerfile, timings: Iterable[StepTiming]) -> tuple[int, ...]:
+    """The steps whose compiles go through the cache (their RUN names its address) that ran, not cached."""
+    naming = {line.step for line in dockerfile.lines if line.step is not None and COMPILE_CACHE_URL in line.text}
+    return tuple(timing.number for timing in timings if not timing.cached and timing.number in naming)
 
 
 def something_listens(port: int = COMPILE_CACHE_PORT) -> bool:

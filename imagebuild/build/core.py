@@ -33,7 +33,7 @@ from imagebuild.build.attestations import (
     write_attestations,
 )
 from imagebuild.build.checkout_labels import checkout_build_args, checkout_labels, image_labels
-from imagebuild.build.compile_cache import CacheCounts, serving
+from imagebuild.build.compile_cache import CacheCounts, cache_steps_run, serving
 from imagebuild.build.failure import failure_message, where
 from imagebuild.build.podman_checks import check_labels, podman_identity
 from imagebuild.build.prepare import BuildOptions, PreparedBuild, check_build_args, prepare_build
@@ -130,6 +130,8 @@ def build_image(
             image_id = run_build(prepared, engine, request, tracker, clock=steady, show=show, log_path=places.log)
         if cache is not None:
             show.message(cache.summary())
+            if warning := cache.unasked(cache_steps_run(prepared.dockerfile, tracker.timings)):
+                logger.warning(warning)
         if store.kind == PODMAN:
             check_labels(engine, store, image_id, labels, places.log)
         if options.normalize:

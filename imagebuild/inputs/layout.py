@@ -54,7 +54,9 @@ NIXL_LIBRARIES = (
 
 # The compile cache (imagebuild.build.compile_cache): steps 4 and 7 always give ccache this remote
 # storage, on the build host's loopback (builds run with --network host), and only that ("remote only":
-# nothing of ccache's lands in a layer; CCACHE_DIR holds its stats and is removed in the same RUN).
+# nothing of ccache's lands in a layer; CCACHE_DIR holds its stats and is removed in the same RUN). It is
+# given under both of ccache's names for it: remote (4.7+) and secondary (4.4-4.6, which have no
+# remote_only and keep their entries in CCACHE_DIR, removed all the same).
 # Nothing answers there unless `imagebuild build --compile-cache` serves a cache for the build, so the
 # Dockerfile and the image are the same with and without one. The port is outside Linux's ephemeral
 # range (32768-60999), so an outgoing connection never holds it.

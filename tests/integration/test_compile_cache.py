@@ -45,11 +45,13 @@ def build(pins: Path, record: Path, cache: Path) -> dict[str, object]:
 
 
 def test_a_second_build_hits_every_object_and_every_build_gives_one_identity(
+    *,
     engine: DockerEngine,
     locked_pins: Path,
     sample_image: dict[str, object],
     tmp_path: Path,
     the_address: None,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     cache = tmp_path / "ccache"
     try:
@@ -57,6 +59,7 @@ def test_a_second_build_hits_every_object_and_every_build_gives_one_identity(
         warm = build(locked_pins, tmp_path / "warm.json", cache)
     finally:
         remove_images(TAG)
+    assert "no compile asked the cache" not in capfd.readouterr().err  # step 4's compiles asked it
     cold_use, warm_use = cold["compile_cache"], warm["compile_cache"]
     assert isinstance(cold_use, dict)
     assert isinstance(warm_use, dict)

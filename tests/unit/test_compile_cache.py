@@ -16,11 +16,20 @@ from pathlib import Path
 import pytest
 
 from imagebuild.build import compile_cache
-from imagebuild.build.compile_cache import CompileCache, compile_cache_problem, serving
+from imagebuild.build.compile_cache import (
+    CacheCounts,
+    CompileCache,
+    cache_steps_run,
+    compile_cache_problem,
+    serving,
+)
+from imagebuild.build.stream import StepTiming
 from imagebuild.cli import main
 from imagebuild.errors import ExitCode, ImageBuildError
 from imagebuild.inputs.layout import COMPILE_CACHE_PORT, COMPILE_CACHE_URL
 from imagebuild.log import setup_logging
+from imagebuild.project import find_project
+from imagebuild.render import RenderOptions, render_inputs
 from imagebuild.testing import free_port
 from tests import REPO
 
@@ -148,7 +157,31 @@ def test_the_dockerfile_names_the_address_served() -> None:
     assert f"http://127.0.0.1:{COMPILE_CACHE_PORT}/ccache" == COMPILE_CACHE_URL
     for arch in ("gfx942", "gfx950"):
         dockerfile = (REPO / "docker" / arch / "Dockerfile").read_text()
-        assert dockerfile.count(f'CCACHE_REMOTE_STORAGE="{COMPILE_CACHE_URL}" CCACHE_REMOTE_ONLY="true"') == 2
+        # Under both of ccache's names: remote (4.7+), secondary (4.4-4.6: Ubuntu 22.04's 4.5.1).
+        both = f'CCACHE_REMOTE_STORAGE="{COMPILE_CACHE_URL}" CCACHE_SECONDARY_STORAGE="{COMPILE_CACHE_URL}"'
+        assert dockerfile.count(f'{both} CCACHE_REMOTE_ONLY="true"') == 2
+
+
+def _timings(cached: set[int]) -> list[StepTiming]:
+    return [StepTiming(number=n, title=f"step {n}", seconds=1.0, cached=n in cached) for n in range(1, 19)]
+
+
+def test_steps_4_and_7_compile_through_the_cache_and_count_only_when_they_ran() -> None:
+    dockerfile = render_inputs(find_project(REPO).load("gfx942"), RenderOptions(allow_unpinned=True))
+    assert cache_steps_run(dockerfile, _timings(cached=set())) == (4, 7)
+    assert cache_steps_run(dockerfile, _timings(cached={4})) == (7,)
+    assert cache_steps_run(dockerfile, _timings(cached=set(range(1, 19)))) == ()
+
+
+def test_a_cache_no_compile_asked_is_warned_about_only_when_its_steps_ran() -> None:
+    """A ccache before 4.4 knows no remote storage: its compiles never reach the cache, silently."""
+    unasked = CacheCounts(cache="/cache")
+    assert unasked.unasked(()) == ""  # steps 4 and 7 came from the layer cache: nothing to ask
+    warning = unasked.unasked((4, 7))
+    assert "compile cache /cache: step 4, 7 ran and no compile asked the cache" in warning
+    assert "older than 4.4" in warning
+    assert CacheCounts(cache="/cache", misses=2, stored=2).unasked((4, 7)) == ""
+    assert CacheCounts(cache="/cache", failed=1).unasked((7,)) == ""  # asked, and the remote failed
 
 
 @pytest.mark.parametrize(
