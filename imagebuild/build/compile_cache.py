@@ -111,12 +111,13 @@ class CacheCounts:
         """A warning when steps that compile through the cache ran and nothing asked it; '' otherwise.
 
         A ccache before 4.4 has no remote storage, so the cache would be silently of no use to it."""
-        steps = ", ".join(str(number) for number in ran)
+        steps = tuple(ran)
         if not steps or self.hits + self.misses + self.stored + self.failed:
             return ""
+        named = ("steps " if len(steps) > 1 else "step ") + ", ".join(str(number) for number in steps)
         return (
-            f"imagebuild: warning: compile cache {self.cache}: step {steps} ran and no compile asked the cache: "
-            "the step compiled nothing, or its ccache is older than 4.4 (no remote storage) or not on PATH"
+            f"imagebuild: warning: compile cache {self.cache}: {named} ran and no compile asked the cache: nothing "
+            "compiled there, or the image's ccache is older than 4.4 (no remote storage) or not on PATH"
         )
 
 

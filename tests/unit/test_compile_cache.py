@@ -178,8 +178,9 @@ def test_a_cache_no_compile_asked_is_warned_about_only_when_its_steps_ran() -> N
     unasked = CacheCounts(cache="/cache")
     assert unasked.unasked(()) == ""  # steps 4 and 7 came from the layer cache: nothing to ask
     warning = unasked.unasked((4, 7))
-    assert "compile cache /cache: step 4, 7 ran and no compile asked the cache" in warning
+    assert "compile cache /cache: steps 4, 7 ran and no compile asked the cache" in warning
     assert "older than 4.4" in warning
+    assert "compile cache /cache: step 7 ran and no compile asked" in unasked.unasked((7,))
     assert CacheCounts(cache="/cache", misses=2, stored=2).unasked((4, 7)) == ""
     assert CacheCounts(cache="/cache", failed=1).unasked((7,)) == ""  # asked, and the remote failed
 
