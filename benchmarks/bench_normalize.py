@@ -18,6 +18,7 @@ up; removes the images it made.
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
 import shutil
@@ -118,22 +119,24 @@ def phases(result: dict[str, Any]) -> str:
 
 def main() -> int:
     if len(sys.argv) == 6 and sys.argv[1] == "--child":
-        record, pins, source, shift = sys.argv[2:]
-        normalize_in_this_process(Path(record), Path(pins), from_store=source == "store", shift=int(shift))
+        record_arg, pins_arg, source, shift = sys.argv[2:]
+        normalize_in_this_process(Path(record_arg), Path(pins_arg), from_store=source == "store", shift=int(shift))
         return 0
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     from imagebuild.pins import load_pins
     from sampleworld.world import up
 
     world = up()
+    (REPO / "build").mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-normalize-", dir=REPO / "build"))
     pins = work / "pins.toml"
-    shutil.copy(world.pins_path, pins)
-    shutil.copy(world.pins_path.with_name("pylock.toml"), work / "pylock.toml")
     imagebuild = [sys.executable, "-m", "imagebuild"]
-    subprocess.run([*imagebuild, "lock", "--pins", str(pins)], check=True, cwd=REPO, capture_output=True)
     record = work / "record.json"
     remove_images(TAG, f"{TAG}-cache")
     try:
+        shutil.copy(world.pins_path, pins)
+        shutil.copy(world.pins_path.with_name("pylock.toml"), work / "pylock.toml")
+        subprocess.run([*imagebuild, "lock", "--pins", str(pins)], check=True, cwd=REPO, capture_output=True)
         started = time.monotonic()
         subprocess.run(
             [
