@@ -59,7 +59,7 @@ def main() -> int:
     engine.images.append(image_info("sha256:" + "1" * 64, tags=["bench/sbom:1"]))
     base_ids = ["sha256:" + hashlib.sha256(layer_tar(layers[0])).hexdigest()]  # as the engine says the base's
     record = build_record()
-    keys = {
+    keys: dict[str, ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey] = {
         "ed25519": ed25519.Ed25519PrivateKey.generate(),
         "ecdsa-p256": ec.generate_private_key(ec.SECP256R1()),
     }

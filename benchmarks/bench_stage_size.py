@@ -60,8 +60,9 @@ import tarfile
 import tempfile
 import time
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, cast
 
 HERE = Path(__file__).resolve().parents[1]  # this checkout: its sample world and engines
 REPO = HERE  # the checkout whose imagebuild is measured (--checkout)
@@ -188,11 +189,11 @@ def normalise(
     from imagebuild.normalize.core import normalize_image
     from imagebuild.normalize.model import LayerPlan
 
-    notes = ()
+    notes: tuple[Any, ...] = ()
     try:
         from imagebuild.normalize.model import LayerNote  # this checkout's; main before the change has none
 
-        notes = tuple(LayerNote(**note) for note in previous)  # type: ignore[attr-defined]
+        notes = tuple(LayerNote(**note) for note in cast("Iterable[dict[str, Any]]", previous))
     except ImportError:
         pass
     engine = DockerEngine.from_env()
@@ -286,8 +287,8 @@ def measure(
         normalize=normalize,
         # Streamed into the load (overlay2): "size" is the sizing pass, "stream" the rewrite and the
         # engine's unpacking, overlapped; shown in the rewrite and load columns.
-        rewrite=float(phases.get("rewrite", phases.get("size", 0.0))),
-        load=float(phases.get("load", phases.get("stream", 0.0))),
+        rewrite=float(phases.get("rewrite", phases.get("size", 0.0)) or 0.0),
+        load=float(phases.get("load", phases.get("stream", 0.0)) or 0.0),
         read_from=str(result["read_from"]),
         disk_mb=disk / 1e6,
         spool_mb=int(str(result["spool_peak"])) / 1e6,
@@ -354,14 +355,14 @@ def main() -> int:
     if args.layers < 1 or args.files < 1 or (args.layers > 1 and args.files > 1):
         parser.error("--layers and --files are each at least 1, and at most one of them above 1")
     if args.rows:
-        rows = [
+        earlier = [
             Row(**{"engine_cpu": 0.0, "moved_cpu": 0.0, "saved_cpu": 0.0, **json.loads(line)})
             for path in args.rows
             for line in path.read_text().splitlines()
             if line.startswith("{")
         ]
-        names = list(dict.fromkeys(r.engine for r in rows))
-        print_table(rows, names, distribute=any(r.export for r in rows))
+        names = list(dict.fromkeys(r.engine for r in earlier))
+        print_table(earlier, names, distribute=any(r.export for r in earlier))
         return 0
     sizes = [float(s) for s in args.sizes.split(",")] * args.rounds
     wanted = args.engines.split(",")
