@@ -1,8 +1,9 @@
 """``build --compile-cache DIR|URL``: ccache's objects kept between builds and runners, the image unchanged.
 
-Steps 4 (MoRI) and 7 (vLLM) always compile with ccache's remote storage at ``COMPILE_CACHE_URL``, a
-fixed loopback address the Dockerfile names whether or not a cache is used (``remote_only``: nothing
-is kept in the layer; the step removes ccache's own directory). So the Dockerfile, the build args and
+A stage's pip build marked ``compile_cache = true`` (steps 4, MoRI, and 7, vLLM) always compiles with
+ccache's remote storage at ``COMPILE_CACHE_URL``, a fixed loopback address the Dockerfile names whether
+or not a cache is used (``remote_only``: nothing is kept in the layer; the step removes ccache's own
+directory). So the Dockerfile, the build args and
 the history are the same with and without a cache, and so is the image: ccache returns the very
 object the compiler would write (its key hashes the compiler, the flags, the preprocessed source and,
 with debug info, the working directory). Without ``--compile-cache`` nothing listens there, the
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imagebuild.errors import ImageBuildError
-from imagebuild.inputs.layout import COMPILE_CACHE_PORT, COMPILE_CACHE_URL
+from imagebuild.inputs.layout import COMPILE_CACHE_PORT
 from imagebuild.log import logger
 from imagebuild.secrets import redact
 
@@ -122,9 +123,9 @@ class CacheCounts:
 
 
 def cache_steps_run(dockerfile: Dockerfile, timings: Iterable[StepTiming]) -> tuple[int, ...]:
-    """The steps whose compiles go through the cache (their RUN names its address) that ran, not cached."""
-    naming = {line.step for line in dockerfile.lines if line.step is not None and COMPILE_CACHE_URL in line.text}
-    return tuple(timing.number for timing in timings if not timing.cached and timing.number in naming)
+    """The steps whose compiles go through the cache (a ``compile_cache`` pip build) that ran, not cached."""
+    through = {step.number for step in dockerfile.steps if step.compile_cache}
+    return tuple(timing.number for timing in timings if not timing.cached and timing.number in through)
 
 
 def something_listens(port: int = COMPILE_CACHE_PORT) -> bool:

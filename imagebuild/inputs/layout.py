@@ -52,17 +52,25 @@ NIXL_LIBRARIES = (
     "/usr/local/lib/libdeep_ep.so",
 )
 
-# The compile cache (imagebuild.build.compile_cache): steps 4 and 7 always give ccache this remote
-# storage, on the build host's loopback (builds run with --network host), and only that ("remote only":
-# nothing of ccache's lands in a layer; CCACHE_DIR holds its stats and is removed in the same RUN). It is
-# given under both of ccache's names for it: remote (4.7+) and secondary (4.4-4.6, which have no
-# remote_only and keep their entries in CCACHE_DIR, removed all the same).
+# The compile cache (imagebuild.build.compile_cache): a pip build a stage marks `compile_cache = true`
+# (steps 4 and 7) always gives ccache this remote storage, on the build host's loopback (builds run with
+# --network host), and only that ("remote only": nothing of ccache's lands in a layer; CCACHE_DIR holds
+# its stats and is removed in the same RUN, and verify checks it is gone). It is given under both of
+# ccache's names for it: remote (4.7+) and secondary (4.4-4.6, which have no remote_only and keep their
+# entries in CCACHE_DIR, removed all the same).
 # Nothing answers there unless `imagebuild build --compile-cache` serves a cache for the build, so the
 # Dockerfile and the image are the same with and without one. The port is outside Linux's ephemeral
 # range (32768-60999), so an outgoing connection never holds it.
 COMPILE_CACHE_PORT = 27485
 COMPILE_CACHE_URL = f"http://127.0.0.1:{COMPILE_CACHE_PORT}/ccache"
 CCACHE_DIR = "/tmp/ccache"
+# What `compile_cache = true` adds to the pip build's environment, after the stage's own variables.
+COMPILE_CACHE_ENV = (
+    ("CCACHE_REMOTE_STORAGE", COMPILE_CACHE_URL),
+    ("CCACHE_SECONDARY_STORAGE", COMPILE_CACHE_URL),
+    ("CCACHE_REMOTE_ONLY", "true"),
+    ("CCACHE_DIR", CCACHE_DIR),
+)
 
 # Names stage files may use for the paths above; replaced when the stages are loaded.
 STAGE_NAMES: dict[str, str] = {
@@ -73,7 +81,6 @@ STAGE_NAMES: dict[str, str] = {
     "CHECK_TOOL": CHECK_TOOL,
     "PROBE_DIR": PROBE_DIR,
     "LAUNCHER_DIR": LAUNCHER_DIR,
-    "COMPILE_CACHE_URL": COMPILE_CACHE_URL,
     "CCACHE_DIR": CCACHE_DIR,
 }
 

@@ -44,6 +44,9 @@ class Pip:
     env: tuple[tuple[str, str], ...] = ()
     locked: bool = False  # install this step's python_packages as pylock.toml locks them
     fetched: str | None = None  # install the wheel this step fetched for this pin
+    # Its compiles go through ccache to the compile cache's address (layout.COMPILE_CACHE_ENV, added
+    # to ``env`` by the renderer); the same RUN removes CCACHE_DIR.
+    compile_cache: bool = False
 
     @property
     def subcommand(self) -> str:

@@ -27,7 +27,7 @@ from packaging.utils import canonicalize_name
 from imagebuild.errors import ConfigError
 from imagebuild.inputs.debian import DEB_PACKAGE
 from imagebuild.inputs.layers import with_tunables
-from imagebuild.inputs.layout import STAGE_NAMES
+from imagebuild.inputs.layout import CCACHE_DIR, COMPILE_CACHE_ENV, STAGE_NAMES
 from imagebuild.inputs.schema import Table, read_toml, suggest
 from imagebuild.inputs.stage_model import (
     AptInstall,
@@ -75,7 +75,7 @@ _STEP_KEYS: dict[Instruction, tuple[str, ...]] = {
 }
 _COMMON_STEP_KEYS = ("title", "why", "instruction", "env", "env_after")
 _COMMAND_KEYS = {
-    "pip": ("pip", "build_isolation", "env", "locked", "fetched"),
+    "pip": ("pip", "build_isolation", "env", "locked", "fetched", "compile_cache"),
     "git": ("git", "into", "submodules", "blobless"),
     "fetch": ("fetch", "into"),
     "pypi": ("pypi", "into"),
@@ -203,11 +203,23 @@ def _parse_pip(t: Table) -> Pip:
     if sub not in PIP_BUILDING_SUBCOMMANDS and "build_isolation" in t.data:
         msg = f"{t.where}: 'pip {sub}' builds nothing; remove build_isolation"
         raise ConfigError(msg)
-    return Pip(args=args, build_isolation=isolation, env=_env_pairs(t, "env"), locked=locked, fetched=fetched)
+    env = _env_pairs(t, "env")
+    compile_cache = t.boolean("compile_cache", default=False)
+    if compile_cache and isolation is None:
+        msg = f"{t.where}: compile_cache = true is for a build from source; 'pip {sub}' here builds nothing"
+        raise ConfigError(msg)
+    for name, _ in env:
+        if name in dict(COMPILE_CACHE_ENV):
+            msg = f"{t.where}: env.{name} is ccache's setting for the compile cache; remove it and write compile_cache = true"
+            raise ConfigError(msg)
+    return Pip(
+        args=args, build_isolation=isolation, env=env, locked=locked, fetched=fetched, compile_cache=compile_cache
+    )
 
 
 def _check_installs(path: Path, commands: tuple[Command, ...], python_packages: tuple[str, ...]) -> None:
-    """python_packages are installed by a locked pip command, and a fetched wheel was fetched before."""
+    """python_packages are installed by a locked pip command, a fetched wheel was fetched before, and
+    ccache's directory is removed after the last compile_cache build."""
     locked = any(isinstance(c, Pip) and c.locked for c in commands)
     if python_packages and not locked:
         msg = f'{path}: python_packages are declared but no command installs them; add {{ pip = "install", locked = true }}'
@@ -222,6 +234,13 @@ def _check_installs(path: Path, commands: tuple[Command, ...], python_packages: 
         elif isinstance(command, Pip) and command.fetched is not None and command.fetched not in fetched:
             msg = f"{path}: pip installs the fetched '{command.fetched}' wheel, but no earlier {{ fetch = \"{command.fetched}\" }} in this step downloads it"
             raise ConfigError(msg)
+    cached = [i for i, c in enumerate(commands) if isinstance(c, Pip) and c.compile_cache]
+    after = commands[cached[-1] + 1 :] if cached else ()
+    removed = any(isinstance(c, Shell) and c.text.startswith("rm ") and CCACHE_DIR in c.text.split() for c in after)
+    if cached and not removed:
+        # ccache 4.4-4.6 (no remote_only) keep their entries there: they would land in the layer.
+        msg = f'{path}: a compile_cache build leaves ccache\'s directory; add "rm -rf ${{CCACHE_DIR}}" after it'
+        raise ConfigError(msg)
 
 
 def expand_layout_names(value: Any) -> Any:

@@ -14,7 +14,7 @@ from imagebuild.inputs.apt_lock import AptLock
 from imagebuild.inputs.arch import ArchProfile
 from imagebuild.inputs.layout import BUILD_CONSTRAINT_FILE, CONSTRAINT_FILE, CONTEXT_ROOTFS
 from imagebuild.inputs.python_lock import LOCK_FILE_NAME, PythonLock
-from imagebuild.inputs.stage_model import BUILD_GROUP, ImageDefinition, Instruction, Step
+from imagebuild.inputs.stage_model import BUILD_GROUP, ImageDefinition, Instruction, Pip, Step
 from imagebuild.inputs.values import dockerfile_literal, quoted_template
 from imagebuild.pins import GitPin, PinSet
 from imagebuild.pins.arch_pins import check_profile_pins
@@ -166,6 +166,7 @@ def _render_step(
         source=f"stages/{step.source.name}",
         source_date_epoch=step_epoch,
         copies_context=step.instruction is Instruction.COPY and step.from_pin is None,
+        compile_cache=any(isinstance(c, Pip) and c.compile_cache for c in step.commands),
     )
     after = Declared(
         args=declared.args | set(needs.args),

@@ -51,6 +51,7 @@ class RenderedStep:
     # A COPY from the build context: its files' times are the client's (imagebuild's context tar says 0,
     # the docker CLI the checkout's), not an input, so normalisation gives every entry the step's epoch.
     copies_context: bool = False
+    compile_cache: bool = False  # a pip build of this RUN compiles through the compile cache
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,7 +27,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from imagebuild.errors import ConfigError
-from imagebuild.inputs.layout import BUILD_CONSTRAINT_FILE, CHECK_TOOL, VERSIONS_FILE
+from imagebuild.inputs.layout import BUILD_CONSTRAINT_FILE, CHECK_TOOL, COMPILE_CACHE_ENV, VERSIONS_FILE
 from imagebuild.inputs.python_lock import LOCK_FILE_NAME, LockedPackage, PythonLock
 from imagebuild.inputs.stage_model import BUILD_GROUP, GUARD_GROUP, FetchFile, Pip, Step
 from imagebuild.inputs.values import quoted_template, shell_quoted_text, shell_word
@@ -56,7 +56,8 @@ def pip_lines(
     cmd: Pip, step: Step, pins: PinSet, lock: PythonLock | None, mode: ConstraintMode
 ) -> tuple[list[str], set[str]]:
     """Shell lines for one pip command, and the locked packages they install."""
-    env = " ".join(f"{k}={quoted_template(v)}" for k, v in cmd.env)
+    pairs = (*cmd.env, *COMPILE_CACHE_ENV) if cmd.compile_cache else cmd.env
+    env = " ".join(f"{k}={quoted_template(v)}" for k, v in pairs)
     prefix = f"{env} " if env else ""
     args = _with_defaults(cmd.args)
     if cmd.locked:

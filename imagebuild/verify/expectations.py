@@ -28,6 +28,7 @@ from imagebuild.inputs.layers import DISABLED, layer_enabled
 from imagebuild.inputs.layout import (
     APP_DIR,
     ARCH_LABEL,
+    CCACHE_DIR,
     LAUNCHER_RECIPE,
     NIXL_LIBRARIES,
     OCI_LABEL_PREFIX,
@@ -58,7 +59,8 @@ BANNED_ENV_PATTERNS = (
 # Stale JIT state: MoRI's locks deadlock ep:0 init; AITER's were built against the old .so.
 EMPTY_DIRS = ("/root/.mori",)
 ABSENT_PATHS = ("/tmp/mori_jit_*", "/opt/vllm_cache/aiter_jit", "/root/.aiter")
-# Build leftovers: source trees and downloads of steps 4-15 and the constraint probe.
+# Build leftovers: source trees and downloads of steps 4-15, the constraint probe, and ccache's
+# directory (a ccache 4.4-4.6 keeps its objects there, not only its stats).
 TMP_LEFTOVERS = (
     "/tmp/mori",
     "/tmp/vllm",
@@ -66,6 +68,7 @@ TMP_LEFTOVERS = (
     "/tmp/aiter",
     "/tmp/flydsl",
     "/tmp/constraint-probe",
+    CCACHE_DIR,
 )
 # The graft (steps 11-16): the donor's trees and what K3 needs from them.
 GRAFT_PACKAGES = ("aiter", "aiter_meta", "flydsl")

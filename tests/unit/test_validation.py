@@ -143,6 +143,19 @@ CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
         ),
         ("04-mori.toml commands[", "a locked install is of wheels", "remove build_isolation"),
     ),
+    # ccache's settings for the compile cache are defined once: a stage asks for them.
+    "a stage setting ccache's compile-cache variable itself": (
+        lambda p: edit(p / "stages" / "07-vllm.toml", 'NVCC_THREADS = "${NVCC_THREADS}" }', 'NVCC_THREADS = "${NVCC_THREADS}", CCACHE_DIR = "/ccache" }'),
+        ("07-vllm.toml commands[", "env.CCACHE_DIR is ccache's setting", "compile_cache = true"),
+    ),
+    "a compile cache on a pip that builds nothing": (
+        lambda p: edit(p / "stages" / "04-mori.toml", '{ pip = "install", locked = true }', '{ pip = "install", locked = true, compile_cache = true }'),
+        ("04-mori.toml commands[", "compile_cache = true is for a build from source"),
+    ),
+    "a compile-cache build that leaves ccache's directory": (
+        lambda p: edit(p / "stages" / "07-vllm.toml", '"rm -rf /tmp/vllm ${CCACHE_DIR}"', '"rm -rf /tmp/vllm"'),
+        ("07-vllm.toml: a compile_cache build leaves ccache's directory", 'add "rm -rf ${CCACHE_DIR}" after it'),
+    ),
     "bad constraint": (
         lambda p: (p / "constraints" / "build.txt").write_text("setuptools<<80\n"),
         ("constraints/build.txt:1", "not a valid requirement"),
