@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests import REPO
+from tests.prerequisites import skip_or_fail
 
 pytest_plugins = ("sampleworld.pytest_plugin",)
 
@@ -50,6 +51,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("network"):
             item.add_marker(skip)
+
+
+_engine_problem: list[str] = []  # asked once per session: '' when the engine answers, else why not
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A docker test on a machine whose engine does not answer skips (fails in CI) before its fixtures
+    run: one reason for all of them, instead of each fixture's own error and its half-open client."""
+    if item.get_closest_marker("docker") is None:
+        return
+    if not _engine_problem:
+        from imagebuild.engine.docker import DockerEngine
+        from imagebuild.errors import EngineError
+
+        try:
+            DockerEngine.from_env().close()
+            _engine_problem.append("")
+        except EngineError as e:
+            _engine_problem.append(str(e))
+    if _engine_problem[0]:
+        skip_or_fail(f"needs the Docker engine: {_engine_problem[0]}")
 
 
 @pytest.fixture

@@ -4,6 +4,10 @@ tests.prerequisites.skip_or_fail, so no docker-tier test can skip quietly in a C
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +61,28 @@ def test_no_docker_tier_or_fixture_skips_around_the_helper() -> None:
     for path in sorted((REPO / "sampleworld").rglob("*.py")):
         offenders += [f"{path.relative_to(REPO)}:{line}" for line in _skips(ast.parse(path.read_text(encoding="utf-8")))]
     assert offenders == [], "use tests.prerequisites.skip_or_fail: " + ", ".join(offenders)
+
+
+@pytest.mark.parametrize("ci", ["", "true"])
+def test_docker_tests_without_an_engine_skip_or_fail_before_their_fixtures(tmp_path: Path, ci: str) -> None:
+    """Plain pytest on a machine without an engine: every docker test skips with one reason (and no
+    fixture's own error, or the half-open client a failed docker-py check leaves); in CI they fail."""
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock", "CI": ci}
+    env.pop("DOCKER_CONTEXT", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "t"),
+         "tests/verify/test_verify_docker.py::test_good_image_passes_within_budget",
+         "tests/unit/test_sampleworld_engine_matrix_live.py"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    output = done.stdout + done.stderr
+    assert "needs the Docker engine: no Docker socket at" in output, output
+    assert "Traceback" not in output, output
+    assert "ResourceWarning" not in output, output
+    if ci:
+        assert done.returncode == 1, output
+        assert "4 errors" in output, output  # at setup, each with the reason
+        assert "CI=true" in output, output
+    else:
+        assert done.returncode == 0, output
+        assert "4 skipped" in output, output
