@@ -27,43 +27,28 @@ from packaging.utils import canonicalize_name
 from imagebuild.errors import ConfigError
 from imagebuild.inputs.debian import DEB_PACKAGE
 from imagebuild.inputs.layers import with_tunables
-from imagebuild.inputs.layout import CCACHE_DIR, COMPILE_CACHE_ENV, STAGE_NAMES
+from imagebuild.inputs.layout import STAGE_NAMES
 from imagebuild.inputs.schema import Table, read_toml, suggest
+from imagebuild.inputs.stage_commands import check_installs, env_pairs, parse_command
 from imagebuild.inputs.stage_model import (
     AptInstall,
     Command,
-    FetchFile,
-    GitCheckout,
     ImageDefinition,
     ImageSpec,
     Instruction,
     OptionalLayer,
-    Pip,
-    PypiDownload,
-    Shell,
     Step,
 )
 from imagebuild.inputs.values import (
-    ABSOLUTE_PATH,
     ABSOLUTE_PATH_TEMPLATE,
     CONTEXT_PATH,
     ENV_NAME,
-    ENV_VALUE,
-    HASH_LOCKED_INSTALL,
-    PIN_NAME,
     STAGE_NAME,
     TUNABLE,
-    control_problem,
     shown,
 )
 
 STEP_FILE_RE = re.compile(r"^(\d{2})-([a-z0-9][a-z0-9_-]*)\.toml$")
-# pip reached through a shell string would bypass the constraint mechanism.
-RAW_PIP_RE = re.compile(r"(^|[\s;&|(])(pip3?|python3?\s+-m\s+pip)\s")
-PIP_BUILDING_SUBCOMMANDS = ("install", "download", "wheel")
-PIP_SUBCOMMANDS = (*PIP_BUILDING_SUBCOMMANDS, "uninstall", "show", "list", "check", "freeze")
-# Flags the renderer owns: writing them by hand would defeat its checks.
-PIP_RESERVED_FLAGS = ("--no-build-isolation", "--build-constraint", "--constraint", "-c ")
 LAYOUT_NAME_RE = re.compile(r"\$\{(" + "|".join(STAGE_NAMES) + r")\}")
 
 
@@ -74,19 +59,6 @@ _STEP_KEYS: dict[Instruction, tuple[str, ...]] = {
     Instruction.RUN: ("commands", "python_packages", "apt_packages", "enabled_by", "disabled_commands"),
 }
 _COMMON_STEP_KEYS = ("title", "why", "instruction", "env", "env_after")
-_COMMAND_KEYS = {
-    "pip": ("pip", "build_isolation", "env", "locked", "fetched", "compile_cache"),
-    "git": ("git", "into", "submodules", "blobless"),
-    "fetch": ("fetch", "into"),
-    "pypi": ("pypi", "into"),
-    "apt": ("apt",),
-}
-
-
-def _env_pairs(t: Table, key: str) -> tuple[tuple[str, str], ...]:
-    return tuple(t.string_map(key, names=ENV_NAME, values=ENV_VALUE).items())
-
-
 def _requirements(t: Table, key: str) -> tuple[str, ...]:
     """PEP 508 names with optional extras and version specifiers: what the python lock resolves.
 
@@ -110,137 +82,6 @@ def _requirements(t: Table, key: str) -> tuple[str, ...]:
         seen.add(name)
         found.append(str(req))
     return tuple(found)
-
-
-def _check_shell(text: str, where: str) -> None:
-    control = control_problem(text.replace("\n", " "))
-    if control:
-        msg = f"{where}: command {shown(text)} {control}"
-        raise ConfigError(msg)
-    problems = {
-        "a comment (comment lines inside a RUN continuation are removed by docker and break the chain)": text.lstrip().startswith(
-            "#"
-        ),
-        "a line break (one command per list entry)": "\n" in text,
-        "a heredoc (the classic builder cannot parse it)": "<<" in text,
-        "an empty command": not text.strip(),
-    }
-    for problem, found in problems.items():
-        if found:
-            msg = f"{where}: command {shown(text)} is {problem}"
-            raise ConfigError(msg)
-    if RAW_PIP_RE.search(text):
-        msg = (
-            f"{where}: command {shown(text)} runs pip from a shell string; write it as "
-            f'{{ pip = "install ...", build_isolation = true|false }} so the build-toolchain '
-            f"constraint is applied"
-        )
-        raise ConfigError(msg)
-
-
-def _parse_command(raw: Any, where: str) -> Command:
-    if isinstance(raw, str):
-        _check_shell(raw, where)
-        return Shell(text=raw)
-    if not isinstance(raw, dict):
-        msg = f"{where}: a command must be a string or a table, got {shown(raw)}"
-        raise ConfigError(msg)
-    kinds = [k for k in _COMMAND_KEYS if k in raw]
-    if len(kinds) != 1:
-        msg = f"{where}: a command table needs exactly one of {', '.join(_COMMAND_KEYS)}; got keys {shown(sorted(raw))}"
-        raise ConfigError(msg)
-    kind = kinds[0]
-    t = Table(raw, f"{where} {{{kind} = ...}}")
-    t.check_keys(_COMMAND_KEYS[kind])
-    if kind == "pip":
-        return _parse_pip(t)
-    if kind == "git":
-        return GitCheckout(
-            pin=t.string("git"),
-            into=t.string("into", kind=ABSOLUTE_PATH),
-            submodules=t.boolean("submodules", default=False),
-            blobless=t.boolean("blobless", default=False),
-        )
-    if kind == "apt":
-        return AptInstall(pin=t.string("apt", kind=PIN_NAME))
-    if kind == "fetch":
-        return FetchFile(pin=t.string("fetch"), into=t.string("into", kind=ABSOLUTE_PATH))
-    return PypiDownload(pin=t.string("pypi"), into=t.string("into", kind=ABSOLUTE_PATH))
-
-
-def _parse_pip(t: Table) -> Pip:
-    args = t.string("pip").strip()
-    sub = args.split()[0] if args else ""
-    if sub not in PIP_SUBCOMMANDS:
-        msg = f"{t.where}: unknown pip subcommand {shown(sub)}.{suggest(sub, PIP_SUBCOMMANDS)}"
-        raise ConfigError(msg)
-    for flag in PIP_RESERVED_FLAGS:
-        if flag in f"{args} ":
-            msg = f"{t.where}: '{flag.strip()}' is set by the renderer from build_isolation; remove it"
-            raise ConfigError(msg)
-    locked = t.boolean("locked", default=False)
-    fetched = t.optional_string("fetched", kind=PIN_NAME)
-    wheels = locked or fetched is not None
-    if wheels and sub != "install":
-        msg = f"{t.where}: locked / fetched say what 'pip install' installs; 'pip {sub}' takes neither"
-        raise ConfigError(msg)
-    if wheels:
-        # Rendered before `--no-deps ... --require-hashes -r /dev/stdin`: options only, no source.
-        HASH_LOCKED_INSTALL.check(args, t.where, "pip")
-    if locked and fetched is not None:
-        msg = f"{t.where}: one source per install: locked = true (python_packages) or fetched = PIN, not both"
-        raise ConfigError(msg)
-    isolation: bool | None = t.data.get("build_isolation")
-    if wheels and "build_isolation" in t.data:
-        msg = f"{t.where}: a {'locked' if locked else 'fetched'} install is of wheels, hash-checked, and builds nothing; remove build_isolation"
-        raise ConfigError(msg)
-    if sub in PIP_BUILDING_SUBCOMMANDS and not wheels and not isinstance(isolation, bool):
-        msg = (
-            f"{t.where}: 'pip {sub}' may build from source, so say how: "
-            f"build_isolation = true (pip's isolated build env) or false (the image's own toolchain)"
-        )
-        raise ConfigError(msg)
-    if sub not in PIP_BUILDING_SUBCOMMANDS and "build_isolation" in t.data:
-        msg = f"{t.where}: 'pip {sub}' builds nothing; remove build_isolation"
-        raise ConfigError(msg)
-    env = _env_pairs(t, "env")
-    compile_cache = t.boolean("compile_cache", default=False)
-    if compile_cache and isolation is None:
-        msg = f"{t.where}: compile_cache = true is for a build from source; 'pip {sub}' here builds nothing"
-        raise ConfigError(msg)
-    for name, _ in env:
-        if name in dict(COMPILE_CACHE_ENV):
-            msg = f"{t.where}: env.{name} is ccache's setting for the compile cache; remove it and write compile_cache = true"
-            raise ConfigError(msg)
-    return Pip(
-        args=args, build_isolation=isolation, env=env, locked=locked, fetched=fetched, compile_cache=compile_cache
-    )
-
-
-def _check_installs(path: Path, commands: tuple[Command, ...], python_packages: tuple[str, ...]) -> None:
-    """python_packages are installed by a locked pip command, a fetched wheel was fetched before, and
-    ccache's directory is removed after the last compile_cache build."""
-    locked = any(isinstance(c, Pip) and c.locked for c in commands)
-    if python_packages and not locked:
-        msg = f'{path}: python_packages are declared but no command installs them; add {{ pip = "install", locked = true }}'
-        raise ConfigError(msg)
-    if locked and not python_packages:
-        msg = f"{path}: a locked pip install needs the packages it installs in python_packages"
-        raise ConfigError(msg)
-    fetched: set[str] = set()
-    for command in commands:
-        if isinstance(command, FetchFile):
-            fetched.add(command.pin)
-        elif isinstance(command, Pip) and command.fetched is not None and command.fetched not in fetched:
-            msg = f"{path}: pip installs the fetched '{command.fetched}' wheel, but no earlier {{ fetch = \"{command.fetched}\" }} in this step downloads it"
-            raise ConfigError(msg)
-    cached = [i for i, c in enumerate(commands) if isinstance(c, Pip) and c.compile_cache]
-    after = commands[cached[-1] + 1 :] if cached else ()
-    removed = any(isinstance(c, Shell) and c.text.startswith("rm ") and CCACHE_DIR in c.text.split() for c in after)
-    if cached and not removed:
-        # ccache 4.4-4.6 (no remote_only) keep their entries there: they would land in the layer.
-        msg = f'{path}: a compile_cache build leaves ccache\'s directory; add "rm -rf ${{CCACHE_DIR}}" after it'
-        raise ConfigError(msg)
 
 
 def expand_layout_names(value: Any) -> Any:
@@ -270,8 +111,8 @@ def _parse_step(path: Path, number: int, slug: str) -> Step:
         "title": t.string("title"),
         "why": t.paragraph("why"),
         "instruction": instruction,
-        "env": _env_pairs(t, "env"),
-        "env_after": _env_pairs(t, "env_after"),
+        "env": env_pairs(t, "env"),
+        "env_after": env_pairs(t, "env_after"),
     }
     if instruction is Instruction.FROM:
         return Step(**common, image=t.string("image"))
@@ -286,9 +127,9 @@ def _parse_step(path: Path, number: int, slug: str) -> Step:
     if not isinstance(raw, list) or not raw:
         msg = f"{path}: a RUN step needs a non-empty 'commands' list"
         raise ConfigError(msg)
-    commands = tuple(_parse_command(c, f"{path} commands[{i}]") for i, c in enumerate(raw))
+    commands = tuple(parse_command(c, f"{path} commands[{i}]") for i, c in enumerate(raw))
     python_packages = _requirements(t, "python_packages")
-    _check_installs(path, commands, python_packages)
+    check_installs(path, commands, python_packages)
     apt_packages = _apt_packages(t, commands)
     layer = _optional_layer(t, path, commands)
     return Step(
@@ -305,8 +146,8 @@ def _optional_layer(t: Table, path: Path, commands: tuple[Command, ...]) -> Opti
     if arg is None or not isinstance(raw, list) or not raw:
         msg = f"{path}: an optional layer needs both 'enabled_by' (a tunable) and a non-empty 'disabled_commands' list"
         raise ConfigError(msg)
-    disabled = tuple(_parse_command(c, f"{path} disabled_commands[{i}]") for i, c in enumerate(raw))
-    _check_installs(path, disabled, ())
+    disabled = tuple(parse_command(c, f"{path} disabled_commands[{i}]") for i, c in enumerate(raw))
+    check_installs(path, disabled, ())
     return OptionalLayer(arg=arg, enabled=commands, disabled=disabled)
 
 
