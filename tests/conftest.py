@@ -9,6 +9,7 @@ tests start their own.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import signal
@@ -53,25 +54,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-_engine_problem: list[str] = []  # asked once per session: '' when the engine answers, else why not
+@functools.cache
+def _engine_problem() -> str:
+    """Why the Docker engine does not answer ('' when it does); asked once per session."""
+    from imagebuild.engine.docker import DockerEngine
+    from imagebuild.errors import EngineError
+
+    try:
+        DockerEngine.from_env().close()
+    except EngineError as e:
+        return str(e)
+    return ""
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A docker test on a machine whose engine does not answer skips (fails in CI) before its fixtures
     run: one reason for all of them, instead of each fixture's own error and its half-open client."""
-    if item.get_closest_marker("docker") is None:
-        return
-    if not _engine_problem:
-        from imagebuild.engine.docker import DockerEngine
-        from imagebuild.errors import EngineError
-
-        try:
-            DockerEngine.from_env().close()
-            _engine_problem.append("")
-        except EngineError as e:
-            _engine_problem.append(str(e))
-    if _engine_problem[0]:
-        skip_or_fail(f"needs the Docker engine: {_engine_problem[0]}")
+    if item.get_closest_marker("docker") is not None and (problem := _engine_problem()):
+        skip_or_fail(f"needs the Docker engine: {problem}")
 
 
 @pytest.fixture

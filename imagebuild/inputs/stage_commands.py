@@ -42,6 +42,8 @@ PIP_BUILDING_SUBCOMMANDS = ("install", "download", "wheel")
 PIP_SUBCOMMANDS = (*PIP_BUILDING_SUBCOMMANDS, "uninstall", "show", "list", "check", "freeze")
 # Flags the renderer owns: writing them by hand would defeat its checks.
 PIP_RESERVED_FLAGS = ("--no-build-isolation", "--build-constraint", "--constraint", "-c ")
+# Variables `compile_cache = true` sets: a stage may not set them itself.
+COMPILE_CACHE_NAMES = frozenset(name for name, _ in COMPILE_CACHE_ENV)
 
 _COMMAND_KEYS = {
     "pip": ("pip", "build_isolation", "env", "locked", "fetched", "compile_cache"),
@@ -154,7 +156,7 @@ def _parse_pip(t: Table) -> Pip:
         msg = f"{t.where}: compile_cache = true is for a build from source; 'pip {sub}' here builds nothing"
         raise ConfigError(msg)
     for name, _ in env:
-        if name in dict(COMPILE_CACHE_ENV):
+        if name in COMPILE_CACHE_NAMES:
             msg = f"{t.where}: env.{name} is ccache's setting for the compile cache; remove it and write compile_cache = true"
             raise ConfigError(msg)
     return Pip(
