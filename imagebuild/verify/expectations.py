@@ -6,8 +6,8 @@ cannot drift from what the build was asked to do. The result is a frozen,
 JSON-able dataclass in a few parts, one per kind of check: the runner hands it
 to the in-container checks as a file. What every correct image holds whatever
 the inputs (the paths in ``imagebuild.inputs.layout``, the graft's trees and the
-scrubbed paths below) is not part of it: the checks read those where they are
-defined.
+scrubbed paths in ``imagebuild.verify.image_facts``) is not part of it: the checks
+read those where they are defined.
 """
 
 from __future__ import annotations
@@ -28,11 +28,8 @@ from imagebuild.inputs.layers import DISABLED, layer_enabled
 from imagebuild.inputs.layout import (
     APP_DIR,
     ARCH_LABEL,
-    CCACHE_DIR,
     LAUNCHER_RECIPE,
     NIXL_LIBRARIES,
-    OCI_LABEL_PREFIX,
-    OCI_LABELS,
     PIN_LABEL_PREFIX,
     SECRET_SCAN_ROOTS,
     VERSIONS_FILE,
@@ -41,47 +38,9 @@ from imagebuild.inputs.stage_model import GUARD_GROUP, ImageDefinition, Shell
 from imagebuild.project import Inputs
 from imagebuild.render import build_constraint_text
 from imagebuild.render.context import arch_recipes
+from imagebuild.verify.image_facts import REPINNED_PIN, TUNED_CONFIGS
 from imagebuild.verify.launcher_cases import LauncherCase, banned_env_names, launcher_cases
 
-# The build-time constraint proof (imagebuild-check constraint-proof) writes this key.
-SETUPTOOLS_KEY = "BUILD_SETUPTOOLS"
-# Tuning belongs to the launcher's recipes, applied at run time; baked into the image it
-# silently overrides them (skip-if-set). Names beyond the recipe's own keys, as globs.
-BANNED_ENV_PATTERNS = (
-    "KV_*",
-    "*_CUDAGRAPH_MODE",
-    "*_MORI_BACKEND",
-    "PYTORCH_*ALLOC_CONF",
-    "VLLM_ROCM_USE_AITER*",
-    "AITER_SITUV2_A8W4",
-    "MORI_SHMEM_HEAP_SIZE",
-)
-# Stale JIT state: MoRI's locks deadlock ep:0 init; AITER's were built against the old .so.
-EMPTY_DIRS = ("/root/.mori",)
-ABSENT_PATHS = ("/tmp/mori_jit_*", "/opt/vllm_cache/aiter_jit", "/root/.aiter")
-# Build leftovers: source trees and downloads of steps 4-15, the constraint probe, and ccache's
-# directory (a ccache 4.4-4.6 keeps its objects there, not only its stats).
-TMP_LEFTOVERS = (
-    "/tmp/mori",
-    "/tmp/vllm",
-    "/tmp/router",
-    "/tmp/aiter",
-    "/tmp/flydsl",
-    "/tmp/constraint-probe",
-    CCACHE_DIR,
-)
-# The graft (steps 11-16): the donor's trees and what K3 needs from them.
-GRAFT_PACKAGES = ("aiter", "aiter_meta", "flydsl")
-GRAFT_DIRS = ("aiter/ops/triton/conv",)
-# Defaults for a profile without a [graft] table; a profile says its own (imagebuild.inputs.arch).
-TUNED_CONFIGS = ("kimik3_a8w4_tuned_fmoe.csv", "kimik3_fp4_tuned_fmoe.csv")
-TUNED_CONFIG_ROOTS = ("aiter", "aiter_meta")
-REPINNED_PIN = (
-    "flydsl"  # the grafted dist the probe reads; re-installed over the graft where a profile re-pins it
-)
-ROUTER_HELP_WORD = "moriio"
-# Labels every image carries whatever the pins (the checkout's facts, passed as build args).
-NONEMPTY_LABELS = tuple(f"{OCI_LABEL_PREFIX}{name}" for name in OCI_LABELS)
 # `echo "KEY=${ARG} rest" >> /app/versions.txt` in a stage's RUN commands.
 _VERSION_ECHO_RE = re.compile(r'^echo "(?P<line>[^"]*)" >> ' + re.escape(VERSIONS_FILE) + "$")
 _KEY_RE = re.compile(r"^(?P<key>[A-Z][A-Z0-9_]*)(?P<sep>[=:])\s*(?P<rest>.*)$")

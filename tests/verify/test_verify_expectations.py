@@ -14,8 +14,6 @@ from imagebuild.project import find_project
 from imagebuild.verify.checks import probe
 from imagebuild.verify.checks.support import probe_request
 from imagebuild.verify.expectations import (
-    BANNED_ENV_PATTERNS,
-    NONEMPTY_LABELS,
     Expectations,
     build_expectations,
     is_banned_env,
@@ -23,6 +21,7 @@ from imagebuild.verify.expectations import (
     setuptools_specifier,
     substitute,
 )
+from imagebuild.verify.image_facts import BANNED_ENV_PATTERNS, NONEMPTY_LABELS
 
 
 def _expectations(repo: Path, pins: Path) -> Expectations:

@@ -23,13 +23,13 @@ from imagebuild.inputs.layout import (
     VERSIONS_FILE,
 )
 from imagebuild.launcher import serve
-from imagebuild.verify.expectations import (
+from imagebuild.verify.expectations import Expectations
+from imagebuild.verify.image_facts import (
     NONEMPTY_LABELS,
     REPINNED_PIN,
     ROUTER_HELP_WORD,
     TUNED_CONFIG_ROOTS,
     TUNED_CONFIGS,
-    Expectations,
 )
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,7 +22,8 @@ from imagebuild.inputs.layout import (
     VERSIONS_FILE,
 )
 from imagebuild.verify.checks_file import EMPTY, ChecksFile
-from imagebuild.verify.expectations import (
+from imagebuild.verify.expectations import Expectations
+from imagebuild.verify.image_facts import (
     ABSENT_PATHS,
     EMPTY_DIRS,
     GRAFT_DIRS,
@@ -30,7 +31,6 @@ from imagebuild.verify.expectations import (
     REPINNED_PIN,
     TMP_LEFTOVERS,
     TUNED_CONFIG_ROOTS,
-    Expectations,
 )
 
 CONTEXT_ENV = "IMAGEBUILD_VERIFY_CONTEXT"

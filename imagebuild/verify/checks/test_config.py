@@ -6,7 +6,8 @@ import pytest
 
 from imagebuild.inputs.layout import PIN_LABEL_PREFIX
 from imagebuild.verify.checks.support import expect, expectations, image_config
-from imagebuild.verify.expectations import BANNED_ENV_PATTERNS, NONEMPTY_LABELS, is_banned_env
+from imagebuild.verify.expectations import is_banned_env
+from imagebuild.verify.image_facts import BANNED_ENV_PATTERNS, NONEMPTY_LABELS
 
 EXP = expectations()
 

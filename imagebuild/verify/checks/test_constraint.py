@@ -11,7 +11,8 @@ from packaging.version import InvalidVersion, Version
 from imagebuild.image_files.imagebuild_check import GUARD_KEY
 from imagebuild.inputs.layout import BUILD_CONSTRAINT_FILE, CONSTRAINT_FILE, VERSIONS_FILE
 from imagebuild.verify.checks.support import expect, expectations
-from imagebuild.verify.expectations import SETUPTOOLS_KEY, parse_versions
+from imagebuild.verify.expectations import parse_versions
+from imagebuild.verify.image_facts import SETUPTOOLS_KEY
 
 EXP = expectations()
 

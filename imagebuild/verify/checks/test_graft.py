@@ -9,12 +9,7 @@ from typing import Any
 import pytest
 
 from imagebuild.verify.checks.support import expect, expectations
-from imagebuild.verify.expectations import (
-    GRAFT_DIRS,
-    GRAFT_PACKAGES,
-    REPINNED_PIN,
-    TUNED_CONFIG_ROOTS,
-)
+from imagebuild.verify.image_facts import GRAFT_DIRS, GRAFT_PACKAGES, REPINNED_PIN, TUNED_CONFIG_ROOTS
 
 EXP = expectations()
 # The re-pin checks apply where the profile re-pins the grafted flydsl ([graft] repinned).

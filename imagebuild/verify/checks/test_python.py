@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from imagebuild.verify.checks.support import expect, expectations
-from imagebuild.verify.expectations import GRAFT_PACKAGES
+from imagebuild.verify.image_facts import GRAFT_PACKAGES
 
 EXP = expectations()
 

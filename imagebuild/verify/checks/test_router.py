@@ -6,7 +6,7 @@ from typing import Any
 
 from imagebuild.inputs.layout import ROUTER
 from imagebuild.verify.checks.support import expect
-from imagebuild.verify.expectations import ROUTER_HELP_WORD
+from imagebuild.verify.image_facts import ROUTER_HELP_WORD
 
 
 def test_router_executable(facts: dict[str, Any]) -> None:

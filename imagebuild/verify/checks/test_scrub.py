@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from imagebuild.verify.checks.support import expect
-from imagebuild.verify.expectations import ABSENT_PATHS, EMPTY_DIRS, TMP_LEFTOVERS
+from imagebuild.verify.image_facts import ABSENT_PATHS, EMPTY_DIRS, TMP_LEFTOVERS
 
 
 @pytest.mark.parametrize("path", EMPTY_DIRS)

@@ -8,7 +8,8 @@ import pytest
 
 from imagebuild.inputs.layout import APT_PACKAGES_FILE, PYTHON_PACKAGES_FILE, VERSIONS_FILE
 from imagebuild.verify.checks.support import expect, expectations
-from imagebuild.verify.expectations import REPINNED_PIN, VersionLine, parse_versions
+from imagebuild.verify.expectations import VersionLine, parse_versions
+from imagebuild.verify.image_facts import REPINNED_PIN
 
 EXP = expectations()
 
