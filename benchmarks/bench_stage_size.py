@@ -71,7 +71,8 @@ if "--checkout" in sys.argv:
 sys.path.insert(0, str(REPO))
 sys.path.insert(1, str(HERE))
 
-from stage_report import Row, print_table  # noqa: E402  # beside this file
+from process_cpu import ENGINE_PIDS, engine_cpu  # noqa: E402  # beside this file
+from stage_report import Row, print_table  # noqa: E402
 
 from sampleworld import engine_matrix  # noqa: E402
 
@@ -80,36 +81,7 @@ TAG = f"bench-stage/n{os.getpid()}"  # two runs may share an engine (before and 
 EPOCH = 1_700_000_000  # the step's SOURCE_DATE_EPOCH: any fixed value
 
 
-ENGINE_PIDS: dict[str, int] = {}  # docker host -> the dockerd answering there
 CPU: dict[str, float] = {}  # command -> CPU seconds of its last run: the command's and the engine's
-
-
-def engine_cpu(host: str) -> float:
-    """CPU seconds the engine's dockerd has used so far: its own, the children it waited for (its untar)
-    and the ones still running (the containerd it started, where the containerd image store unpacks,
-    diffs and compresses layers)."""
-    pid = ENGINE_PIDS.get(host)
-    if pid is None:
-        return 0.0
-    return _process_cpu(pid) + sum(_process_cpu(child) for child in _children(pid))
-
-
-def _process_cpu(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:  # it ended meanwhile: its seconds are its parent's once waited for
-        return 0.0
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
-
-
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
 
 
 def run(argv: list[str], host: str, stdin: BinaryIO | None = None) -> float:
