@@ -33,6 +33,7 @@ from sampleworld.layout import REGISTRY, StateDir
 NAME = "podman"
 START_TIMEOUT_S = 60
 LEFTOVER_PROCESSES = ("conmon", "podman", "runc")
+LEFTOVER_GRACE_S = 2.0
 NOFILE, NPROC = 65536, 4096  # per container: plenty for verify and the tests' containers
 
 CONTAINERS_CONF = """\
@@ -160,9 +161,13 @@ def stop_podman(state: StateDir) -> bool:
     if pid is None:
         return False
     proc.stop_pid(pid, timeout=30)
-    for left in leftover_pids(engine):
-        log.info(f"engine {NAME}: stopping pid {left} it left running: {proc.cmdline(left)[:200]}")
-        proc.stop_pid(left, timeout=15)
+    left = leftover_pids(engine)
+    for helper in left:
+        log.info(f"engine {NAME}: stopping pid {helper} it left running: {proc.cmdline(helper)[:200]}")
+    # Mostly the conmons of finished exec sessions (verify's, the tests'): each keeps its session's exit
+    # code for podman's exit_command_delay (300 s) before its clean-up, and SIGTERM does not end it
+    # meanwhile (measured), so a long grace only delays the SIGKILL: 15 s each at a session's end.
+    proc.stop_pids(left, timeout=LEFTOVER_GRACE_S)
     engine.pid_file.unlink(missing_ok=True)
     release_storage_mount(engine.graph_root)
     log.info(f"engine {NAME}: stopped pid {pid}")

@@ -93,16 +93,24 @@ def _reap(pid: int) -> None:
 
 def stop_pid(pid: int, *, timeout: float = 15) -> None:
     """SIGTERM one pid we started, SIGKILL it if it lingers."""
+    stop_pids([pid], timeout=timeout)
+
+
+def stop_pids(pids: Sequence[int], *, timeout: float = 15) -> None:
+    """SIGTERM pids we started, all at once; SIGKILL those that linger: one grace period for all."""
+    left = list(pids)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            _reap(pid)
-            if not pid_alive(pid):
-                return
-            time.sleep(0.1)
-    msg = f"pid {pid} survived SIGKILL"
+        while left and time.monotonic() < deadline:
+            for pid in left:
+                _reap(pid)
+            left = [pid for pid in left if pid_alive(pid)]
+            if left:
+                time.sleep(0.1)
+        if not left:
+            return
+    msg = f"pids {left} survived SIGKILL"
     raise SampleWorldError(msg)
