@@ -15,6 +15,9 @@ from pathlib import Path
 
 from sampleworld.errors import SampleWorldError
 
+# After SIGKILL, however short the grace: a process in uninterruptible sleep (an unmount) ends late.
+KILL_WAIT_S = 15.0
+
 
 def which(tool: str) -> str:
     found = shutil.which(tool)
@@ -99,11 +102,11 @@ def stop_pid(pid: int, *, timeout: float = 15) -> None:
 def stop_pids(pids: Sequence[int], *, timeout: float = 15) -> None:
     """SIGTERM pids we started, all at once; SIGKILL those that linger: one grace period for all."""
     left = list(pids)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, max(timeout, KILL_WAIT_S))):
         for pid in left:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + wait
         while left and time.monotonic() < deadline:
             for pid in left:
                 _reap(pid)
