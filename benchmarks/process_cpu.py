@@ -16,10 +16,10 @@ def engine_cpu(host: str) -> float:
     pid = ENGINE_PIDS.get(host)
     if pid is None:
         return 0.0
-    return process_cpu(pid) + sum(process_cpu(child) for child in children(pid))
+    return _process_cpu(pid) + sum(_process_cpu(child) for child in _children(pid))
 
 
-def process_cpu(pid: int) -> float:
+def _process_cpu(pid: int) -> float:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:  # it ended meanwhile: its seconds are its parent's once waited for
@@ -27,7 +27,7 @@ def process_cpu(pid: int) -> float:
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
 
 
-def children(pid: int) -> list[int]:
+def _children(pid: int) -> list[int]:
     found: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
