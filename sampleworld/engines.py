@@ -202,9 +202,10 @@ def stop_engine(engine: NodeEngine) -> bool:
     if pid is None:
         return False
     proc.stop_pid(pid, timeout=30)
-    for left in leftover_pids(engine):  # dockerd stops its containerd; a SIGKILLed one does not
-        log.info(f"engine {engine.name}: stopping pid {left} it left running: {proc.cmdline(left)[:200]}")
-        proc.stop_pid(left, timeout=15)
+    left = leftover_pids(engine)  # dockerd stops its containerd; a SIGKILLed one does not
+    for pid_left in left:
+        log.info(f"engine {engine.name}: stopping pid {pid_left} it left running: {proc.cmdline(pid_left)[:200]}")
+    proc.stop_pids(left, timeout=15)  # together: a containerd and its shims need not wait in turn
     _release_host_state(engine)
     log.info(f"engine {engine.name}: stopped pid {pid}")
     return True

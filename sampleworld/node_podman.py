@@ -73,10 +73,11 @@ def release(store: NodePodman) -> bool:
         except SampleWorldError as e:
             log.info(f"WARNING: podman of {store.node}: could not remove its containers: {e}")
     marks = (f"{store.run_dir}/", f"{store.root}/")
-    for pid in pids_naming(marks, LEFTOVER_PROCESSES):
-        if pid != os.getpid():
-            log.info(f"podman of {store.node}: stopping pid {pid} left running: {proc.cmdline(pid)[:200]}")
-            proc.stop_pid(pid, timeout=15)
-            released = True
+    left = [pid for pid in pids_naming(marks, LEFTOVER_PROCESSES) if pid != os.getpid()]
+    for pid in left:
+        log.info(f"podman of {store.node}: stopping pid {pid} left running: {proc.cmdline(pid)[:200]}")
+    if left:
+        proc.stop_pids(left, timeout=15)  # together, one grace period for all
+        released = True
     release_storage_mount(store.graph_root)
     return released
