@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from imagebuild.build.record import FileDigest
 from imagebuild.errors import ConfigError
-from imagebuild.inputs.layers import with_tunables
+from imagebuild.inputs.layers import tunable_kind, with_tunables
 from imagebuild.inputs.layout import BUILD_LOG_SUFFIX, build_record_path
 from imagebuild.inputs.schema import suggest
-from imagebuild.inputs.values import ENV_NAME, TUNABLE
+from imagebuild.inputs.values import ENV_NAME
 from imagebuild.normalize.ahead import DEFAULT_MIN_MB
 from imagebuild.project import Inputs, Project
 from imagebuild.render import ConstraintMode, Dockerfile, RenderOptions, render_inputs
@@ -92,7 +92,7 @@ def check_build_args(build_args: dict[str, str], inputs: Inputs) -> None:
             )
             raise ConfigError(msg)
         # A tunable may be expanded unquoted by a stage (make -j${MAX_JOBS}): its kind is narrow.
-        TUNABLE.check(value, "--build-arg", name)
+        tunable_kind(inputs.definition, name).check(value, "--build-arg", name)
 
 
 def check_build_places(project: Project, inputs: Inputs, options: BuildOptions) -> None:

@@ -24,8 +24,33 @@ TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 MAX_NAME_CHARS = 255  # docker refuses longer repository names
 
 
+# A digest's algorithm, as the OCI image spec writes it (sha256:, sha512:): what follows an '@' in a reference.
+_DIGEST_ALGORITHM_RE = re.compile(r"[a-z0-9]+(?:[+._-][a-z0-9]+)*:")
+USERINFO_PROBLEM = "a reference carries no user name or password; use docker login"
+
+
+def userinfo_problem(text: str) -> str | None:
+    """Why ``text`` holds credentials before its host (``user:pass@host/repo``), or None.
+
+    docker's grammar has none, and the value would be echoed in messages and kept in records. A
+    digest is the last part of a reference: an '@' with a path or another '@' after it is userinfo,
+    and so is one after ``NAME:WORD`` (no '/') that no ``sha256:`` follows.
+    """
+    before, at, after = text.partition("@")
+    if not at:
+        return None
+    if "/" in after or "@" in after:
+        return USERINFO_PROBLEM
+    if ":" in before and "/" not in before and not _DIGEST_ALGORITHM_RE.match(after):
+        return USERINFO_PROBLEM
+    return None
+
+
 def tag_reference_problem(text: str) -> str | None:
     """Why ``text`` cannot name an image to tag (``NAME[:TAG]``, no digest), or None."""
+    problem = userinfo_problem(text)
+    if problem:
+        return problem
     if "@" in text:
         return "a digest names an image, it cannot be tagged; give NAME[:TAG]"
     name, tag = text, None
@@ -55,6 +80,9 @@ def image_problem(text: str) -> str | None:
     """Why ``text`` names no image (an image ID, or ``NAME[:TAG][@sha256:DIGEST]``), or None."""
     if IMAGE_ID_RE.fullmatch(text):
         return None
+    problem = userinfo_problem(text)
+    if problem:
+        return problem
     name, at, digest = text.partition("@")
     if at and not DIGEST_RE.fullmatch(digest):
         return f"digest {digest!r} is not 'sha256:' and 64 hex digits"

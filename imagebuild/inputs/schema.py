@@ -142,7 +142,10 @@ class Table:
     def string_map(self, key: str, *, names: Kind = TEXT, values: Kind = TEXT) -> dict[str, str]:
         value = self._get(key, dict, required=False) or {}
         for k, v in value.items():
-            names.check(k, self.where, f"{key}.{k}")
+            problem = control_problem(k) or names.problem(k)
+            if problem:  # the key is what is wrong: named once, as the key
+                msg = f"{self.where}: [{key}] key {shown(k)} {problem}"
+                raise ConfigError(msg)
             if not isinstance(v, str):
                 msg = f"{self.where}: '{key}.{k}' must be a string, got {shown(v)}"
                 raise ConfigError(msg)

@@ -234,7 +234,9 @@ def load_stages(stages_dir: Path) -> ImageDefinition:
     if len(apt_steps) > 1:  # apt.lock.toml holds one package set, resolved against the base
         msg = f"{stages_dir}: only one step may install apt_packages; {', '.join(apt_steps)} both do"
         raise ConfigError(msg)
-    return with_tunables(ImageDefinition(spec=spec, steps=tuple(steps)), {}, str(spec.source))
+    # The defaults are checked by their kind here, where the layers they switch are known.
+    definition = ImageDefinition(spec=spec, steps=tuple(steps))
+    return with_tunables(definition, dict(spec.args), f"{spec.source} [args]")
 
 
 def _check_copy_stages(spec: ImageSpec, steps: list[Step]) -> None:

@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 from imagebuild.errors import ConfigError
 from imagebuild.inputs import references
 from imagebuild.launcher import text as launcher_text
-from imagebuild.secrets import CREDENTIAL_QUERY_PARAMS, value_secret_reason
+from imagebuild.secrets import CREDENTIAL_QUERY_PARAMS, redact, value_secret_reason
 
 # The characters no value may hold, the length bound and the shown form are the launcher's (the
 # lowest package every checker can import), so the Dockerfile, the sbatch script and the launcher in
@@ -53,8 +53,8 @@ class Kind:
     def check(self, value: str, where: str, key: str) -> str:
         """``value`` if it is of this kind; else ConfigError naming ``where`` and ``key``."""
         problem = control_problem(value) or self.problem(value)
-        if problem:
-            msg = f"{where}: '{escape_controls(key)}' = {shown(value)} {problem}"
+        if problem:  # redacted before it is cut: a cut could leave a long password without its '@host'
+            msg = f"{where}: '{escape_controls(key)}' = {shown(redact(value))} {problem}"
             raise ConfigError(msg)
         return value
 
@@ -196,6 +196,22 @@ TUNABLE = pattern_kind(
     r"[A-Za-z0-9_.,:;+=/@%-]*",
     "letters, digits and '_.,:;+=/@%-' (no spaces, quotes or '$')",
 )
+# Tunables a stage takes as a number of parallel jobs (make -j${MAX_JOBS}, nvcc's threads): an empty
+# value would make `make -j` run without a limit, a bad one fail hours into the build.
+MAX_PARALLEL_JOBS = 1024
+
+
+def _job_count(value: str) -> str | None:
+    if re.fullmatch(r"[1-9][0-9]{0,3}", value) and int(value) <= MAX_PARALLEL_JOBS:
+        return None
+    return f"is not a number of parallel jobs: a whole number from 1 to {MAX_PARALLEL_JOBS}"
+
+
+JOB_COUNT = Kind("a number of parallel jobs", _job_count)
+# The tunable of an optional layer (a step's enabled_by): exactly what the step's shell guard compares.
+LAYER_SWITCH = pattern_kind("0 or 1", r"[01]", "0 leaves the optional layer out, 1 builds it")
+# Tunables whose kind is narrower than TUNABLE, by name (stages/image.toml [args]).
+TUNABLE_KINDS = {"MAX_JOBS": JOB_COUNT, "NVCC_THREADS": JOB_COUNT}
 _REF = r"\$\{[A-Za-z_][A-Za-z0-9_]*\}"
 _PATH_CHARS = r"[A-Za-z0-9._+@,:=-]"
 

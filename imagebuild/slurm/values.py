@@ -10,8 +10,10 @@ import re
 from pathlib import PurePosixPath
 
 from imagebuild.errors import ConfigError
+from imagebuild.inputs.references import userinfo_problem
 from imagebuild.inputs.values import control_problem, shown
 from imagebuild.pins import DIGEST_RE
+from imagebuild.secrets import redact
 
 # A registry reference pinned by digest: [host[:port]/]path@sha256:<64 hex> (docker's grammar).
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -24,8 +26,9 @@ MOUNT_UNSAFE = (":", ",")
 
 
 def bad_value(option: str, value: object, why: str) -> str:
-    """The one-line message for a bad value: the option, the value as given, what is expected."""
-    return f"{option} {shown(value)}: {why}"
+    """The one-line message for a bad value: the option, the value as given, what is expected.
+    Redacted before it is cut: a cut could leave a long password without the '@host' that marks it."""
+    return f"{option} {shown(redact(value) if isinstance(value, str) else value)}: {why}"
 
 
 def check_text(option: str, value: str) -> str:
@@ -73,6 +76,9 @@ def check_positive(option: str, value: int) -> int:
 
 def check_image(value: str) -> str:
     check_text("--image", value)
+    problem = userinfo_problem(value)
+    if problem:
+        raise ConfigError(bad_value("--image", value, problem))
     if not IMAGE_BY_DIGEST_RE.match(value):
         why = (
             "expected REPOSITORY@sha256:<64 hex digits>, the reference `imagebuild publish` prints: "
@@ -83,6 +89,7 @@ def check_image(value: str) -> str:
 
 
 def check_image_id(where: str, value: str) -> str:
+    check_text(where, value)
     if not DIGEST_RE.match(value):
         raise ConfigError(bad_value(where, value, "expected an image ID sha256:<64 hex digits>"))
     return value

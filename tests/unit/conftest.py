@@ -32,6 +32,15 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
+def dead_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The working directory, with DOCKER_HOST on a socket nothing listens on: a command that got past
+    its own checks would ask it and exit 3, so a refusal with exit 2 came before the engine."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/dead.sock")
+    return tmp_path
+
+
+@pytest.fixture
 def docker_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty docker CLI config as the only one read, and no engine named by the environment."""
     directory = tmp_path / "docker-config"

@@ -27,6 +27,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "credential in a URL query": ("https://gitlab.com/api?private_token=s3cr3tvalue&x=1", "s3cr3tvalue"),
     "token variable": ("export GITHUB_TOKEN=plainsecretvalue", "plainsecretvalue"),
     "token variable in YAML": ("env:\n  HF_TOKEN: 'abcdefghijklmnopqrstuv'", "abcdefghijklmnopqrstuv"),
+    "user name and password before a host": ("deploy:hunter2@registry.example.com/ml/kimi-k3:gfx942", "deploy:hunter2"),
 }  # fmt: skip
 
 
@@ -102,6 +103,11 @@ def test_query_parameters_match_case_insensitively() -> None:
         "GH_TOKEN is read from the environment",
         "--build-arg GH_TOKEN: refused, the name looks like a secret",  # prose, not an assignment
         "https://user@example.com/x",  # a user name is not a credential
+        "registry.example.com/ml/kimi-k3:gfx942@sha256:" + "a" * 64,  # a tag and a digest
+        "ubuntu:22.04@sha256:" + "0" * 64,
+        "git+https://github.com/org/repo@v1.0",
+        "<a href='mailto:maintainer@example.org'>",
+        "y = x[1:n]@w/2",  # code, not user info
     ],
 )
 def test_ordinary_build_text_is_not_a_secret(text: str) -> None:

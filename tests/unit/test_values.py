@@ -37,6 +37,7 @@ from imagebuild.inputs.values import (
     quoted_template,
     shell_word,
 )
+from imagebuild.secrets import redact
 
 CONTROLS = ["\n", "\r", "\x00", "\x1b", "\x7f", "\x85", "\u2028", "\u2029", "\u202e", "\udcff", "\t"]
 
@@ -175,7 +176,8 @@ def test_kind_refuses_naming_file_key_and_value(case: str) -> None:
         with pytest.raises(ConfigError) as e:
             kind.check(value, "f.toml [p]", "key")
         message = str(e.value)
-        assert message.startswith(f"f.toml [p]: 'key' = {value[:60]!r}"[:40]), message
+        # The value as given, credentials redacted ('user:pw@host/x' -> '<redacted>@host/x').
+        assert message.startswith(f"f.toml [p]: 'key' = {redact(value)[:60]!r}"[:40]), message
         assert words in message, message
         assert "\n" not in message
 
