@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from typing import Any
 
 from imagebuild.attest.keys import SigningKey, VerificationKey
@@ -49,13 +48,8 @@ def _b64(value: object, what: str, name: str) -> bytes:
             raise UnverifiedError(msg) from e
 
 
-def envelope_of(text: str, what: str) -> dict[str, Any] | None:
-    """The DSSE envelope in ``text``, or None when it is JSON of another shape (a bare statement)."""
-    try:
-        document = json.loads(text)
-    except ValueError as e:
-        msg = f"{what}: not JSON ({e}); give the .dsse.json file a signed build, export or publish wrote"
-        raise UnverifiedError(msg) from e
+def envelope_of(document: object) -> dict[str, Any] | None:
+    """The DSSE envelope ``document`` is, or None when it is JSON of another shape (a bare statement)."""
     if isinstance(document, dict) and {"payloadType", "payload"} <= set(document):
         return document
     return None

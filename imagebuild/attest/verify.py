@@ -21,6 +21,7 @@ from imagebuild.attest.keys import VerificationKey
 from imagebuild.attest.statement import DISTRIBUTION_PREDICATE, STATEMENT_TYPE, hex_of
 from imagebuild.errors import ConfigError, UnverifiedError
 from imagebuild.inputs.values import DIGEST_RE, shown
+from imagebuild.util.json_file import read_json_file
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,18 +38,6 @@ def check_image_digest(text: str) -> str:
         msg = f"--image {shown(text)}: give the image's identity or manifest digest as sha256: and 64 hex digits"
         raise ConfigError(msg)
     return text
-
-
-def read_envelope_file(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        msg = f"{shown(str(path))}: no such file; give the .dsse.json a signed build, export or publish wrote"
-        raise ConfigError(msg) from e
-    except (OSError, UnicodeDecodeError) as e:
-        why = e.strerror if isinstance(e, OSError) else "not UTF-8"
-        msg = f"{shown(str(path))}: cannot read it ({why or type(e).__name__})"
-        raise ConfigError(msg) from e
 
 
 def _unsigned(document: Any, what: str) -> UnverifiedError:
@@ -78,14 +67,17 @@ def verify_attestation(
     """Check the envelope at ``path``; with ``image`` (or ``any_of``: an image's manifest digest and its
     identity, as a registry names it), the statement must name it (one of them)."""
     what = str(path)
-    text = read_envelope_file(path)
-    envelope = envelope_of(text, what)
+    # A file that cannot be read as JSON is bad input (exit 2), not an envelope that fails to verify.
+    document = read_json_file(
+        path, where=shown(what), hint="give the .dsse.json a signed build, export or publish wrote"
+    )
+    envelope = envelope_of(document)
     if envelope is None:
-        raise _unsigned(json.loads(text), what)
+        raise _unsigned(document, what)
     payload = verify_envelope(envelope, key, what=what)
     try:
         statement = json.loads(payload)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         msg = f"{what}: the signed payload is not JSON"
         raise UnverifiedError(msg) from e
     if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:

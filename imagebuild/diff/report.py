@@ -15,6 +15,14 @@ CHANGE_ORDER = ("changed", "added", "removed")
 CHANGE_WORDS = {"changed": "changed", "added": "only in B", "removed": "only in A"}
 
 
+def _printable(text: str) -> str:
+    """``text`` with each character a terminal would act on or hide escaped (``\\x1b``, ``\\n``, ``\\u202e``):
+    names and values come from the archives, which anyone may have written."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def _short(value: object, limit: int = 2 * CONTEXT) -> str:
     text = repr(value) if not isinstance(value, str) else value
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -62,11 +70,16 @@ def format_files(changes: Iterable[FileChange], indent: str = "  ") -> list[str]
 
 
 def format_diff(diff: ImageDiff) -> str:
+    """The report for a terminal: one line per entry, whatever the names and values hold."""
+    return "\n".join(_printable(line) for line in _report_lines(diff))
+
+
+def _report_lines(diff: ImageDiff) -> list[str]:
     what = "identical" if diff.identical else "different"
     scope = "including mtimes" if diff.mtime else "mtimes not compared (--mtime compares them)"
     lines = [f"A: {diff.a} ({diff.a_id})", f"B: {diff.b} ({diff.b_id})", f"{what}; {scope}"]
     if diff.identical:
-        return "\n".join(lines)
+        return lines
     if diff.config:
         lines.append(f"config: {len(diff.config)} difference(s)")
         for change in diff.config:
@@ -88,7 +101,7 @@ def format_diff(diff: ImageDiff) -> str:
             )
             lines.append(f"  layer {layer.index}: {where}")
             lines += format_files(layer.files, indent="    ")
-    return "\n".join(lines)
+    return lines
 
 
 def diff_json(diff: ImageDiff) -> dict[str, object]:

@@ -8,7 +8,6 @@ reference for the engine.
 
 from __future__ import annotations
 
-import json
 import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +19,8 @@ from imagebuild.diff.tree import index_layer
 from imagebuild.engine.interface import Engine
 from imagebuild.engine.saved_image import ArchiveError, read_saved_image
 from imagebuild.errors import ConfigError, EngineError
+from imagebuild.inputs.values import escape_controls
+from imagebuild.util.json_file import read_json_file
 from imagebuild.util.streams import CHUNK, gzip_reader, open_stream
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -28,18 +29,28 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 def _archive_of(path: Path) -> Path:
     """The archive itself, or the one an export manifest names."""
-    with path.open("rb") as f:
-        head = f.read(1)
+    where = escape_controls(str(path))
+    try:
+        with path.open("rb") as f:
+            head = f.read(1)
+    except OSError as e:
+        msg = f"{where}: cannot read it ({e.strerror or e}); give a file you can read"
+        raise ConfigError(msg) from e
     if head != b"{":
         return path
+    hint = "give a `docker save` tar or the .json manifest `imagebuild export` wrote"
+    manifest = read_json_file(path, where=where, hint=hint)
+    name = manifest.get("archive") if isinstance(manifest, dict) else None
+    if not isinstance(name, str) or not name:
+        msg = f"{where}: JSON, but not an `imagebuild export` manifest (no 'archive' file name); {hint}"
+        raise ConfigError(msg)
+    archive = path.parent / name
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        archive = path.parent / str(manifest["archive"])
-    except (ValueError, KeyError, TypeError) as e:
-        msg = f"{path}: a JSON file but not an `imagebuild export` manifest (no 'archive' key)"
-        raise ConfigError(msg) from e
-    if not archive.is_file():
-        msg = f"{path}: names the archive {archive.name}, which is not beside it; copy it there"
+        beside = archive.is_file()
+    except OSError:  # a name too long: not beside it either
+        beside = False
+    if not beside:
+        msg = f"{where}: names the archive {escape_controls(archive.name)}, which is not beside it; copy it there"
         raise ConfigError(msg)
     return archive
 

@@ -33,7 +33,7 @@ def note_in_record(
         return None
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested too deeply
         report(f"build record {path} cannot be read ({e}): {what} is not recorded")
         return None
     if not isinstance(record, dict) or record.get("image_id") != image_id:
@@ -64,7 +64,7 @@ def build_documents(path: Path | None, *, image_id: str, report: Callable[[str],
         return ()
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: nested too deeply
         report(f"build record {path} cannot be read ({e}): the SBOM and provenance are not carried with the image")
         return ()
     if not isinstance(record, dict) or record.get("image_id") != image_id:

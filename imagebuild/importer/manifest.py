@@ -18,11 +18,13 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .failures import BadInput
+from .text import shown
 
 FORMAT = "imagebuild-image-archive"
 FORMAT_VERSION = 2
@@ -30,14 +32,20 @@ FORMAT_VERSIONS = (1, 2)  # read; version 1 lacks manifest_digest
 COMPRESSIONS = ("zstd", "gzip", "none")  # a squashfs's: the compressor of its blocks (zstd or gzip)
 DOCKER_ARCHIVE, OCI_ARCHIVE, SQUASHFS = "docker-archive", "oci-archive", "squashfs"
 KINDS = (DOCKER_ARCHIVE, OCI_ARCHIVE, SQUASHFS)
-IMAGE_ID_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+# Each used with fullmatch: `$` would also match before a trailing newline.
+IMAGE_ID_RE = re.compile(r"sha256:[0-9a-f]{64}")
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
 # A docker reference with a tag: an optional registry (has a dot or a port, or is localhost), then
 # lowercase path components.
 REPO_TAG_RE = re.compile(
-    r"^(?:(?:(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)(?::[0-9]+)?|[A-Za-z0-9-]+:[0-9]+)/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
-    r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+    r"(?:(?:(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)(?::[0-9]+)?|[A-Za-z0-9-]+:[0-9]+)/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
+    r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 )
+# The characters no string of a manifest may hold: imagebuild.launcher.text.CONTROL_RE's set (C0, DEL,
+# C1, line and paragraph separators, bidi controls, lone surrogates), copied because the zipapp carries
+# this package alone; a unit test keeps the two equal. A manifest's strings reach terminals, logs and
+# the sbatch script `slurm --archive` writes, where a newline would end a shell line.
+CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 REQUIRED = {
     "format": str, "format_version": int, "archive": str, "sha256": str, "size": int, "compression": str,
     "image_id": str, "repo_tags": list, "pins": dict, "labels": dict, "imagebuild_version": str,
@@ -106,8 +114,8 @@ def parse_manifest(data: object, where: str) -> Manifest:
         msg = f"manifest {where}: 'archive' must be a bare file name beside the manifest, not {name!r}"
         raise BadInput(msg)
     checks = (
-        ("sha256", SHA256_RE.match(data["sha256"]), "64 lowercase hex digits"),
-        ("image_id", IMAGE_ID_RE.match(data["image_id"]), "sha256: and 64 hex digits"),
+        ("sha256", SHA256_RE.fullmatch(data["sha256"]), "64 lowercase hex digits"),
+        ("image_id", IMAGE_ID_RE.fullmatch(data["image_id"]), "sha256: and 64 hex digits"),
         ("manifest_digest", _manifest_digest_ok(data), "sha256: and 64 hex digits"),
         ("uncompressed_size", _uncompressed_size_ok(data), "the archive's byte count before compression"),
         ("compression", data["compression"] in COMPRESSIONS, " or ".join(COMPRESSIONS)),
@@ -119,7 +127,7 @@ def parse_manifest(data: object, where: str) -> Manifest:
             msg = f"manifest {where}: '{key}' must be {expected}, not {data.get(key)!r}"
             raise BadInput(msg)
     for tag in data["repo_tags"]:
-        if not isinstance(tag, str) or not REPO_TAG_RE.match(tag):
+        if not isinstance(tag, str) or not REPO_TAG_RE.fullmatch(tag):
             msg = f"manifest {where}: repo tag {tag!r} is not a repository:tag reference"
             raise BadInput(msg)
     for key in ("pins", "labels"):
@@ -128,6 +136,7 @@ def parse_manifest(data: object, where: str) -> Manifest:
             raise BadInput(msg)
     attestations = _attestations(data, where)
     layers = _layers(data, where)
+    _refuse_control_characters(data, where)  # the free-text values: origin, labels, pins, the version
     origin = data.get("origin", "")
     return Manifest(
         archive=name, sha256=data["sha256"], size=data["size"], compression=data["compression"],
@@ -139,11 +148,38 @@ def parse_manifest(data: object, where: str) -> Manifest:
     )  # fmt: skip
 
 
+def _refuse_control_characters(data: dict[str, Any], where: str) -> None:
+    for key, value in _strings(data):
+        found = CONTROL_RE.search(value)
+        if found:
+            msg = f"manifest {where}: {key} contains a control character, U+{ord(found[0]):04X}; export the image again"
+            raise BadInput(msg)
+
+
+def _strings(data: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """Every string under the keys a Manifest is made of, dict keys too, with where it is as a message
+    names it. Unknown keys are never read, so not walked."""
+    for key in Manifest.__dataclass_fields__:
+        yield from _strings_in(f"'{key}'", data.get(key), depth=2)  # layers: a list of objects
+
+
+def _strings_in(where: str, value: object, depth: int) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield where, value
+    elif depth and isinstance(value, dict):
+        for name, item in value.items():
+            yield f"{where} key '{shown(str(name), 80)}'", str(name)
+            yield from _strings_in(f"{where}['{shown(str(name), 80)}']", item, depth - 1)
+    elif depth and isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings_in(f"{where}[{index}]", item, depth - 1)
+
+
 def _attestations(data: dict[str, Any], where: str) -> dict[str, str]:
     """The attestation files beside the archive, by sha256 (none before they were written)."""
     value = data.get("attestations", {})
     if not isinstance(value, dict) or not all(
-        isinstance(k, str) and _bare_name(k) and isinstance(v, str) and SHA256_RE.match(v) for k, v in value.items()
+        isinstance(k, str) and _bare_name(k) and isinstance(v, str) and SHA256_RE.fullmatch(v) for k, v in value.items()
     ):
         msg = f"manifest {where}: 'attestations' must map bare file names beside the manifest to sha256 hex digests"
         raise BadInput(msg)
@@ -158,7 +194,7 @@ def _layers(data: dict[str, Any], where: str) -> tuple[tuple[str, str], ...]:
     value = data.get("layers", [])
     ok = isinstance(value, list) and len(value) <= MAX_LAYERS and all(
         isinstance(item, dict) and set(item) == {"diff_id", "file"}
-        and isinstance(item["diff_id"], str) and IMAGE_ID_RE.match(item["diff_id"]) is not None
+        and isinstance(item["diff_id"], str) and IMAGE_ID_RE.fullmatch(item["diff_id"]) is not None
         and isinstance(item["file"], str) and _archive_path(item["file"])
         for item in value
     )  # fmt: skip
@@ -188,7 +224,7 @@ def _manifest_digest_ok(data: dict[str, Any]) -> bool:
     value = data.get("manifest_digest")
     if value is None:
         return bool(data["format_version"] == 1)
-    return isinstance(value, str) and IMAGE_ID_RE.match(value) is not None
+    return isinstance(value, str) and IMAGE_ID_RE.fullmatch(value) is not None
 
 
 def _uncompressed_size_ok(data: dict[str, Any]) -> bool:
@@ -199,20 +235,24 @@ def _uncompressed_size_ok(data: dict[str, Any]) -> bool:
 
 
 def read_manifest(path: Path) -> Manifest:
-    if path.exists() and not path.is_file():  # a FIFO would block the read for ever
-        msg = f"manifest {path}: not a regular file; give the .json that export wrote next to the archive"
-        raise BadInput(msg)
     try:
-        text = path.read_text(encoding="utf-8")
+        regular = stat.S_ISREG(path.stat().st_mode)  # a FIFO would block the read for ever
+        text = path.read_text(encoding="utf-8") if regular else ""
     except FileNotFoundError:
         msg = f"manifest {path}: not found; give the .json that export wrote next to the archive"
         raise BadInput(msg) from None
-    except (OSError, UnicodeDecodeError) as e:
+    except (OSError, UnicodeDecodeError) as e:  # unreadable, a name too long, not UTF-8
         msg = f"manifest {path}: cannot be read ({e})"
         raise BadInput(msg) from None
+    if not regular:
+        msg = f"manifest {path}: not a regular file; give the .json that export wrote next to the archive"
+        raise BadInput(msg)
     try:
         data = json.loads(text)
     except ValueError as e:
         msg = f"manifest {path}: not valid JSON ({e}); export the image again"
+        raise BadInput(msg) from None
+    except RecursionError:  # nesting deeper than the interpreter's stack: no manifest is
+        msg = f"manifest {path}: JSON nested too deeply to read; export the image again"
         raise BadInput(msg) from None
     return parse_manifest(data, str(path))

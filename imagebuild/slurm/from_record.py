@@ -9,7 +9,6 @@ a file on disk, and a hand-edited one is bad input like any other.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from imagebuild.project import find_project
 from imagebuild.slurm.archive import read_archive
 from imagebuild.slurm.job import ArchivedImage, PulledImage
 from imagebuild.slurm.values import check_image
+from imagebuild.util.json_file import read_json_file
 
 RECORD_HINT = f"{BUILD_DIR}/{DEFAULT_ARCH}.build.json"  # what `imagebuild build` writes, named in errors
 
@@ -47,19 +47,10 @@ def record_path(given: Path, arch: str | None = None) -> Path:
 def read_record(given: Path, arch: str | None = None) -> RecordedImage:
     path = record_path(given, arch)
     where = f"--from-record {path}"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        msg = f"{where}: no build record there; run `imagebuild build` first, or name the record it wrote ({RECORD_HINT})"
-        raise ConfigError(msg) from e
-    except (OSError, UnicodeDecodeError) as e:
-        msg = f"{where}: cannot read it ({e}); name the build record `imagebuild build` wrote ({RECORD_HINT})"
-        raise ConfigError(msg) from e
-    try:
-        record = json.loads(text)
-    except ValueError as e:
-        msg = f"{where}: not JSON ({e}); name the build record `imagebuild build` wrote ({RECORD_HINT})"
-        raise ConfigError(msg) from e
+    record = read_json_file(
+        path, where=where, hint=f"name the build record `imagebuild build` wrote ({RECORD_HINT})",
+        missing=f"no build record there; run `imagebuild build` first, or name the record it wrote ({RECORD_HINT})",
+    )  # fmt: skip
     if not isinstance(record, dict) or "image_id" not in record:
         msg = f"{where}: not a build record (no image_id); name the record `imagebuild build` wrote ({RECORD_HINT})"
         raise ConfigError(msg)

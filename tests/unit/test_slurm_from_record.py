@@ -134,7 +134,7 @@ def test_a_record_that_names_neither_says_which_verb_to_run_first(
     ("content", "expected"),
     [
         (None, "no build record there; run `imagebuild build` first"),
-        ("{not json", "not JSON"),
+        ("{not json", "not valid JSON"),
         ("[]", "not a build record (no image_id)"),
         (json.dumps({"image_id": IMAGE_ID, "published": "x"}), "published is not a list of strings"),
         (json.dumps({"image_id": IMAGE_ID, "published": ["kimi-k3:latest"]}), "is not a digest reference"),
