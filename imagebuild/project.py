@@ -136,7 +136,7 @@ def find_project(start: Path, pins: Path | None = None, *, search_parents: bool 
     makes a project and the verb that makes one, for a user who installed imagebuild and has none yet.
     """
     for candidate in (start, *start.parents) if search_parents else (start,):
-        if (candidate / PROJECT_MARKER).is_file():
+        if _holds_marker(candidate):
             return Project(root=candidate, pins_path=_absolute(pins or candidate / "pins.toml"))
     make_one = f"{WHAT_MAKES_A_PROJECT}; `imagebuild init DIR` writes one"
     if not search_parents:
@@ -144,6 +144,17 @@ def find_project(start: Path, pins: Path | None = None, *, search_parents: bool 
         raise ConfigError(msg)
     msg = f"{start}: not inside an imagebuild project (no {PROJECT_MARKER} here or above); {make_one}, or cd into one or give it with -C DIR"
     raise ConfigError(msg)
+
+
+def _holds_marker(candidate: Path) -> bool:
+    """Whether ``candidate`` has the project marker; a directory on its way that cannot be searched
+    (stages/ without x permission) is reported, not taken for "no project": its project is unusable."""
+    marker = candidate / PROJECT_MARKER
+    try:
+        return marker.is_file()
+    except OSError as e:
+        msg = f"{marker.parent}: cannot be read ({e.strerror or e}); make {candidate} and its stages/ readable, or give another project with -C DIR"
+        raise ConfigError(msg) from e
 
 
 def _absolute(pins: Path) -> Path:

@@ -60,6 +60,8 @@ class CompileCache:
 
 def compile_cache_problem(text: str) -> str | None:
     """Why ``text`` is no compile cache, in words that never repeat a credential it holds; None when it is one."""
+    if not text:  # Path("") is the working directory: a cache there would fill the checkout
+        return "empty: name a directory for the objects (it is created when missing) or an http(s):// storage"
     if "://" in text:
         parts = urllib.parse.urlsplit(text)
         if parts.scheme not in ("http", "https"):

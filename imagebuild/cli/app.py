@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from imagebuild import __version__
+from imagebuild.cli import arguments as argument_types
 from imagebuild.cli.output import write_json
 from imagebuild.cli.verbs import (
     HelpFormatter,
@@ -167,14 +168,11 @@ def _project_directory(arguments: list[str]) -> Path | None:
     """-C DIR, wherever it is on the command line: applied before the rest is parsed, so every
     relative path argument is checked where the verb will use it (as git -C and make -C do)."""
     scan = Parser(prog="imagebuild", add_help=False, allow_abbrev=False)
-    scan.add_argument("-C", "--project", type=Path, action="append", default=[])
-    known, _ = scan.parse_known_args(arguments)
+    scan.add_argument("-C", "--project", type=argument_types.project_root, action="append", default=[])
+    known, _ = scan.parse_known_args(arguments)  # a refused DIR: UsageError, as Parser.error raises
     if not known.project:
         return None
     directory: Path = known.project[-1]
-    if not directory.is_dir():
-        msg = f"argument -C/--project: {directory} is not a directory; give the project's directory"
-        raise UsageError(msg, "imagebuild")
     return directory
 
 
@@ -200,5 +198,6 @@ def _fail(message: str, code: ExitCode, *, json_too: bool) -> int:
     else:
         print(f"imagebuild: error: {message}", file=sys.stderr)
     if json_too:
-        write_json({"error": message, "exit_code": int(code)})
+        with contextlib.suppress(ImageBuildError):  # stdout itself failed: the line on stderr is all
+            write_json({"error": message, "exit_code": int(code)})
     return int(code)

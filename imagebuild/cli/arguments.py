@@ -9,21 +9,49 @@ before the arguments are parsed).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
+import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from imagebuild.inputs.references import image_problem, tag_reference_problem
-from imagebuild.inputs.values import control_problem
+from imagebuild.inputs.values import control_problem, shown
 
 if TYPE_CHECKING:
     from imagebuild.build.compile_cache import CompileCache
 
+T = TypeVar("T")
+
 # docker's network modes for a build: bridge, host, none, default, a user-defined network's
 # name, or container:<name|id>.
 NETWORK_RE = re.compile(r"(?:container:)?[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def path_argument(check: Callable[[str], T]) -> Callable[[str], T]:
+    """``check`` with any OSError of looking at the path (a name over 255 bytes, a directory that cannot
+    be searched, a symlink loop) refused as the argument's error: Path.exists() and is_dir() raise them."""
+
+    @functools.wraps(check)
+    def checked(text: str) -> T:
+        try:
+            return check(text)
+        except OSError as e:
+            msg = f"{shown(text)}: cannot look at it ({e.strerror or e}); name a path you can reach"
+            raise argparse.ArgumentTypeError(msg) from e
+
+    return checked
+
+
+def _status(path: Path) -> os.stat_result | None:
+    """``path``'s status, links followed; None when nothing is there (other OSErrors: ``path_argument``)."""
+    try:
+        return path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def build_arg(text: str) -> tuple[str, str]:
@@ -61,6 +89,7 @@ def image(text: str) -> str:
 ARCHIVE_SUFFIXES = (".tar", ".json", ".zst", ".gz")
 
 
+@path_argument
 def image_or_archive(text: str) -> str:
     """`imagebuild diff`'s operands: an archive file, or an image in the engine (checked as `image` is)."""
     path = Path(text)
@@ -85,6 +114,7 @@ def network_mode(text: str) -> str:
     return text
 
 
+@path_argument
 def compile_cache(text: str) -> CompileCache:
     """--compile-cache DIR|URL: a directory (created when missing) or an http(s) ccache storage.
 
@@ -131,6 +161,7 @@ def pins_file(text: str) -> Path:
     return Path(text)
 
 
+@path_argument
 def checks_file(text: str) -> Path:
     """--checks: a checks file that must exist (what it holds is checked when it is read)."""
     _printable_path(text)
@@ -161,12 +192,23 @@ def _writable_dir(text: str, parent: Path) -> None:
         raise argparse.ArgumentTypeError(msg) from e
 
 
+@path_argument
 def output_file(text: str) -> Path:
-    """A file the verb will write: its directory must exist and be writable, and it must not be a directory."""
+    """A file the verb will write: its directory must exist and be writable, and it must be a regular file
+    or nothing yet. The write renames a new file over the path, so a device (/dev/null), a FIFO or a
+    socket there would be replaced, not written to. A symlink to a regular file is taken (its target
+    is checked); the rename replaces the link itself and leaves its target as it was."""
     _printable_path(text)
+    if not text:
+        msg = "'' is empty; name a file to write"
+        raise argparse.ArgumentTypeError(msg)
     path = Path(text)
-    if not text or path.is_dir():
+    status = _status(path)
+    if status is not None and stat.S_ISDIR(status.st_mode):
         msg = f"{text!r} is a directory; name a file to write"
+        raise argparse.ArgumentTypeError(msg)
+    if status is not None and not stat.S_ISREG(status.st_mode):
+        msg = f"{text!r} is not a regular file (a device, a FIFO or a socket), which the write would replace; name a file to write"
         raise argparse.ArgumentTypeError(msg)
     parent = path.parent
     if not parent.exists():
@@ -182,6 +224,7 @@ def output_file(text: str) -> Path:
     return path
 
 
+@path_argument
 def output_dir(text: str) -> str:
     """A directory the verb will write (made if missing), or - for stdout (render: the Dockerfile alone)."""
     _printable_path(text)
@@ -199,14 +242,53 @@ def output_file_or_stdout(text: str) -> Path | None:
 
 
 def output_directory(text: str) -> Path:
-    """A directory a verb writes several files into (made if missing); - (stdout) cannot hold them."""
+    """A directory a verb writes several files into (made if missing, by the verb, once it proceeds);
+    - (stdout) cannot hold them; never empty, which would name the working directory."""
     _printable_path(text)
+    if not text:
+        msg = "'' is empty; name a directory to write into, e.g. . for the working directory"
+        raise argparse.ArgumentTypeError(msg)
     if text == "-":
         msg = "'-': this verb writes several files, which stdout cannot hold; name a directory"
         raise argparse.ArgumentTypeError(msg)
     return Path(text)
 
 
+@path_argument
+def project_root(text: str) -> Path:
+    """-C DIR: the project's directory, which must exist; never empty (that would be the working directory)."""
+    if not text:
+        msg = "'' is empty; give the project's directory, e.g. -C ."
+        raise argparse.ArgumentTypeError(msg)
+    if not Path(text).is_dir():
+        msg = f"{text} is not a directory; give the project's directory"
+        raise argparse.ArgumentTypeError(msg)
+    return Path(text)
+
+
+@path_argument
+def input_file(text: str) -> Path:
+    """A file the verb reads (import's manifest, slurm's --archive, --from-record's record or project):
+    never empty, which would name the working directory, and a path that can be looked at; whether it is
+    there and what it holds is checked when it is read."""
+    if not text:
+        msg = "'' is empty; name the file to read"
+        raise argparse.ArgumentTypeError(msg)
+    _status(Path(text))
+    return Path(text)
+
+
+def scan_root(text: str) -> str:
+    """verify --scan-root: an absolute path inside the image, plain characters only."""
+    from imagebuild.verify.runner import scan_root_problem
+
+    problem = scan_root_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+@path_argument
 def project_directory(text: str) -> Path:
     """init's DIR: a directory to write a project into (made if missing; what is in it is checked by init)."""
     _printable_path(text)

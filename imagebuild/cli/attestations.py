@@ -7,11 +7,11 @@ foreign or still-encrypted key is one line, exit 2, and nothing is built, pushed
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagebuild.cli.output import write_json
+from imagebuild.cli import arguments
+from imagebuild.cli.output import write_json, write_text
 from imagebuild.cli.verbs import Verb, Verbs
 from imagebuild.errors import ExitCode
 
@@ -96,7 +96,7 @@ def _verify_file(args: argparse.Namespace) -> int:
             }
         )
     else:
-        sys.stdout.write(f"{verified.image or verified.subjects[0][1]}\n")
+        write_text(f"{verified.image or verified.subjects[0][1]}\n")
     return 0
 
 
@@ -105,6 +105,7 @@ def _remote(args: argparse.Namespace) -> int:
     import tempfile
 
     from imagebuild.attest.keys import load_verification_key
+    from imagebuild.distribute.archive_files import check_output_dir
     from imagebuild.distribute.attached import (
         download_referrers,
         list_referrers,
@@ -115,6 +116,8 @@ def _remote(args: argparse.Namespace) -> int:
 
     reference = parse_reference(args.target)
     key = load_verification_key(args.key) if args.verify else None  # bad key: exit 2 before the registry
+    if args.download is not None:  # a file, or a directory that cannot be made: exit 2 before the registry
+        check_output_dir(args.download, "--download")
     referrers = list_referrers(reference)
     logger.info(
         "%s@%s: %d attached documents, listed by %s",
@@ -152,13 +155,13 @@ def _remote(args: argparse.Namespace) -> int:
         )
         return 0
     if args.download is not None:
-        sys.stdout.writelines(f"{d.sha256}  {d.path}\n" for d in downloaded)
+        write_text("".join(f"{d.sha256}  {d.path}\n" for d in downloaded))
     elif key is None:
-        sys.stdout.writelines(
-            f"{e.digest}\t{e.artifact_type or e.media_type}\t{e.size}\t{e.title}\n" for e in referrers.entries
+        write_text(
+            "".join(f"{e.digest}\t{e.artifact_type or e.media_type}\t{e.size}\t{e.title}\n" for e in referrers.entries)
         )
     if key is not None:
-        sys.stdout.write(f"{referrers.config_digest or referrers.digest}\n")
+        write_text(f"{referrers.config_digest or referrers.digest}\n")
     return 0
 
 
@@ -202,7 +205,12 @@ def register(verbs: Verbs) -> None:
     )
     p.add_argument("--key", type=Path, metavar="PUB", help="the signer's public key (PEM)")
     p.add_argument("--verify", action="store_true", help="with REF: check every attached envelope with --key")
-    p.add_argument("--download", type=Path, metavar="DIR", help="with REF: write the attached documents into DIR")
+    p.add_argument(
+        "--download",
+        type=arguments.output_directory,
+        metavar="DIR",
+        help="with REF: write the attached documents into DIR (made when missing)",
+    )
     p.add_argument(
         "--image", metavar="sha256:...", help="with verify: the image's identity or manifest digest the statement must name"
     )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from imagebuild.cli import arguments
 from imagebuild.cli.attestations import add_signing_flags, signing_key_of
-from imagebuild.cli.output import with_new_names, write_json
+from imagebuild.cli.output import with_new_names, write_json, write_text
 from imagebuild.cli.verbs import Verb, Verbs, project_of
 from imagebuild.errors import ConfigError, ExitCode
 from imagebuild.inputs.layout import BUILD_DIR, DEFAULT_REPOSITORY
@@ -81,7 +81,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.json:
         write_json(build_document(record))
     else:
-        sys.stdout.write(record.image_id + "\n")
+        write_text(record.image_id + "\n")
     return 0
 
 

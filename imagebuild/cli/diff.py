@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imagebuild.cli import arguments
-from imagebuild.cli.output import write_json
+from imagebuild.cli.output import write_json, write_text
 from imagebuild.cli.verbs import Verb, Verbs
 from imagebuild.errors import ExitCode
 
@@ -36,7 +35,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.json:
         write_json(diff_json(diff))
     else:
-        sys.stdout.write(format_diff(diff) + "\n")
+        write_text(format_diff(diff) + "\n")
     return int(ExitCode.OK if diff.identical else ExitCode.FAILED)
 
 

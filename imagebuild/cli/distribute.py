@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imagebuild.cli import arguments
 from imagebuild.cli.attestations import add_signing_flags, signing_key_of
-from imagebuild.cli.output import write_json
+from imagebuild.cli.output import write_json, write_text
 from imagebuild.cli.verbs import Verb, Verbs, project_of, warn_deprecated
-from imagebuild.errors import ConfigError, ExitCode, ImageBuildError
+from imagebuild.errors import ConfigError, EngineError, ExitCode, ImageBuildError
 from imagebuild.inputs.layout import build_record_path, default_tag
 from imagebuild.inputs.values import shown
 from imagebuild.log import format_duration, logger
@@ -122,7 +121,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
             }
         )
     else:
-        sys.stdout.write(result.reference + "\n")
+        write_text(result.reference + "\n")
     return 0
 
 
@@ -155,13 +154,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     from imagebuild.engine.docker import DockerEngine
 
     check_format(ExportFormat(args.format), Compression(args.compress))
+    signing_key = signing_key_of(args)
+    record_path = _default_record(args)
     options = ExportOptions(
         image=_default_image(args),
-        output=check_output_dir(args.output),
+        output=check_output_dir(args.output),  # made by export_image, once the engine has the image
         compression=Compression(args.compress),
         export_format=ExportFormat(args.format),
-        signing_key=signing_key_of(args),
-        record_path=_default_record(args),
+        signing_key=signing_key,
+        record_path=record_path,
     )
     # A batch job's time limit or scancel sends SIGTERM: remove the temporary archive as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -171,17 +172,26 @@ def cmd_export(args: argparse.Namespace) -> int:
         record = str(result.recorded_in) if result.recorded_in else None
         write_json({"manifest": str(result.manifest_path), "record": record, **result.manifest.to_json()})
     else:
-        sys.stdout.write(f"{result.manifest_path}\n")
+        write_text(f"{result.manifest_path}\n")
     return 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from imagebuild.distribute.local_import import check_manifest, import_manifest
+    from imagebuild.distribute.local_import import archive_problem, check_manifest, import_manifest
     from imagebuild.engine.docker import DockerEngine
 
-    check_manifest(args.manifest)
-    with DockerEngine.opened() as engine:
-        result = import_manifest(args.manifest, engine, report=logger.info)
+    manifest = check_manifest(args.manifest)
+    # A node whose engine holds the image needs no archive (docs/distribution.md): a missing or truncated
+    # one is only reported once the engine cannot be asked, as the input's fault rather than the engine's.
+    missing = archive_problem(manifest, args.manifest)
+    try:
+        with DockerEngine.opened() as engine:
+            result = import_manifest(args.manifest, engine, report=logger.info)
+    except EngineError as e:
+        if missing is None:
+            raise
+        msg = f"{missing}; nor could the engine be asked whether it holds the image already: {e}"
+        raise type(missing)(msg) from e
     how = (
         "already present"
         if result.already_present
@@ -200,7 +210,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             }
         )
     else:
-        sys.stdout.write(result.engine_id + "\n")  # what `docker run` takes on this engine
+        write_text(result.engine_id + "\n")  # what `docker run` takes on this engine
     return 0
 
 
@@ -242,7 +252,10 @@ def register(verbs: Verbs) -> None:
         help="deprecated: -t HOST[:PORT]/REPO[:TAG] (with --repository, --tag takes the bare TAG, as before)",
     )
     p.add_argument(
-        "--record", type=Path, help="build record to note the reference in (default build/ARCH.build.json)"
+        "--record",
+        type=arguments.output_file,
+        metavar="FILE",
+        help="build record to note the reference in (default build/ARCH.build.json)",
     )
     add_signing_flags(p, "the publish statement")
     p.add_argument(
@@ -292,7 +305,10 @@ def register(verbs: Verbs) -> None:
     )
     add_signing_flags(p, "the export statement")
     p.add_argument(
-        "--record", type=Path, help="build record to note the manifest in (default build/ARCH.build.json)"
+        "--record",
+        type=arguments.output_file,
+        metavar="FILE",
+        help="build record to note the manifest in (default build/ARCH.build.json)",
     )
 
     p = verbs.add(
@@ -305,4 +321,4 @@ def register(verbs: Verbs) -> None:
             json="the image ID, its tags and whether it was already present",
         )
     )
-    p.add_argument("manifest", type=Path, help="the .json manifest export wrote next to the archive")
+    p.add_argument("manifest", type=arguments.input_file, help="the .json manifest export wrote next to the archive")

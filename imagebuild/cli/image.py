@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import sys
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imagebuild.cli import arguments
-from imagebuild.cli.output import with_new_names, write_json
+from imagebuild.cli.output import with_new_names, write_json, write_text
 from imagebuild.cli.verbs import Verb, Verbs, project_of
 from imagebuild.errors import ConfigError, ExitCode, UnpinnedError
 from imagebuild.inputs.layout import DEFAULT_REPOSITORY, SECRET_SCAN_ROOTS, default_tag
@@ -86,7 +86,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         if args.json:  # stdout is the document: the Dockerfile is in it
             write_json(render_document(args.arch, files, dockerfile=context.dockerfile))
         else:
-            sys.stdout.write(context.dockerfile)
+            write_text(context.dockerfile)
         return 0
     shown = target.relative_to(project.root) if target.is_relative_to(project.root) else target
     if not args.check:
@@ -115,17 +115,41 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.json:
         write_json(render_document(args.arch, files, context=shown, problems=problems, diff=diff))
     else:
-        sys.stdout.write(diff)
+        write_text(diff)
+    report_stale(problems, shown, missing=not target.is_dir())
+    logger.error("%s/ is stale; regenerate it with: %s", shown, regenerate_command(args, project, inputs, shown))
+    return int(ExitCode.FAILED)
+
+
+def report_stale(problems: list[str], shown: Path, *, missing: bool) -> None:
+    """A line per file that differs, named inside the context directory; one line for a directory not there."""
+    if missing:  # the one problem names the directory itself
+        logger.error("%s/: missing, nothing was rendered there", shown)
+        return
     for problem in problems:
         logger.error("%s/%s", shown, problem)
-    pins = "" if project.uses_checkout_pins else f" --pins {project.pins_path} --output {shown}"
-    logger.error(
-        "%s/ is stale; regenerate it with: imagebuild render --arch %s --allow-unpinned%s",
-        shown,
-        args.arch,
-        pins,
-    )
-    return int(ExitCode.FAILED)
+
+
+def regenerate_command(args: argparse.Namespace, project: Project, inputs: Inputs, output: Path) -> str:
+    """The render that rewrites what --check found stale: the options given, less --check; and
+    --allow-unpinned where the pins need it (a plain render would refuse them), not otherwise."""
+    words = ["imagebuild"]
+    if args.project is not None:
+        words += ["-C", str(args.project)]
+    words += ["render", "--arch", args.arch]
+    if not project.uses_checkout_pins:
+        words += ["--pins", str(project.pins_path)]
+    if args.output is not None:  # always, with other pins (render_target)
+        words += ["--output", str(output)]
+    unpinned = args.allow_unpinned
+    if not unpinned:
+        try:
+            render_checkout(inputs, allow_unpinned=False)
+        except UnpinnedError:
+            unpinned = True
+    if unpinned:
+        words.append("--allow-unpinned")
+    return shlex.join(words)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -148,9 +172,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 0
     if args.changed:
         logger.info("A change of '%s' rebuilds steps %d-%d:", args.changed, steps[0].number, steps[-1].number)
-    sys.stdout.write(format_plan(steps) + "\n")
+    write_text(format_plan(steps) + "\n")
     if args.explain:
-        sys.stdout.write("\n" + CONSTRAINT_MECHANISM + "\n")
+        write_text("\n" + CONSTRAINT_MECHANISM + "\n")
     return 0
 
 
@@ -189,7 +213,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         write_json(verify_document(result))
     else:
-        sys.stdout.write(result.format_report() + "\n")
+        write_text(result.format_report() + "\n")
     return 0 if result.passed else int(ExitCode.VERIFY_FAILED)
 
 
@@ -232,7 +256,7 @@ def list_verify_checks(args: argparse.Namespace, inputs: Inputs, options: Verify
     if args.json:
         write_json({"checks": [c.to_json() for c in listed], "checks_file": options.checks_file.path or None})
     else:
-        sys.stdout.write(format_list(listed) + "\n")
+        write_text(format_list(listed) + "\n")
     return 0
 
 
@@ -338,6 +362,7 @@ def register(verbs: Verbs) -> None:
         "--scan-root",
         dest="scan_roots",
         action="append",
+        type=arguments.scan_root,
         metavar="PATH",
         help=f"scan the files under PATH in the image for credentials (repeatable; default {' '.join(SECRET_SCAN_ROOTS)})",
     )

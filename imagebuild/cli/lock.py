@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, cast
 
-from imagebuild.cli.output import write_json
+from imagebuild.cli.output import write_json, write_text
 from imagebuild.cli.verbs import Verb, Verbs, project_of
 from imagebuild.errors import ExitCode
 from imagebuild.log import logger
@@ -43,11 +43,11 @@ def cmd_lock(args: argparse.Namespace) -> int:
     elif args.dry_run:
         # The result of a dry run is the change itself: the diff of pins.toml (the python
         # lock's changes are listed in its table). The tables explain it, on stderr.
-        sys.stdout.write(result.diff)
+        write_text(result.diff)
         if not args.quiet:
             sys.stderr.write(result.format_tables())
     else:
-        sys.stdout.write(result.format_tables())
+        write_text(result.format_tables())
     stale = result.stale_paths
     if args.check and stale:
         logger.error("%s stale or incomplete; run `imagebuild lock`", " and ".join(map(str, stale)))

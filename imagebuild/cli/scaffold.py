@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from pathlib import Path
 
 from imagebuild.cli import arguments
-from imagebuild.cli.output import write_json
+from imagebuild.cli.output import write_json, write_text
 from imagebuild.cli.verbs import Verb, Verbs
 from imagebuild.errors import ConfigError
 from imagebuild.log import logger
@@ -67,7 +66,7 @@ def cmd_init(args: argparse.Namespace) -> int:
             }
         )
     else:
-        sys.stdout.write(f"{directory}\n")
+        write_text(f"{directory}\n")
     return 0
 
 

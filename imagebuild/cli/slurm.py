@@ -6,12 +6,11 @@ With --json stdout is one document: the job's shape, and the script itself unles
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from imagebuild import __version__
 from imagebuild.cli import arguments
-from imagebuild.cli.output import write_json
+from imagebuild.cli.output import write_json, write_text
 from imagebuild.cli.verbs import Verb, Verbs
 from imagebuild.launcher.inputs import SPECS
 from imagebuild.log import logger
@@ -73,12 +72,15 @@ def register(verbs: Verbs) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--image", metavar="REF@sha256:...", help="pull this reference on every node")
     source.add_argument(
-        "--archive", type=Path, metavar="MANIFEST", help="import this archive (manifest on shared storage)"
+        "--archive",
+        type=arguments.input_file,
+        metavar="MANIFEST",
+        help="import this archive (manifest on shared storage)",
     )
     source.add_argument(
         "--from-record",
         nargs="?",
-        type=Path,
+        type=arguments.input_file,
         const=Path(),  # the working directory's project: its build/gfx942.build.json
         metavar="RECORD",
         help="the image publish or export noted in this build record (or a project directory's; default: "
@@ -276,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:  # stdout is the document: the script is in it
             write_json(slurm_document(job, output=None, script=text))
         else:
-            sys.stdout.write(text)
+            write_text(text)
         return 0
     # Complete or absent, and executable: a script half-written by a full disk must not be submitted.
     with atomic_file(args.output, mode=0o755) as out:

@@ -1,13 +1,16 @@
 """The files of an export besides its archive's bytes: the output directory, checked before the engine
-is asked; the archive's name (the image's first tag and its identity); and the build's SBOM, provenance
-and envelopes, carried beside it on one line each."""
+is asked and made only once the export proceeds; the archive's name (the image's first tag and its
+identity); and the build's SBOM, provenance and envelopes, carried beside it on one line each."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from imagebuild.distribute.compression import Compression
@@ -19,27 +22,52 @@ from imagebuild.importer.text import shown
 from imagebuild.util.files import atomic_file
 
 
-def check_output_dir(output: Path) -> Path:
-    """Create ``output`` if needed and prove it writable, before the engine is asked for anything."""
+def check_output_dir(output: Path, flag: str = "--output") -> Path:
+    """``output`` as an absolute path, once proven a directory this process can write or make, before the
+    engine or a registry is asked. Nothing is made here (``made_directory`` makes it when the work
+    proceeds): a refused or failed run leaves no directory behind."""
     text = str(output)
     if not text.isprintable():  # the printed manifest path would be split or rewrite the terminal
-        msg = f"--output {shown(text)}: control characters in a path; choose another directory name"
+        msg = f"{flag} {shown(text)}: control characters in a path; choose another directory name"
         raise ConfigError(msg)
     try:
-        output.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        msg = f"--output {output}: cannot create it ({e.strerror}); choose a directory you can write"
+        existing = next(p for p in (output, *output.parents) if p.exists())  # "/" or "." at the latest
+        if existing == output and not output.is_dir():
+            msg = f"{flag} {output}: not a directory; give a directory (made when missing)"
+            raise ConfigError(msg)
+        if not existing.is_dir():
+            msg = f"{flag} {output}: cannot create it (Not a directory); {existing} is no directory, choose another"
+            raise ConfigError(msg)
+    except OSError as e:  # a name over 255 bytes, a directory on the way that cannot be searched
+        msg = f"{flag} {output}: cannot look at it ({e.strerror or e}); choose a directory you can write"
         raise ConfigError(msg) from e
-    if not output.is_dir():
-        msg = f"--output {output}: not a directory; give a directory (the archive and manifest go inside)"
-        raise ConfigError(msg)
     try:
-        with tempfile.TemporaryFile(dir=output):
+        with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as e:
-        msg = f"--output {output}: not writable ({e.strerror}); choose a directory you can write, or fix its permissions"
+        what = "not writable" if existing == output else f"cannot create it in {existing}"
+        msg = f"{flag} {output}: {what} ({e.strerror}); choose a directory you can write, or fix its permissions"
         raise ConfigError(msg) from e
     return output.resolve()
+
+
+@contextmanager
+def made_directory(output: Path, flag: str = "--output") -> Iterator[Path]:
+    """``output``, made with its missing parents for the block; when the block fails (Ctrl-C included),
+    each directory it made is removed again if still empty, so a failed run leaves no trace."""
+    made = list(itertools.takewhile(lambda p: not p.exists(), (output, *output.parents)))  # deepest first
+    try:
+        try:
+            output.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            msg = f"{flag} {output}: cannot create it ({e.strerror}); choose a directory you can write"
+            raise ConfigError(msg) from e
+        yield output
+    except BaseException:
+        for directory in made:
+            with contextlib.suppress(OSError):  # not empty: a file in it is never removed here
+                directory.rmdir()
+        raise
 
 
 def archive_name(info: ImageInfo, compression: Compression, export_format: ExportFormat = ExportFormat.DOCKER) -> str:

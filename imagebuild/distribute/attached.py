@@ -18,6 +18,7 @@ from pathlib import Path
 
 from imagebuild.attest.keys import VerificationKey
 from imagebuild.attest.verify import VerifiedStatement, verify_attestation
+from imagebuild.distribute.archive_files import made_directory
 from imagebuild.distribute.publish import REPOSITORY_RE, check_registry_host
 from imagebuild.distribute.referrers import (
     DSSE_TYPE,
@@ -142,12 +143,8 @@ def downloaded_name(title: str, entry: Descriptor) -> str:
 
 
 def download_referrers(referrers: Referrers, directory: Path) -> tuple[Downloaded, ...]:
-    """Every listed artifact whose subject is the image: its document into ``directory``."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        msg = f"--download {directory}: cannot create it ({e.strerror}); choose a directory you can write"
-        raise ConfigError(msg) from e
+    """Every listed artifact whose subject is the image: its document into ``directory`` (made once the
+    documents are fetched; ``check_output_dir`` proved it can be, before the registry was asked)."""
     fetched: list[tuple[str, bytes, Descriptor]] = []
     with opened_repository(referrers.repository, push=False) as registry:
         for entry in referrers.entries:
@@ -168,21 +165,22 @@ def download_referrers(referrers: Referrers, directory: Path) -> tuple[Downloade
     # Titles several artifacts share (a rebuild's provenance beside the first one's): each by its digest.
     fetched = [(downloaded_name(n, e) if names.count(n) > 1 else n, b, e) for n, b, e in fetched]
     written = []
-    try:
-        for name, blob, entry in fetched:
-            with atomic_file(directory / name, mode=FILE_MODE) as file:
-                file.write(blob)
-            written.append(
-                Downloaded(
-                    path=directory / name,
-                    sha256=sha256_of(blob),
-                    size=len(blob),
-                    artifact_type=entry.artifact_type,
+    with made_directory(directory, "--download"):
+        try:
+            for name, blob, entry in fetched:
+                with atomic_file(directory / name, mode=FILE_MODE) as file:
+                    file.write(blob)
+                written.append(
+                    Downloaded(
+                        path=directory / name,
+                        sha256=sha256_of(blob),
+                        size=len(blob),
+                        artifact_type=entry.artifact_type,
+                    )
                 )
-            )
-    except OSError as e:
-        msg = f"--download {directory}: cannot write there ({e.strerror}); choose a directory you can write"
-        raise ConfigError(msg) from e
+        except OSError as e:
+            msg = f"--download {directory}: cannot write there ({e.strerror}); choose a directory you can write"
+            raise ConfigError(msg) from e
     return tuple(written)
 
 
@@ -203,7 +201,9 @@ def verify_downloaded(
     for d in envelopes:
         try:
             verified.append(verify_attestation(d.path, key, any_of=image))
-        except UnverifiedError as e:  # named as attached, not by the (perhaps temporary) file it was fetched to
+        # An attached document that is not JSON is one that does not verify, not the user's bad input;
+        # each is named as attached, not by the (perhaps temporary) file it was fetched to.
+        except (UnverifiedError, ConfigError) as e:
             refused.append(str(e).replace(str(d.path), f"{d.path.name} attached to {where}", 1))
     for reason in refused if verified else refused[:-1]:
         report(f"not verified: {reason}")

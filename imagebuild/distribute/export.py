@@ -44,6 +44,7 @@ from imagebuild.distribute.archive_files import (
     archive_name,
     carry_build_documents,
     check_output_dir,
+    made_directory,
     named_by_identity,
     write_file,
 )
@@ -135,11 +136,12 @@ def export_image(options: ExportOptions, engine: Engine, *, report: Callable[[st
     image_manifest_fields(info)  # a label holding a credential: refused before anything is written
     name = archive_name(info, options.compression, options.export_format)
     report(f"exporting {options.image} ({info.described}) from {engine.store().describe()} to {output / name}")
-    try:
-        return _export(options, engine, output=output, info=info, name=name, report=report, started=started)
-    except OSError as e:  # a full or failing disk: the temporary file is gone, no manifest was written
-        msg = f"cannot write the archive in {output} ({e.strerror}); free space there or choose another --output (nothing was left behind)"
-        raise ImageBuildError(msg) from e
+    with made_directory(output):
+        try:
+            return _export(options, engine, output=output, info=info, name=name, report=report, started=started)
+        except OSError as e:  # a full or failing disk: the temporary file is gone, no manifest was written
+            msg = f"cannot write the archive in {output} ({e.strerror}); free space there or choose another --output (nothing was left behind)"
+            raise ImageBuildError(msg) from e
 
 
 def _export(

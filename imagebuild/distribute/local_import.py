@@ -20,7 +20,7 @@ from imagebuild.importer.failures import (
 )
 from imagebuild.importer.manifest import Manifest, read_manifest
 from imagebuild.importer.text import shown
-from imagebuild.importer.verified_load import ImportResult, import_archive
+from imagebuild.importer.verified_load import ImportResult, archive_of, import_archive
 
 ERRORS: dict[int, type[ImageBuildError]] = {
     EXIT_BAD_INPUT: ConfigError,
@@ -35,6 +35,17 @@ def check_manifest(path: Path) -> Manifest:
         return read_manifest(path)
     except ImportFailure as e:
         raise ERRORS[e.exit_code](shown(str(e), limit=2000)) from e
+
+
+def archive_problem(manifest: Manifest, path: Path) -> ImageBuildError | None:
+    """Why the manifest's archive could not be loaded (missing, not a regular file, not the manifest's
+    size: the import's own checks, nothing read), or None. Not raised: an engine that holds the image
+    needs no archive, and only the engine can say whether it does."""
+    try:
+        archive_of(manifest, path)
+    except ImportFailure as e:
+        return ERRORS[e.exit_code](shown(str(e), limit=2000))
+    return None
 
 
 def import_manifest(path: Path, engine: Engine, *, report: Callable[[str], None]) -> ImportResult:

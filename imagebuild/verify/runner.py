@@ -27,7 +27,7 @@ from typing import Any, cast
 from imagebuild.engine.interface import Engine, ImageInfo
 from imagebuild.errors import CommandError, ConfigError, VerifyError
 from imagebuild.inputs.layout import SECRET_SCAN_MAX_FILE_BYTES, SECRET_SCAN_ROOTS
-from imagebuild.inputs.values import ABSOLUTE_PATH
+from imagebuild.inputs.values import ABSOLUTE_PATH, control_problem, shown
 from imagebuild.project import Inputs
 from imagebuild.verify.check_session import check_session
 from imagebuild.verify.checks_file import EMPTY, ChecksFile
@@ -59,13 +59,22 @@ class PreparedVerify:
     selected: tuple[ListedCheck, ...] = ()  # with -k: the checks it selects (never empty)
 
 
+def scan_root_problem(root: str) -> str | None:
+    """Why ``root`` cannot be a --scan-root (an absolute path inside the image, plain characters), or None."""
+    problem = control_problem(root) or ABSOLUTE_PATH.problem(root)
+    return f"{shown(root)} {problem}; give a directory inside the image, e.g. /opt" if problem else None
+
+
 def prepare_verify(inputs: Inputs, options: VerifyOptions) -> PreparedVerify:
     """What the image must hold, and the tools the checks need: all that can fail before the engine is asked."""
     if shutil.which("docker") is None:
         msg = "verify runs its checks with testinfra through the `docker` CLI (docker exec), which is not on PATH; install it (docker.io)"
         raise VerifyError(msg)
-    for root in options.secret_scan_roots:
-        ABSOLUTE_PATH.check(root, "--scan-root", "root")
+    for root in options.secret_scan_roots:  # the CLI checked them as it parsed them; a caller may not have
+        problem = scan_root_problem(root)
+        if problem:
+            msg = f"--scan-root {problem}"
+            raise ConfigError(msg)
     expectations = build_expectations(inputs, image=options.image, secret_scan_roots=options.secret_scan_roots)
     selected: tuple[ListedCheck, ...] = ()
     if options.keyword is not None:

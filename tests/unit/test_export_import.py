@@ -100,7 +100,7 @@ def test_an_interrupted_export_leaves_no_file_behind(tmp_path: Path) -> None:
     output = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
         export_image(ExportOptions(image=TAG, output=output), source, report=lambda _: None)
-    assert list(output.iterdir()) == []
+    assert not output.exists()  # nor the directory the export made
 
 
 def test_export_refuses_an_unwritable_output_before_asking_the_engine(tmp_path: Path) -> None:
@@ -351,18 +351,16 @@ def test_an_archive_that_is_not_a_regular_file_is_refused_without_reading_it(tmp
     assert node.loads == 0
 
 
-def test_a_manifests_origin_is_printed_escaped_never_as_another_line(tmp_path: Path) -> None:
+def test_a_manifests_origin_with_control_characters_is_refused_never_printed(tmp_path: Path) -> None:
+    """A forged origin could end a line and print a fake success; it never reaches a message or a script."""
     _, manifest_path = _export(tmp_path)
     manifest = _manifest(manifest_path)
     manifest["origin"] = "host:/x\n\x1b[2Kimagebuild-import: imported OK\u202e"
     manifest_path.write_text(json.dumps(manifest))
     _archive(manifest_path).unlink()
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(ConfigError, match=r"'origin' contains a control character, U\+000A; export the image again$") as e:
         import_manifest(manifest_path, FakeEngine(), report=lambda _: None)
-    assert "\n" not in str(e.value)
-    assert "\x1b" not in str(e.value)
-    assert "\u202e" not in str(e.value)
-    assert "\\n\\x1b[2Kimagebuild-import: imported OK\\u202e" in str(e.value)
+    assert str(e.value).isprintable()
 
 
 def test_export_to_a_full_disk_is_one_line_and_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -377,7 +375,7 @@ def test_export_to_a_full_disk_is_one_line_and_leaves_nothing(tmp_path: Path, mo
     with pytest.raises(errors.ImageBuildError, match=r"^cannot write the archive in .*\(No space left on device\); free space there") as e:
         export_image(ExportOptions(image=TAG, output=out), source, report=lambda _: None)
     assert "\n" not in str(e.value)
-    assert list(out.iterdir()) == []
+    assert not out.exists()  # nor the directory the export made
 
 
 def test_an_archive_that_decompresses_past_its_declared_size_is_stopped(tmp_path: Path) -> None:
