@@ -160,14 +160,35 @@ def stop_all(children: Sequence[Child], grace_s: float) -> None:
         child.close()
 
 
+def _stopped(signum: int) -> LauncherError:
+    return LauncherError(f"received {signal.Signals(signum).name}: stopped", exit_code=EXIT_SIGNAL_BASE + signum)
+
+
+class _Hold:
+    """While a block runs under held_signals: the signals that arrived, raised when it ends."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.arrived: list[int] = []
+
+
+_HOLD = _Hold()
+
+
 @contextlib.contextmanager
 def signals_raise() -> Iterator[None]:
     """Turn the first termination signal into a LauncherError, so every `finally` runs: the sentinel is
-    raised and vLLM stopped. Teardown ignores further signals (ignore_signals)."""
+    raised and vLLM stopped. Further signals are ignored from then on (ignore_signals)."""
 
     def handler(signum: int, _frame: FrameType | None) -> None:
-        msg = f"received {signal.Signals(signum).name}: stopped"
-        raise LauncherError(msg, exit_code=EXIT_SIGNAL_BASE + signum)
+        # Ignored from here, not only from teardown's first line: a second signal before that line (SLURM
+        # and a runtime's trap send several; a loaded node runs Python late) would raise again out of the
+        # `finally` on its way there, and vLLM would be left running.
+        ignore_signals()
+        if _HOLD.active:
+            _HOLD.arrived.append(signum)
+            return
+        raise _stopped(signum)
 
     previous = {signum: signal.signal(signum, handler) for signum in HANDLED_SIGNALS}
     try:
@@ -179,6 +200,21 @@ def signals_raise() -> Iterator[None]:
         for signum, old in previous.items():
             if signal.getsignal(signum) is not signal.SIG_IGN:
                 signal.signal(signum, old)
+
+
+@contextlib.contextmanager
+def held_signals() -> Iterator[None]:
+    """A termination signal that arrives inside the block raises when the block ends, not inside it.
+
+    For starting a child and recording it where teardown looks: raised between Popen and that record,
+    the signal would leave the child (vLLM, holding its GPUs) running, unknown to teardown."""
+    _HOLD.active, _HOLD.arrived = True, []
+    try:
+        yield
+    finally:
+        _HOLD.active = False
+    if _HOLD.arrived:
+        raise _stopped(_HOLD.arrived[0])
 
 
 def ignore_signals() -> None:

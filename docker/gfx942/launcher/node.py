@@ -16,7 +16,7 @@ from .barrier import wait_at_barrier
 from .jit_locks import remove_stale_locks
 from .messages import EXIT_FAILED, LauncherError, say
 from .plan import Plan
-from .process import TAIL_LINES, Child, ignore_signals, require_executable, stop_all
+from .process import TAIL_LINES, Child, held_signals, ignore_signals, require_executable, stop_all
 from .sentinel import clear_stale_sentinel, raise_sentinel
 
 READY_MARKER = "Application startup complete"
@@ -90,8 +90,9 @@ def run_head(plan: Plan, env: Mapping[str, str]) -> int:
     try:
         if plan.barrier is not None:
             wait_at_barrier(plan.barrier)
-        server = Child.start(plan.argv, env, what="vllm", tee_to=plan.log_file, marker=READY_MARKER)
-        children.append(server)
+        with held_signals():  # a signal now waits until teardown knows the child
+            server = Child.start(plan.argv, env, what="vllm", tee_to=plan.log_file, marker=READY_MARKER)
+            children.append(server)
         wait_until_ready(server, plan)
         name = plan.inputs.served_name
         say(f"vLLM is ready on port {plan.inputs.serve_port}: SERVED_MODEL_NAME={name} NIAH_MODEL={name}")
@@ -101,8 +102,9 @@ def run_head(plan: Plan, env: Mapping[str, str]) -> int:
                 raise _vllm_failed(server, plan, f"exited with code {vllm_code}")
             return 0
         results_before = _file_state(plan.results_file) if plan.results_file else None
-        benchmark = Child.start(plan.benchmark, {**env, **plan.benchmark_env}, what="BENCHMARK_CMD")
-        children.insert(0, benchmark)
+        with held_signals():
+            benchmark = Child.start(plan.benchmark, {**env, **plan.benchmark_env}, what="BENCHMARK_CMD")
+            children.insert(0, benchmark)
         while (code := benchmark.poll()) is None:
             died = server.poll()
             if died is not None:
@@ -127,8 +129,9 @@ def run_worker(plan: Plan, env: Mapping[str, str]) -> int:
         return 0
     children: list[Child] = []
     try:
-        server = Child.start(plan.argv, env, what="vllm", tee_to=plan.log_file)
-        children.append(server)
+        with held_signals():
+            server = Child.start(plan.argv, env, what="vllm", tee_to=plan.log_file)
+            children.append(server)
         while not head_gone():
             code = server.poll()
             if code == 0:
