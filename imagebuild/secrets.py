@@ -67,14 +67,6 @@ SECRET_PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern("GitHub App token in a URL", r"x-access-token:(?P<secret>[^@\s/]+)@"),
     SecretPattern("password in a URL", r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:(?P<secret>[^/\s@]+)@"),
     SecretPattern("token in a URL", r"[A-Za-z][A-Za-z0-9+.-]*://(?P<secret>[A-Za-z0-9_-]{20,})@"),
-    # user:password@host/repo, the form docker's image references are mistyped with (no scheme): the
-    # whole user info is hidden. Not after '/', ':' or '+' (a URL's own user info,
-    # git+https://host/repo@v1) or a bracket (code: a[1:n]@w), not 'mailto:', not before a digest.
-    SecretPattern(
-        "user name and password before a host",
-        r"(?<![\w.%+:/@()\[\]{}-])(?!mailto:)(?P<secret>[A-Za-z0-9._%+-]+:[^\s/@'\"][^\s@'\"]*)@(?!sha(?:256|384|512):)"
-        r"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?(?=[/'\"\s]|$)",
-    ),
     SecretPattern("credential in a URL query", rf"[?&](?i:{_QUERY})=(?P<secret>[^&#\s\"'<>]+)"),
     # GH_TOKEN=... as shells, env files and build args write it; `GH_TOKEN: value` (YAML) only with
     # a token-like value, so prose such as "GH_TOKEN: refused" is not one.

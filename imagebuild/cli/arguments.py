@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from imagebuild.inputs.references import image_problem, tag_reference_problem
+from imagebuild.inputs.references import image_problem, shown_reference, tag_reference_problem
 from imagebuild.inputs.values import control_problem, shown
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def add_build_arg(p: argparse.ArgumentParser, help_text: str) -> None:
 def image_tag(text: str) -> str:
     problem = tag_reference_problem(text)
     if problem:
-        msg = f"{text!r}: {problem}; e.g. registry.example.com/ml/kimi-k3:gfx942"
+        msg = f"{shown(shown_reference(text))}: {problem}; e.g. registry.example.com/ml/kimi-k3:gfx942"
         raise argparse.ArgumentTypeError(msg)
     return text
 
@@ -81,7 +81,7 @@ def image(text: str) -> str:
     """An image to read: its ID, or NAME[:TAG][@DIGEST]."""
     problem = image_problem(text)
     if problem:
-        msg = f"{text!r}: {problem}; give an image ID or a name `docker images` lists"
+        msg = f"{shown(shown_reference(text))}: {problem}; give an image ID or a name `docker images` lists"
         raise argparse.ArgumentTypeError(msg)
     return text
 

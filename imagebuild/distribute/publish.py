@@ -35,6 +35,7 @@ from imagebuild.distribute.referrers import config_digest_of
 from imagebuild.distribute.registry_http import opened_repository
 from imagebuild.engine.interface import Engine, ImageInfo, PushEvent
 from imagebuild.errors import ConfigError, ImageBuildError, RegistryError
+from imagebuild.inputs import references
 from imagebuild.inputs.layout import attestation_file_name
 from imagebuild.inputs.references import COMPONENT, TAG_RE
 from imagebuild.inputs.values import shown
@@ -74,10 +75,7 @@ class PublishResult:
 
 def shown_reference(text: str) -> str:
     """``text`` for a message: a user name and password before the host replaced, cut when long."""
-    host, slash, rest = text.partition("/")
-    if "@" in host:
-        host = "<redacted>@" + host.rpartition("@")[2]
-    return shown(host + slash + rest)
+    return shown(references.shown_reference(text))
 
 
 def check_registry_host(text: str, flag: str) -> None:

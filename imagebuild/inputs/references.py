@@ -24,8 +24,9 @@ TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 MAX_NAME_CHARS = 255  # docker refuses longer repository names
 
 
-# A digest's algorithm, as the OCI image spec writes it (sha256:, sha512:): what follows an '@' in a reference.
-_DIGEST_ALGORITHM_RE = re.compile(r"[a-z0-9]+(?:[+._-][a-z0-9]+)*:")
+# What follows the '@' of a digest: the algorithms docker takes. Not any 'word:' the OCI grammar allows,
+# which 'user:pw@localhost:5000' would pass for one.
+_DIGEST_ALGORITHM_RE = re.compile(r"sha(?:256|384|512):")
 USERINFO_PROBLEM = "a reference carries no user name or password; use docker login"
 
 
@@ -44,6 +45,17 @@ def userinfo_problem(text: str) -> str | None:
     if ":" in before and "/" not in before and not _DIGEST_ALGORITHM_RE.match(after):
         return USERINFO_PROBLEM
     return None
+
+
+def shown_reference(text: str) -> str:
+    """``text`` for a message: the user info before its host, if it has any, replaced by ``<redacted>``.
+
+    Here, where the grammar is known, and not in the secret detector: in free text (files verify
+    scans, logs) ``word:word@host`` is an e-mail address or code far more often than a password."""
+    if not userinfo_problem(text):
+        return text
+    ends = [i for i, c in enumerate(text) if c == "@" and not _DIGEST_ALGORITHM_RE.match(text, i + 1)]
+    return "<redacted>" + text[ends[-1] :]
 
 
 def tag_reference_problem(text: str) -> str | None:

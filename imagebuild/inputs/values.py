@@ -49,12 +49,15 @@ class Kind:
 
     name: str  # "a 40-hex commit SHA"
     problem: Callable[[str], str | None]
+    # What a message may show of a value, after the secret detector's redaction (an image reference's
+    # user info, which only the reference grammar tells from an e-mail address).
+    shown_as: Callable[[str], str] = str
 
     def check(self, value: str, where: str, key: str) -> str:
         """``value`` if it is of this kind; else ConfigError naming ``where`` and ``key``."""
         problem = control_problem(value) or self.problem(value)
         if problem:  # redacted before it is cut: a cut could leave a long password without its '@host'
-            msg = f"{where}: '{escape_controls(key)}' = {shown(redact(value))} {problem}"
+            msg = f"{where}: '{escape_controls(key)}' = {shown(self.shown_as(redact(value)))} {problem}"
             raise ConfigError(msg)
         return value
 
@@ -158,7 +161,7 @@ IMAGE_NAME = Kind("an image name", _image_name)
 IMAGE_TAG = pattern_kind(
     "a docker tag", references.TAG_RE.pattern, "letters, digits, '_', '.', '-'; at most 128"
 )
-IMAGE_REFERENCE = Kind("an image reference", _image_reference)  # an image ID, NAME[:TAG][@DIGEST]
+IMAGE_REFERENCE = Kind("an image reference", _image_reference, references.shown_reference)  # ID, NAME[:TAG][@DIGEST]
 # docker's network modes: a name, or container:NAME.
 NETWORK_MODE = pattern_kind(
     "a docker network mode", r"(?:container:)?[A-Za-z0-9][A-Za-z0-9_.-]*", "e.g. host, bridge, none"

@@ -10,7 +10,7 @@ import re
 from pathlib import PurePosixPath
 
 from imagebuild.errors import ConfigError
-from imagebuild.inputs.references import userinfo_problem
+from imagebuild.inputs.references import shown_reference, userinfo_problem
 from imagebuild.inputs.values import control_problem, shown
 from imagebuild.pins import DIGEST_RE
 from imagebuild.secrets import redact
@@ -78,7 +78,7 @@ def check_image(value: str) -> str:
     check_text("--image", value)
     problem = userinfo_problem(value)
     if problem:
-        raise ConfigError(bad_value("--image", value, problem))
+        raise ConfigError(bad_value("--image", shown_reference(value), problem))
     if not IMAGE_BY_DIGEST_RE.match(value):
         why = (
             "expected REPOSITORY@sha256:<64 hex digits>, the reference `imagebuild publish` prints: "
