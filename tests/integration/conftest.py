@@ -20,11 +20,9 @@ import pytest
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.errors import EngineError
-from sampleworld.engine_matrix import MatrixEngine
 from sampleworld.pytest_plugin import sample_world_state_dir
 from sampleworld.world import World, up
 from tests.integration.cluster_support import publish_sample
-from tests.integration.matrix_builds import MatrixBuilds, session_uses
 from tests.prerequisites import skip_or_fail
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,29 +70,6 @@ def sample_image(locked_pins: Path, tmp_path_factory: pytest.TempPathFactory) ->
         assert main([*argv, "--tag", SAMPLE_IMAGE_TAG]) == 0
     result: dict[str, object] = json.loads(record.read_text())
     return result
-
-
-@pytest.fixture(scope="session")
-def matrix_builds(
-    docker_engine_matrix: list[MatrixEngine], locked_pins: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[MatrixBuilds]:
-    """The sample image building on the engine matrix's other engines, in the background."""
-    builds = MatrixBuilds(docker_engine_matrix, locked_pins, tmp_path_factory.mktemp("engines"))
-    try:
-        yield builds
-    finally:
-        builds.stop()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _matrix_builds_early(request: pytest.FixtureRequest) -> None:
-    """Start the matrix builds with the session's first integration test when a later one needs them.
-
-    They take minutes that are mostly the engines' own work (the containerd store commits each step
-    for seconds), and the docker tier leaves a core idle for much of its time (waits on SLURM, pulls,
-    single-threaded checks): built beside the tests before them, they are ready when asked for."""
-    if session_uses(request, "matrix_builds"):
-        request.getfixturevalue("matrix_builds")
 
 
 @pytest.fixture(scope="session")

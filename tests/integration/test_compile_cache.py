@@ -21,7 +21,6 @@ from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from tests import REPO
 from tests.integration.image_support import remove_images
-from tests.integration.matrix_builds import session_uses
 
 pytestmark = pytest.mark.docker
 CHECKOUT = hashlib.sha256(str(REPO).encode()).hexdigest()[:8]  # checkouts share the engine: tags of our own
@@ -31,9 +30,7 @@ TURNS = Path("/tmp/imagebuild-compile-cache-tests.lock")
 
 
 @pytest.fixture
-def the_address(request: pytest.FixtureRequest) -> Iterator[None]:
-    if session_uses(request, "matrix_builds"):  # their steps 4 and 7 would ask our server too
-        request.getfixturevalue("matrix_builds").wait()
+def the_address() -> Iterator[None]:
     with TURNS.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield

@@ -10,6 +10,7 @@ engine is pulled on another.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import subprocess
@@ -28,19 +29,62 @@ from imagebuild.project import find_project
 from imagebuild.render import RenderOptions, render_inputs
 from sampleworld.engine_matrix import MatrixEngine
 from sampleworld.world import World
-from tests import REPO
 from tests.integration.engine_support import engine_at
-from tests.integration.image_support import CHECKOUT
-from tests.integration.matrix_builds import TAG, MatrixBuilds, finish_build, start_build
 
 pytestmark = pytest.mark.docker
 
+REPO = Path(__file__).resolve().parents[2]
+# Per checkout: several checkouts share the main engine, and a shared tag would be overwritten.
+CHECKOUT = hashlib.sha256(str(REPO).encode()).hexdigest()[:8]
+TAG = f"imagebuild-test/engines:gfx942-{CHECKOUT}"
+
+
+def start_build(engine: MatrixEngine, pins: Path, where: Path) -> subprocess.Popen[bytes]:
+    """`imagebuild build` against ``engine`` in a process of its own, so the engines build side by side."""
+    record, iidfile, log = (where / f"{engine.name}.{kind}" for kind in ("build.json", "iid", "log"))
+    argv = [sys.executable, "-m", "imagebuild", "build", "--pins", str(pins), "--network", "host", "--tag", TAG]
+    env = {**os.environ, "DOCKER_HOST": engine.docker_host}
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [*argv, "--record", str(record), "--iidfile", str(iidfile)], cwd=REPO, env=env, stdout=out, stderr=out
+        )
+
+
+def finish_build(engine: MatrixEngine, build: subprocess.Popen[bytes], where: Path) -> dict[str, object]:
+    code = build.wait(timeout=1800)
+    log = (where / f"{engine.name}.log").read_text(errors="replace")
+    assert code == 0, f"build on {engine.name} exited {code}:\n{log[-3000:]}"
+    result: dict[str, object] = json.loads((where / f"{engine.name}.build.json").read_text())
+    # --iidfile holds the identity, not the engine's ID
+    assert (where / f"{engine.name}.iid").read_text() == result["image_id"]
+    return result
+
 
 @pytest.fixture(scope="module")
-def builds(matrix_builds: MatrixBuilds, sample_image: dict[str, object]) -> dict[str, dict[str, object]]:
-    """Each engine's build record; the main engine's is the session's shared sample image, the
-    others' are the builds the session started in the background (``matrix_builds``)."""
-    return {"main": sample_image, **matrix_builds.records()}
+def builds(
+    docker_engine_matrix: list[MatrixEngine],
+    locked_pins: Path,
+    sample_image: dict[str, object],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, dict[str, object]]:
+    """Each engine's build record; the main engine's is the session's shared sample image.
+
+    The other engines build at the same time: a cold build leaves a core idle for much of its time
+    (pulls, single-threaded pip and normalisation), and the builds share nothing but the sample world.
+    """
+    where = tmp_path_factory.mktemp("engines")
+    others = [engine for engine in docker_engine_matrix if engine.name != "main"]
+    running = [(engine, start_build(engine, locked_pins, where)) for engine in others]
+    try:
+        records = {"main": sample_image}
+        for engine, build in running:
+            records[engine.name] = finish_build(engine, build, where)
+    finally:
+        for _, build in running:
+            if build.poll() is None:
+                build.kill()
+                build.wait()
+    return records
 
 
 def engine_named(matrix: list[MatrixEngine], name: str) -> MatrixEngine:
