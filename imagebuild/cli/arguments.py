@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from imagebuild.inputs.references import image_problem, shown_reference, tag_reference_problem
-from imagebuild.inputs.values import control_problem, shown
+from imagebuild.inputs.values import control_problem, scan_root_problem, shown
 
 if TYPE_CHECKING:
     from imagebuild.build.compile_cache import CompileCache
@@ -280,8 +280,6 @@ def input_file(text: str) -> Path:
 
 def scan_root(text: str) -> str:
     """verify --scan-root: an absolute path inside the image, plain characters only."""
-    from imagebuild.verify.runner import scan_root_problem
-
     problem = scan_root_problem(text)
     if problem:
         raise argparse.ArgumentTypeError(problem)

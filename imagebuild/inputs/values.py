@@ -234,6 +234,12 @@ def _path(value: str, *, absolute: bool, refs: bool) -> str | None:
 ABSOLUTE_PATH = Kind("an absolute path", lambda v: _path(v, absolute=True, refs=False))
 # Stage paths may name an ARG: ${BASE_SITE_PACKAGES}/aiter.
 ABSOLUTE_PATH_TEMPLATE = Kind("an absolute path", lambda v: _path(v, absolute=True, refs=True))
+
+
+def scan_root_problem(root: str) -> str | None:
+    """Why ``root`` cannot be a verify --scan-root (an absolute path inside the image, plain characters), or None."""
+    problem = control_problem(root) or ABSOLUTE_PATH.problem(root)
+    return f"{shown(root)} {problem}; give a directory inside the image, e.g. /opt" if problem else None
 CONTEXT_PATH = Kind("a build-context path", lambda v: _path(v, absolute=False, refs=False))
 
 

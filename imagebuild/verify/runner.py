@@ -27,7 +27,7 @@ from typing import Any, cast
 from imagebuild.engine.interface import Engine, ImageInfo
 from imagebuild.errors import CommandError, ConfigError, VerifyError
 from imagebuild.inputs.layout import SECRET_SCAN_MAX_FILE_BYTES, SECRET_SCAN_ROOTS
-from imagebuild.inputs.values import ABSOLUTE_PATH, control_problem, shown
+from imagebuild.inputs.values import scan_root_problem
 from imagebuild.project import Inputs
 from imagebuild.verify.check_session import check_session
 from imagebuild.verify.checks_file import EMPTY, ChecksFile
@@ -57,12 +57,6 @@ class PreparedVerify:
     arch: str
     pins_path: Path  # what the expectations were made from, for the progress line
     selected: tuple[ListedCheck, ...] = ()  # with -k: the checks it selects (never empty)
-
-
-def scan_root_problem(root: str) -> str | None:
-    """Why ``root`` cannot be a --scan-root (an absolute path inside the image, plain characters), or None."""
-    problem = control_problem(root) or ABSOLUTE_PATH.problem(root)
-    return f"{shown(root)} {problem}; give a directory inside the image, e.g. /opt" if problem else None
 
 
 def prepare_verify(inputs: Inputs, options: VerifyOptions) -> PreparedVerify:
