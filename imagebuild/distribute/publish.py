@@ -81,11 +81,11 @@ def shown_reference(text: str) -> str:
 def check_registry_host(text: str, flag: str) -> None:
     """The registry part of a reference: no credentials in it (they would be echoed and recorded),
     and a port a TCP port can be."""
-    host = text.partition("/")[0]
-    if "@" in host:
+    if references.userinfo_problem(text):
         msg = (f"{flag} {shown_reference(text)}: a registry address carries no user name or password; "
                "log in with `docker login HOST` (publish pushes with docker's credentials)")  # fmt: skip
         raise ConfigError(msg)
+    host = text.partition("/")[0]
     port = host.rpartition(":")[2] if ":" in host else ""
     if port.isdigit() and not 1 <= int(port) <= 65535:
         msg = f"{flag} {shown_reference(text)}: port {port} is not a TCP port (1-65535)"

@@ -136,6 +136,9 @@ def test_a_reference_is_a_digest_or_a_tag_of_a_registry_repository() -> None:
         ("127.0.0.1:55000/ml/kimi-k3", "give HOST"),
         ("kimi-k3:latest", "is not a registry repository"),
         ("user:secret@127.0.0.1:55000/x:y", "carries no user name or password"),
+        ("user:secret@127.0.0.1:55000", "carries no user name or password"),
+        # A digest without a registry is a wrong reference, not a credential (one rule decides both).
+        (f"kimi-k3@{IMAGE.digest}", "is not a registry repository"),
     ],
 )
 def test_a_bad_reference_is_one_line_naming_it(text: str, why: str) -> None:
