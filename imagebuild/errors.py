@@ -51,7 +51,7 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.UNVERIFIED: "an attestation is unsigned, its signature does not verify with the key, or it "
     "names another image",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGTERM)",
-    ExitCode.PIPE_CLOSED: "stdout was closed before the output was written (piped into head)",
+    ExitCode.PIPE_CLOSED: "the reader of stdout left before the output was written (piped into head); a stdout closed from the start (`>&-`) is bad input, 2",
 }
 
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from imagebuild import __version__
 from imagebuild.cli import arguments as argument_types
-from imagebuild.cli.output import write_json
+from imagebuild.cli.output import closed_stdout_problem, stdout_to_devnull, write_json
 from imagebuild.cli.verbs import (
     HelpFormatter,
     Parser,
@@ -86,6 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     options = arguments[: arguments.index("--")] if "--" in arguments else arguments
     wants_json = "--json" in options  # so even a usage error answers a machine in JSON
+    problem = closed_stdout_problem()
+    if problem:
+        return _fail(problem, ExitCode.BAD_INPUT, json_too=False)
     try:
         directory = _project_directory(arguments)
     except UsageError as e:
@@ -159,8 +161,7 @@ def _main(arguments: list[str], wants_json: bool) -> int:
         return _fail("interrupted", ExitCode.INTERRUPTED, json_too=bool(getattr(args, "json", False)))
     except BrokenPipeError:
         # The reader stopped early (`imagebuild render | head`): not an error worth a traceback.
-        # Python would report the failed flush of stdout at exit, so stdout goes to /dev/null.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        stdout_to_devnull()
         return int(ExitCode.PIPE_CLOSED)
 
 
@@ -198,6 +199,10 @@ def _fail(message: str, code: ExitCode, *, json_too: bool) -> int:
     else:
         print(f"imagebuild: error: {message}", file=sys.stderr)
     if json_too:
-        with contextlib.suppress(ImageBuildError):  # stdout itself failed: the line on stderr is all
+        try:
             write_json({"error": message, "exit_code": int(code)})
+        except ImageBuildError:
+            pass  # stdout itself failed: the line on stderr is all
+        except BrokenPipeError:
+            stdout_to_devnull()  # the reader is gone; the exit code still says what happened
     return int(code)

@@ -14,12 +14,43 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ImageBuildError
 
 SCHEMA_VERSION = 1
 SCHEMA_KEY = "schema_version"
+
+
+def closed_stdout_problem() -> str | None:
+    """Hold descriptors 0-2 open, and say why output cannot go to a stdout that was closed (``>&-``).
+
+    A closed one gets /dev/null: otherwise the next file opened takes its number, and a child
+    (docker, git) would write its output into that file. A closed stderr then discards the
+    messages, as the caller asked; a closed stdout is refused before the verb runs, since every
+    verb's result goes there (Python left ``sys.stdout`` None, so the write would fail at the end).
+    """
+    for descriptor in (0, 1, 2):
+        try:
+            os.fstat(descriptor)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)
+            if opened != descriptor:
+                os.dup2(opened, descriptor)
+                os.close(opened)
+    if sys.stderr is None:
+        sys.stderr = Path(os.devnull).open("w")  # noqa: SIM115  # for the rest of the process
+    if sys.stdout is None:
+        return "stdout is closed: imagebuild writes its result there; redirect it to /dev/null to discard it"
+    return None
+
+
+def stdout_to_devnull() -> None:
+    """Point stdout's descriptor at /dev/null, so what is still buffered for it cannot fail again
+    at exit (Python's "Exception ignored ... BrokenPipeError")."""
+    with contextlib.suppress(OSError, ValueError):  # ValueError: a stdout without a descriptor
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def write_json(document: Mapping[str, Any]) -> None:
@@ -42,10 +73,7 @@ def write_text(text: str) -> None:
     except BrokenPipeError:
         raise
     except OSError as e:
-        # What is still buffered would fail again at exit: it goes to /dev/null (io.UnsupportedOperation,
-        # an OSError and ValueError: a stdout without a descriptor, which has nothing to flush at exit).
-        with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        stdout_to_devnull()  # io.UnsupportedOperation is an OSError too: a stdout without a descriptor
         msg = f"could not write the output to stdout: {e.strerror or e}; free space there or redirect it elsewhere"
         raise ImageBuildError(msg) from e
 

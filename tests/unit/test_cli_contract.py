@@ -352,3 +352,47 @@ def test_a_closed_stdout_is_not_a_traceback() -> None:
         code = proc.wait(timeout=60)
     assert code == ExitCode.PIPE_CLOSED
     assert err == ""
+
+
+def _run_closing(descriptor: int, *argv: str) -> tuple[int, str, str]:
+    """imagebuild in a child started with ``descriptor`` closed, as the shell's ``N>&-`` does."""
+    proc = subprocess.run(
+        ["sh", "-c", f'exec "$@" {descriptor}>&-', "sh", sys.executable, "-m", "imagebuild", *argv],
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+
+
+def test_a_stdout_closed_from_the_start_is_refused_before_the_verb_runs(tmp_path: Path) -> None:
+    """`imagebuild init DIR >&-`: one line, exit 2, and DIR never made; before, init wrote its 25
+    files and then failed with a traceback writing where they were."""
+    code, _, err = _run_closing(1, "init", str(tmp_path / "project"))
+    assert code == ExitCode.BAD_INPUT
+    assert err == "imagebuild: error: stdout is closed: imagebuild writes its result there; redirect it to /dev/null to discard it\n"
+    assert not (tmp_path / "project").exists()
+
+
+def test_a_closed_stderr_keeps_the_json_error_document_alone_on_stdout() -> None:
+    code, out, _ = _run_closing(2, "-C", str(REPO), "--json", "plan", "--arch", "nope")
+    assert code == ExitCode.BAD_INPUT
+    document = json.loads(out)
+    assert document["exit_code"] == ExitCode.BAD_INPUT
+    assert "unknown arch 'nope'" in document["error"]
+
+
+def test_a_json_error_document_for_a_reader_that_left_is_not_a_traceback() -> None:
+    with subprocess.Popen(
+        [sys.executable, "-m", "imagebuild", "-C", str(REPO), "--json", "plan", "--arch", "nope"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        code = proc.wait(timeout=60)
+    assert code == ExitCode.BAD_INPUT  # the error's own code: the reader leaving does not change it
+    assert err.splitlines() == [err.strip()]
+    assert "unknown arch 'nope'" in err
