@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from imagebuild.diff.compare import ImageDiff, Snapshot, compare_images
+from imagebuild.diff.stored import LayerIndexes, stored_snapshot
 from imagebuild.diff.tree import index_layer
 from imagebuild.engine.interface import Engine
 from imagebuild.engine.saved_image import ArchiveError, read_saved_image
@@ -96,8 +97,9 @@ def _indexed(stream: BinaryIO, name: str, what: str) -> Snapshot:
     return Snapshot(name=name, image=image)
 
 
-def load_snapshot(name: str, engine: Engine | None) -> Snapshot:
-    """Index the image ``name`` names: an archive file, else an image in ``engine``."""
+def load_snapshot(name: str, engine: Engine | None, indexes: LayerIndexes | None = None) -> Snapshot:
+    """Index the image ``name`` names: an archive file, else an image in ``engine`` (from its store
+    where this process can read it, each layer ``indexes`` already holds not read again)."""
     path = Path(name)
     if path.is_file():
         archive = _archive_of(path)
@@ -111,6 +113,9 @@ def load_snapshot(name: str, engine: Engine | None) -> Snapshot:
         msg = f"{name}: no such file, and no engine to look it up in"
         raise ConfigError(msg)
     image_id = engine.inspect_image(name).id
+    stored = stored_snapshot(engine, image_id, name, indexes or LayerIndexes())
+    if stored is not None:
+        return stored
     try:
         return _indexed(open_stream(engine.save(image_id)), name, f"image {name}")
     except ArchiveError as e:
@@ -120,4 +125,5 @@ def load_snapshot(name: str, engine: Engine | None) -> Snapshot:
 
 def diff_images(a: str, b: str, *, mtime: bool = False, engine: Engine | None = None) -> ImageDiff:
     """Compare the images ``a`` and ``b`` name (archive files or engine references)."""
-    return compare_images(load_snapshot(a, engine), load_snapshot(b, engine), mtime=mtime)
+    indexes = LayerIndexes()  # a rebuild and its original share their base: read it once
+    return compare_images(load_snapshot(a, engine, indexes), load_snapshot(b, engine, indexes), mtime=mtime)

@@ -1,0 +1,58 @@
+"""One side of a diff read from the engine's store rather than from ``docker save``.
+
+``docker save`` exports the whole image, base included, through the engine: both sides of a diff
+of a rebuild send the same base twice. The store gives each layer by itself (overlay2: the tar
+rebuilt from its tar-split record and its directory; the containerd store: its blob), so a layer
+the two images share is read and indexed once. Each layer is checked against its diffID as it is
+indexed; one that is not what its diffID says leaves that side to ``docker save``, with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+
+from imagebuild.diff.compare import Snapshot
+from imagebuild.diff.tree import LayerIndex, index_layer
+from imagebuild.engine.content_blobs import BlobError
+from imagebuild.engine.interface import BlobLayer, Engine, StoredLayer
+from imagebuild.engine.saved_image import SavedImage
+from imagebuild.engine.tar_split import TarSplitError
+from imagebuild.log import logger
+from imagebuild.normalize.stored_layers import layer_tar
+from imagebuild.util.streams import open_stream
+
+_READ_ERRORS = (TarSplitError, BlobError, tarfile.TarError, OSError, EOFError, ValueError)
+
+
+class LayerIndexes:
+    """Each layer indexed once per diff, by its diffID."""
+
+    def __init__(self) -> None:
+        self._by_diff_id: dict[str, LayerIndex] = {}
+
+    def of(self, layer: StoredLayer | BlobLayer) -> LayerIndex:
+        index = self._by_diff_id.get(layer.diff_id)
+        if index is None:
+            index = index_layer(open_stream(layer_tar(layer)))
+            if index.diff_id != layer.diff_id:
+                msg = f"the store's copy of layer {layer.diff_id[:19]} reads as {index.diff_id[:19]}"
+                raise TarSplitError(msg)
+            self._by_diff_id[layer.diff_id] = index
+        return index
+
+
+def stored_snapshot(engine: Engine, image_id: str, name: str, indexes: LayerIndexes) -> Snapshot | None:
+    """The image indexed from the engine's store, or None where the store cannot give it."""
+    stored = engine.stored_image(image_id)
+    if stored.unavailable or stored.config is None:
+        return None
+    try:
+        config_bytes = stored.config.read_bytes()
+        config = json.loads(config_bytes)
+        layers = tuple(indexes.of(layer) for layer in stored.layers)
+    except _READ_ERRORS as e:
+        logger.warning("reading %s from the engine's store failed (%s); using docker save", name, e)
+        return None
+    image = SavedImage(config=config, config_bytes=config_bytes, layers=layers, repo_tags=())
+    return Snapshot(name=name, image=image)
