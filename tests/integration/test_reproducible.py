@@ -91,7 +91,7 @@ def test_two_cold_builds_give_the_same_image_id(
     remove_images(TAG)
     # The first build's layer cache is gone. (Its result may live on under another test's tag:
     # a build of the same pins in the same session gives the same image, which is the point.)
-    assert built.id not in _image_ids()
+    assert built.id not in engine.image_ids()  # intermediate images included
     with newer_snapshot(world):
         second = build(locked_pins, records / "second.json", TAG, "--no-cache")
     assert second["normalization"]["unnormalized_id"] != built.id  # type: ignore[index]  # a real rebuild
@@ -156,12 +156,6 @@ def test_a_changed_pin_changes_exactly_its_files(
         assert {f["path"] for f in layer["files"]} <= {"app/versions.txt", "usr/local/bin/vllm-router"}, layer
     versions = re.findall(r"VLLM_ROUTER_REF=(\w+)", _read(TAG_B, "/app/versions.txt"))
     assert versions == [new_router.commit]
-
-
-def _image_ids() -> set[str]:
-    """Every image's ID, intermediate ones included, from one listing (docker-py's ``images.list``
-    inspects each image it lists: 20-35 s once the suite's builds have left their steps' images)."""
-    return {str(row["Id"]) for row in docker.from_env().api.images(all=True)}
 
 
 def _read(image: str, path: str) -> str:
