@@ -108,6 +108,9 @@ def check_build_places(project: Project, inputs: Inputs, options: BuildOptions) 
             raise ConfigError(_unwritable(f"{directory}: {e.strerror}")) from e
         if not os.access(directory, os.W_OK | os.X_OK):
             raise ConfigError(_unwritable(f"{directory} is not writable"))
+    for path in (record, log):  # as --record and --log are checked: a FIFO would block, a device take the log
+        if path.exists() and not path.is_file():
+            raise ConfigError(_unwritable(f"{path} is not a regular file (a directory, a device, a FIFO or a socket)"))
     if log.exists() and not os.access(log, os.W_OK):  # the record is replaced, the log written over
         raise ConfigError(_unwritable(f"{log} is not writable"))
 

@@ -58,6 +58,28 @@ def test_a_build_dir_or_log_this_user_may_not_write_is_said_before_the_engine(
         _prepare(project, build_streams)
 
 
+@pytest.mark.parametrize("name", ["gfx942.build.json", "gfx942.build.log"])
+@pytest.mark.parametrize("kind", ["fifo", "symlink to a device", "directory"])
+def test_a_default_record_or_log_that_is_no_regular_file_is_said_before_the_engine(
+    project: Path, build_streams: Path, name: str, kind: str
+) -> None:
+    """As --record and --log are checked: a FIFO there would hang the build's log, a link to a
+    device would take it."""
+    where = project / "build" / name
+    where.parent.mkdir()
+    if kind == "fifo":
+        os.mkfifo(where)
+    elif kind == "directory":
+        where.mkdir()
+    else:
+        where.symlink_to("/dev/null")
+    with pytest.raises(ConfigError) as e:
+        _prepare(project, build_streams)
+    assert f"({where} is not a regular file" in str(e.value)
+    assert "--record FILE" in str(e.value)
+    assert where.is_symlink() or not where.is_file()  # left as it was, not replaced by a record or log
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="gives the checkout to another user: needs root")
 def test_a_checkout_git_will_not_read_is_labelled_unknown_with_a_warning_saying_why(
     project: Path, build_streams: Path, caplog: pytest.LogCaptureFixture
