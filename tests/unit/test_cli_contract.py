@@ -339,17 +339,20 @@ def test_global_flags_reach_the_verb(
     assert "not an imagebuild project (no stages/image.toml in it)" in capsys.readouterr().err
 
 
-def test_a_closed_stdout_is_not_a_traceback() -> None:
+def _run_for_a_reader_that_left(*argv: str) -> tuple[int, str]:
+    """imagebuild whose stdout's reader is gone before the first byte: every write fails with EPIPE."""
     with subprocess.Popen(
-        [sys.executable, "-m", "imagebuild", "-C", str(REPO), "render", "--allow-unpinned", "--output", "-"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        [sys.executable, "-m", "imagebuild", "-C", str(REPO), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     ) as proc:
         assert proc.stdout is not None
         assert proc.stderr is not None
-        proc.stdout.close()  # the reader is gone before the first byte: every write fails with EPIPE
+        proc.stdout.close()
         err = proc.stderr.read().decode()
-        code = proc.wait(timeout=60)
+        return proc.wait(timeout=60), err
+
+
+def test_a_closed_stdout_is_not_a_traceback() -> None:
+    code, err = _run_for_a_reader_that_left("render", "--allow-unpinned", "--output", "-")
     assert code == ExitCode.PIPE_CLOSED
     assert err == ""
 
@@ -383,16 +386,7 @@ def test_a_closed_stderr_keeps_the_json_error_document_alone_on_stdout() -> None
 
 
 def test_a_json_error_document_for_a_reader_that_left_is_not_a_traceback() -> None:
-    with subprocess.Popen(
-        [sys.executable, "-m", "imagebuild", "-C", str(REPO), "--json", "plan", "--arch", "nope"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    ) as proc:
-        assert proc.stdout is not None
-        assert proc.stderr is not None
-        proc.stdout.close()
-        err = proc.stderr.read().decode()
-        code = proc.wait(timeout=60)
+    code, err = _run_for_a_reader_that_left("--json", "plan", "--arch", "nope")
     assert code == ExitCode.BAD_INPUT  # the error's own code: the reader leaving does not change it
     assert err.splitlines() == [err.strip()]
     assert "unknown arch 'nope'" in err
