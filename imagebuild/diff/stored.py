@@ -46,7 +46,10 @@ def stored_snapshot(engine: Engine, image_id: str, name: str, indexes: LayerInde
     """The image indexed from the engine's store, or None where the store cannot give it."""
     stored = engine.stored_image(image_id)
     if stored.unavailable or stored.config is None:
+        logger.info("diff: reading %s through docker save, the whole image (%s)", name, stored.unavailable or "no config")
         return None
+    where = "content store" if stored.manifest is not None else "layer store"
+    logger.info("diff: reading %s from the engine's %s", name, where)
     try:
         config_bytes = stored.config.read_bytes()
         config = json.loads(config_bytes)

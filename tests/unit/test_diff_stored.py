@@ -53,15 +53,21 @@ def _report(engine: FakeEngine) -> dict[str, object]:
 
 @pytest.mark.parametrize("store", ["overlay2", "containerd"])
 def test_the_store_gives_the_report_docker_save_gives_without_saving(
-    tmp_path: Path, store: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, store: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from_save = _report(_engine(tmp_path / "save", store=""))
+    with caplog.at_level(logging.INFO):
+        from_save = _report(_engine(tmp_path / "save", store=""))
+    assert "diff: reading old through docker save, the whole image (the engine at" in caplog.text
     engine = _engine(tmp_path, store=store)
     engine.refuse_save = "save was not to be asked"
     indexed: list[str] = []
     index_layer = stored.index_layer
     monkeypatch.setattr(stored, "index_layer", lambda source: indexed.append("") or index_layer(source))
-    assert _report(engine) == from_save
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert _report(engine) == from_save
+    where = "content store" if store == "containerd" else "layer store"
+    assert f"diff: reading new from the engine's {where}" in caplog.text
     assert from_save["files"]  # the images do differ: the comparison ran
     assert len(indexed) == 4  # the base's two layers once, and each image's own
 
