@@ -8,7 +8,6 @@ working copy of its pins with `imagebuild lock`, exactly as a user would.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import shutil
 import time
@@ -22,12 +21,11 @@ from imagebuild.engine.docker import DockerEngine
 from imagebuild.errors import EngineError
 from sampleworld.pytest_plugin import sample_world_state_dir
 from sampleworld.world import World, up
+from tests import REPO
 from tests.integration.cluster_support import publish_sample
+from tests.integration.image_support import CHECKOUT
 from tests.prerequisites import skip_or_fail
 
-REPO = Path(__file__).resolve().parents[2]
-# Per checkout: several checkouts share one Docker engine, and a shared tag would be overwritten.
-CHECKOUT = hashlib.sha256(str(REPO).encode()).hexdigest()[:8]
 SAMPLE_IMAGE_TAG = f"imagebuild-test/kimi-k3:gfx942-{CHECKOUT}"
 SAMPLE_GFX950_TAG = f"imagebuild-test/kimi-k3:gfx950-{CHECKOUT}"
 

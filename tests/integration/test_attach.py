@@ -25,11 +25,11 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from imagebuild.cli import main
 from imagebuild.distribute.referrers import OCI_INDEX, fallback_tag
 from sampleworld.world import World
+from tests.integration.image_support import CHECKOUT
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 
 # Per checkout: several checkouts share one registry, and a shared repository's index would be theirs too.
-CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]
 
 
 def _run(*argv: str) -> tuple[int, str]:

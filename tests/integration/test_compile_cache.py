@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +19,9 @@ import pytest
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from tests import REPO
-from tests.integration.image_support import remove_images
+from tests.integration.image_support import CHECKOUT, remove_images
 
 pytestmark = pytest.mark.docker
-CHECKOUT = hashlib.sha256(str(REPO).encode()).hexdigest()[:8]  # checkouts share the engine: tags of our own
 TAG = f"imagebuild-test/compile-cache:gfx942-{CHECKOUT}"
 # Every build with a cache serves the one fixed address: the checkouts sharing this machine take turns.
 TURNS = Path("/tmp/imagebuild-compile-cache-tests.lock")

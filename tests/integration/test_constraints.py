@@ -9,7 +9,6 @@ setuptools 80.x in the message, so these tests are known to be able to fail.
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from imagebuild.inputs.python_lock import require_python_lock
 from imagebuild.project import find_project
 from imagebuild.render import ConstraintMode
 from sampleworld.world import World
+from tests.integration.image_support import CHECKOUT
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -64,7 +64,6 @@ def pins_for_base(world: World, tag: str, directory: Path) -> Path:
     return path
 
 
-CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]
 
 
 def build(pins: Path, mode: ConstraintMode, tmp_path: Path, engine: DockerEngine) -> str:

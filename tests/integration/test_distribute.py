@@ -6,7 +6,6 @@ that never had the image" is true: each test removes the image there first.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -23,12 +22,12 @@ from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from sampleworld.engines import NodeEngine
 from sampleworld.world import World
+from tests.integration.image_support import CHECKOUT
 from tests.prerequisites import skip_or_fail
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 
 # Per checkout: several checkouts share one Docker engine, and a shared tag would be overwritten.
-CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]
 IMAGE = f"imagebuild-test-distribute/kimi-k3:gfx942-{CHECKOUT}"
 PYTHON38 = Path.home() / ".pyenv/versions/3.8.18/bin/python3.8"
 

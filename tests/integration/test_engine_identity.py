@@ -10,7 +10,6 @@ engine is pulled on another.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import subprocess
@@ -29,13 +28,12 @@ from imagebuild.project import find_project
 from imagebuild.render import RenderOptions, render_inputs
 from sampleworld.engine_matrix import MatrixEngine
 from sampleworld.world import World
+from tests import REPO
 from tests.integration.engine_support import engine_at
+from tests.integration.image_support import CHECKOUT
 
 pytestmark = pytest.mark.docker
 
-REPO = Path(__file__).resolve().parents[2]
-# Per checkout: several checkouts share the main engine, and a shared tag would be overwritten.
-CHECKOUT = hashlib.sha256(str(REPO).encode()).hexdigest()[:8]
 TAG = f"imagebuild-test/engines:gfx942-{CHECKOUT}"
 
 

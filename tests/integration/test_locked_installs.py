@@ -26,11 +26,10 @@ from imagebuild.errors import EngineError
 from imagebuild.inputs.python_lock import require_python_lock
 from imagebuild.pins import load_pins
 from sampleworld.world import World
-from tests.integration.image_support import remove_images
+from tests.integration.image_support import CHECKOUT, remove_images
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 
-CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]
 
 
 def copy_pins(locked_pins: Path, directory: Path) -> Path:

@@ -9,7 +9,6 @@ and with --drop-cache-image, which leaves the engine only the normalised image.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -17,11 +16,10 @@ import pytest
 
 import docker
 from imagebuild.cli import main
-from tests.integration.image_support import remove_images
+from tests.integration.image_support import CHECKOUT, remove_images
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 
-CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]
 TAG = f"imagebuild-test/nixl:a-{CHECKOUT}"
 TAG_B = f"imagebuild-test/nixl:b-{CHECKOUT}"
 WITH_NIXL = ["--build-arg", "WITH_NIXL=1"]

@@ -33,10 +33,10 @@ from imagebuild.pins import load_pins
 from imagebuild.project import find_project
 from imagebuild.render import RenderOptions, render_inputs
 from imagebuild.util.streams import open_stream
+from tests import REPO
 
 pytestmark = pytest.mark.docker
 
-REPO = Path(__file__).resolve().parents[2]
 EPOCH = 1767232800
 CAPABILITY = "0100000200040000000000000000000000000000"  # v2 file capability: cap_net_bind_service
 # Every kind of entry overlay2 stores differently from a tar: a hard link, a symlink, a capability

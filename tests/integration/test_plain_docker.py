@@ -11,7 +11,6 @@ declares SOURCE_DATE_EPOCH and the steps leave no logs or caches behind.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -23,11 +22,11 @@ import pytest
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.inputs.layout import CHECKOUT_LABEL_ARGS, VERSIONS_FILE
+from tests.integration.image_support import CHECKOUT
 from tests.prerequisites import skip_or_fail
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 
-CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]
 TAG = f"imagebuild-test/plain-docker:{{}}-{CHECKOUT}"
 
 # Every path of the image with its type, mode, size and (for files) sha256; run by the image's python.

@@ -21,10 +21,10 @@ import pytest
 
 from sampleworld.engine_matrix import MatrixEngine
 from sampleworld.world import World
+from tests import REPO
 
 pytestmark = pytest.mark.docker
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def imagebuild(docker_host: str, *argv: str) -> subprocess.CompletedProcess[str]:

@@ -8,7 +8,6 @@ test's images serve a step either.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -22,12 +21,11 @@ from imagebuild.engine.docker import DockerEngine
 from imagebuild.pins import GitPin, load_pins
 from sampleworld.world import World
 from tests.integration.apt_support import newer_snapshot
-from tests.integration.image_support import remove_images
+from tests.integration.image_support import CHECKOUT, remove_images
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 
 # Per checkout: several checkouts share one Docker engine, and a shared tag would be overwritten.
-CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]
 TAG = f"imagebuild-test/repro:a-{CHECKOUT}"
 TAG_B = f"imagebuild-test/repro:b-{CHECKOUT}"
 NEXT_ROUTER_BRANCH = "ravgupta/moriio-timeout"  # one commit after the pinned router (sampleworld)
