@@ -92,7 +92,7 @@ def publish_target(args: argparse.Namespace) -> tuple[str, str | None]:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from imagebuild.distribute.publish import PublishOptions, check_signing_place, publish_image
+    from imagebuild.distribute.publish import PublishOptions, check_statement_place, publish_image
     from imagebuild.engine.docker import DockerEngine
 
     repository, tag = publish_target(args)
@@ -104,7 +104,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         signing_key=signing_key_of(args),
         attach=not args.no_attach,
     )
-    check_signing_place(options)
+    check_statement_place(options)
     with DockerEngine.opened() as engine:
         result = publish_image(options, engine, report=logger.info)
     if args.json:

@@ -15,6 +15,7 @@ with exit 8 and a message saying the image itself stays pushed and tagged.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
@@ -145,16 +146,34 @@ class _PushProgress:
         return f"{done}/{len(self.layers)} layers done ({existed} already in the registry), {sent / 1e6:.0f} MB sent"
 
 
-def check_signing_place(options: PublishOptions) -> None:
-    """A signed publish writes its envelope beside the build record: there must be one to write beside."""
-    if options.signing_key is not None and options.record_path is None:
-        msg = "--sign-key: publish writes its signed statement beside the build record; give --record FILE (or run in the checkout)"
-        raise ConfigError(msg)
+def check_statement_place(options: PublishOptions) -> None:
+    """Where publish writes its statement, beside the build record, can be written: made if missing
+    (as build makes build/) and checked before anything is pushed. A signed publish needs one."""
+    if options.record_path is None:
+        if options.signing_key is not None:
+            msg = "--sign-key: publish writes its signed statement beside the build record; give --record FILE (or run in the checkout)"
+            raise ConfigError(msg)
+        return
+    directory = options.record_path.parent
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        writable = os.access(directory, os.W_OK | os.X_OK)
+    except OSError as e:
+        raise ConfigError(_unwritable(f"{directory}: {e.strerror or e}")) from e
+    if not writable:
+        raise ConfigError(_unwritable(f"{directory} is not writable"))
+
+
+def _unwritable(reason: str) -> str:
+    return (
+        f"cannot write the publish statement beside the build record ({reason}); make it writable, "
+        "or give --record FILE in a directory you can write"
+    )
 
 
 def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[str], None]) -> PublishResult:
     repository = check_repository(options.repository)
-    check_signing_place(options)
+    check_statement_place(options)
     info = engine.inspect_image(options.image)
     tag = check_tag(options.tag) if options.tag else default_tag(info)
     engine.tag(info.id, f"{repository}:{tag}")

@@ -66,6 +66,34 @@ def test_a_record_of_another_image_is_left_alone(tmp_path: Path) -> None:
     assert any("describes image sha256:0000" in line and "not recorded" in line for line in lines)
 
 
+def test_in_a_project_that_never_built_here_the_statement_goes_into_a_new_build_dir(tmp_path: Path) -> None:
+    """The default record, build/gfx942.build.json, of a checkout with no build/ yet (the image was
+    built elsewhere, or with --record elsewhere): the push is not followed by a failure to write."""
+    engine = FakeEngine()
+    image_id = engine.add_saved_image(TAG, labels={"io.imagebuild.arch": "gfx942"})
+    record = tmp_path / "build" / "gfx942.build.json"
+    lines: list[str] = []
+    result = publish_image(
+        PublishOptions(image=TAG, repository=REPOSITORY, record_path=record, attach=False), engine, report=lines.append
+    )
+    assert result.recorded_in is None
+    (statement,) = result.attestations
+    assert statement.parent == record.parent
+    assert json.loads(statement.read_text())["subject"][0]["digest"] == {"sha256": result.digest.removeprefix("sha256:")}
+    assert any(f"no build record at {record}" in line for line in lines)
+    assert image_id
+
+
+def test_a_statement_place_that_cannot_be_made_is_refused_before_the_push(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    engine.add_saved_image(TAG)
+    (tmp_path / "build").write_text("a file where the directory would go\n")
+    record = tmp_path / "build" / "gfx942.build.json"
+    with pytest.raises(ConfigError, match=r"cannot write the publish statement beside the build record \(.*build: File exists\)"):
+        publish_image(PublishOptions(image=TAG, repository=REPOSITORY, record_path=record, attach=False), engine, report=lambda _: None)
+    assert engine.pushed == {}
+
+
 @pytest.mark.parametrize(
     ("repository", "message"),
     [
