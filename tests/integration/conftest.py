@@ -23,25 +23,11 @@ from sampleworld.pytest_plugin import sample_world_state_dir
 from sampleworld.world import World, up
 from tests import REPO
 from tests.integration.cluster_support import publish_sample
-from tests.integration.image_support import APT_SNAPSHOT, BUILDS, CHECKOUT, one_session_at_a_time
+from tests.integration.image_support import CHECKOUT
 from tests.prerequisites import skip_or_fail
 
 SAMPLE_IMAGE_TAG = f"imagebuild-test/kimi-k3:gfx942-{CHECKOUT}"
 SAMPLE_GFX950_TAG = f"imagebuild-test/kimi-k3:gfx950-{CHECKOUT}"
-
-
-# The docker tier's tests that take the sample image to the sample cluster's nodes: every SLURM job
-# (a job's checks see every container on a node), the image's exports and its publish. scripts/test
-# runs them as a session of their own beside the rest of the docker tier, which mostly waits on the
-# engine; marked here by the fixtures they use, so a new test cannot land in the wrong session.
-NODES_FIXTURES = frozenset({"sample_cluster", "sample_export", "published_sample_image"})
-
-
-@pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if NODES_FIXTURES.intersection(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.nodes)
 
 
 @pytest.fixture(scope="session")
@@ -67,8 +53,7 @@ def locked_pins(world: World, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("pins") / "pins.toml"
     shutil.copy(world.pins_path, path)
     shutil.copy(world.pins_path.with_name("pylock.toml"), path.with_name("pylock.toml"))
-    with one_session_at_a_time(APT_SNAPSHOT):
-        assert main(["lock", "--pins", str(path)]) == 0
+    assert main(["lock", "--pins", str(path)]) == 0
     return path
 
 
@@ -79,7 +64,7 @@ def sample_image(locked_pins: Path, tmp_path_factory: pytest.TempPathFactory) ->
     Tagged per checkout (checkouts share one engine); the cluster tests use its image ID."""
     record = tmp_path_factory.mktemp("build") / "record.json"
     argv = ["build", "--pins", str(locked_pins), "--network", "host", "--record", str(record)]
-    with one_session_at_a_time(BUILDS), contextlib.chdir(REPO):
+    with contextlib.chdir(REPO):
         assert main([*argv, "--tag", SAMPLE_IMAGE_TAG]) == 0
     result: dict[str, object] = json.loads(record.read_text())
     return result
@@ -104,7 +89,7 @@ def sample_image_gfx950(gfx950_pins: Path, tmp_path_factory: pytest.TempPathFact
     cache when the gfx942 sample image was built on this engine before."""
     record = tmp_path_factory.mktemp("build-gfx950") / "record.json"
     argv = ["build", "--arch", "gfx950", "--pins", str(gfx950_pins), "--network", "host"]
-    with one_session_at_a_time(BUILDS), contextlib.chdir(REPO):
+    with contextlib.chdir(REPO):
         assert main([*argv, "--record", str(record), "--tag", SAMPLE_GFX950_TAG]) == 0
     result: dict[str, object] = json.loads(record.read_text())
     return result

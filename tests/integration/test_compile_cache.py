@@ -19,7 +19,7 @@ import pytest
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from tests import REPO
-from tests.integration.image_support import BUILDS, CHECKOUT, one_session_at_a_time, remove_images
+from tests.integration.image_support import CHECKOUT, remove_images
 
 pytestmark = pytest.mark.docker
 TAG = f"imagebuild-test/compile-cache:gfx942-{CHECKOUT}"
@@ -29,8 +29,7 @@ TURNS = Path("/tmp/imagebuild-compile-cache-tests.lock")
 
 @pytest.fixture
 def the_address() -> Iterator[None]:
-    # Within this checkout, also no session image build meanwhile: its compiles would ask this cache.
-    with one_session_at_a_time(BUILDS), TURNS.open("a") as lock:
+    with TURNS.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 

@@ -200,7 +200,6 @@ def published_record(
     return record
 
 
-@pytest.mark.nodes  # with the job below: the session that runs it publishes the record's image
 def test_slurm_job_from_the_record_is_single_node_tp8(published_record: Path, tmp_path: Path) -> None:
     script = tmp_path / "job.sbatch"
     argv = ["slurm", "--from-record", str(published_record), "--nodes", "1", "--variant", "tp8"]
