@@ -16,7 +16,6 @@ from typing import BinaryIO, cast
 
 from imagebuild.diff.compare import ImageDiff, Snapshot, compare_images
 from imagebuild.diff.stored import LayerIndexes, stored_snapshot
-from imagebuild.diff.tree import index_layer
 from imagebuild.engine.interface import Engine
 from imagebuild.engine.saved_image import ArchiveError, read_saved_image
 from imagebuild.errors import ConfigError, EngineError
@@ -92,20 +91,21 @@ def check_archive(name: str) -> None:
         raise ConfigError(msg) from e
 
 
-def _indexed(stream: BinaryIO, name: str, what: str) -> Snapshot:
-    image = read_saved_image(stream, lambda _entry, data: index_layer(data), what=what)
+def _indexed(stream: BinaryIO, name: str, what: str, indexes: LayerIndexes) -> Snapshot:
+    image = read_saved_image(stream, indexes.of_archive_entry, what=what)
     return Snapshot(name=name, image=image)
 
 
 def load_snapshot(name: str, engine: Engine | None, indexes: LayerIndexes | None = None) -> Snapshot:
     """Index the image ``name`` names: an archive file, else an image in ``engine`` (from its store
     where this process can read it, each layer ``indexes`` already holds not read again)."""
+    indexes = indexes if indexes is not None else LayerIndexes()
     path = Path(name)
     if path.is_file():
         archive = _archive_of(path)
         try:
             with open_archive(archive) as stream:
-                return _indexed(stream, name, str(archive))
+                return _indexed(stream, name, str(archive), indexes)
         except (ArchiveError, OSError, EOFError) as e:
             msg = f"{e}; is it a `docker save` or `imagebuild export` archive?"
             raise ConfigError(msg) from e
@@ -113,11 +113,11 @@ def load_snapshot(name: str, engine: Engine | None, indexes: LayerIndexes | None
         msg = f"{name}: no such file, and no engine to look it up in"
         raise ConfigError(msg)
     image_id = engine.inspect_image(name).id
-    stored = stored_snapshot(engine, image_id, name, indexes or LayerIndexes())
+    stored = stored_snapshot(engine, image_id, name, indexes)
     if stored is not None:
         return stored
     try:
-        return _indexed(open_stream(engine.save(image_id)), name, f"image {name}")
+        return _indexed(open_stream(engine.save(image_id)), name, f"image {name}", indexes)
     except ArchiveError as e:
         msg = f"the engine's save of {name} could not be read: {e}"
         raise EngineError(msg) from e

@@ -5,22 +5,26 @@ of a rebuild send the same base twice. The store gives each layer by itself (ove
 rebuilt from its tar-split record and its directory; the containerd store: its blob), so a layer
 the two images share is read and indexed once. Each layer is checked against its diffID as it is
 indexed; one that is not what its diffID says leaves that side to ``docker save``, with a warning.
+An archive is read whole, but a layer the other side indexed already is only hashed.
 """
 
 from __future__ import annotations
 
 import json
 import tarfile
+from typing import BinaryIO
 
 from imagebuild.diff.compare import Snapshot
 from imagebuild.diff.tree import LayerIndex, index_layer
 from imagebuild.engine.content_blobs import BlobError
 from imagebuild.engine.interface import BlobLayer, Engine, StoredLayer
-from imagebuild.engine.saved_image import SavedImage
+from imagebuild.engine.saved_image import ArchiveError, SavedImage
 from imagebuild.engine.tar_split import TarSplitError
 from imagebuild.log import logger
 from imagebuild.normalize.stored_layers import layer_tar
-from imagebuild.util.streams import open_stream
+from imagebuild.util.streams import open_stream, sha256_of
+
+BLOB_PREFIX = "blobs/sha256/"
 
 _READ_ERRORS = (TarSplitError, BlobError, tarfile.TarError, OSError, EOFError, ValueError)
 
@@ -30,6 +34,22 @@ class LayerIndexes:
 
     def __init__(self) -> None:
         self._by_diff_id: dict[str, LayerIndex] = {}
+
+    def of_archive_entry(self, name: str, data: BinaryIO) -> LayerIndex:
+        """A layer read from an archive. An OCI blob is named by its digest, an uncompressed layer's
+        being its diffID: one this diff indexed already (the base both sides of a rebuild hold) is
+        only hashed, to check it is that layer, not parsed and indexed again."""
+        claimed = "sha256:" + name.removeprefix(BLOB_PREFIX) if name.startswith(BLOB_PREFIX) else ""
+        known = self._by_diff_id.get(claimed) if claimed else None
+        if known is None:
+            index = index_layer(data)
+            self._by_diff_id.setdefault(index.diff_id, index)
+            return index
+        digest = "sha256:" + sha256_of(data)
+        if digest != claimed:
+            msg = f"{name} reads as {digest}, not the digest its name says: the archive is damaged"
+            raise ArchiveError(msg)
+        return known
 
     def of(self, layer: StoredLayer | BlobLayer) -> LayerIndex:
         index = self._by_diff_id.get(layer.diff_id)

@@ -1,10 +1,11 @@
 """`imagebuild diff` of engine images read from the engine's store: the report `docker save` gives,
 each layer the two images share read once, and `docker save` again where the store's copy is not
-the layer its diffID names."""
+the layer its diffID names. Of two archives, a layer both hold is indexed once too."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import logging
 import tarfile
@@ -16,7 +17,7 @@ from imagebuild.diff import stored
 from imagebuild.diff.report import diff_json
 from imagebuild.diff.sources import diff_images
 from imagebuild.engine import containerd_store
-from imagebuild.errors import EngineError
+from imagebuild.errors import ConfigError, EngineError
 from imagebuild.testing import FakeEngine, image_info
 from tests.unit.imagetars import AFTER, Item, config, content_store_image, layer, saved, stored_image
 
@@ -96,3 +97,39 @@ def test_a_damaged_blob_in_the_containerd_store_falls_back_and_a_failing_save_sa
         diff_images("old", "new", engine=engine)
     engine.refuse_save = None
     assert json.dumps(_report(engine))  # read from the save instead
+
+
+def _archives(tmp_path: Path, *, oci: bool) -> tuple[str, str]:
+    tmp_path.mkdir(exist_ok=True)
+    for tag, layers in IMAGES.items():
+        (tmp_path / f"{tag}.tar").write_bytes(saved(layers, config(layers), oci=oci))
+    return str(tmp_path / "old.tar"), str(tmp_path / "new.tar")
+
+
+def test_two_oci_archives_index_the_layers_they_share_once_and_report_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A layer blob is named by its digest (an uncompressed one's is its diffID): the second archive's
+    copy of the base is hashed against its name, not indexed again. The legacy layout names layers
+    otherwise, so each side is indexed whole, and the report is the same."""
+    def report(directory: Path, *, oci: bool) -> dict[str, object]:
+        document = diff_json(diff_images(*_archives(directory, oci=oci)))
+        return {key: value for key, value in document.items() if key not in ("a", "b")}  # the file names
+
+    legacy = report(tmp_path / "legacy", oci=False)
+    indexed: list[str] = []
+    index_layer = stored.index_layer
+    monkeypatch.setattr(stored, "index_layer", lambda source: indexed.append("") or index_layer(source))
+    assert report(tmp_path / "oci", oci=True) == legacy
+    assert legacy["files"]  # the images do differ: the comparison ran
+    assert len(indexed) == 4  # the base's two layers once, and each image's own
+
+
+def test_a_shared_blob_whose_bytes_are_not_its_name_is_a_damaged_archive(tmp_path: Path) -> None:
+    old, new = _archives(tmp_path, oci=True)
+    base = BASE[0]
+    damaged = Path(new).read_bytes().replace(b"base\n", b"BASE\n", 1)  # same size, other bytes
+    Path(new).write_bytes(damaged)
+    name = f"blobs/sha256/{hashlib.sha256(base).hexdigest()}"
+    with pytest.raises(ConfigError, match=f"{name} reads as sha256:[0-9a-f]{{64}}, not the digest its name says"):
+        diff_images(old, new)
