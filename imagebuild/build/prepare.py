@@ -25,6 +25,7 @@ from imagebuild.project import Inputs, Project
 from imagebuild.render import ConstraintMode, Dockerfile, RenderOptions, render_inputs
 from imagebuild.render.context import BuildContext, build_context
 from imagebuild.secrets import secret_reason
+from imagebuild.util.files import writable_directory_problem
 
 if TYPE_CHECKING:
     from imagebuild.attest.keys import SigningKey  # cryptography: loaded only when a key is given
@@ -102,12 +103,8 @@ def check_build_places(project: Project, inputs: Inputs, options: BuildOptions) 
     record = options.record_path or build_record_path(project.root, inputs.arch.name)
     log = options.log_path or record.with_name(f"{inputs.arch.name}{BUILD_LOG_SUFFIX}")
     for directory in dict.fromkeys((record.parent, log.parent)):
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(_unwritable(f"{directory}: {e.strerror}")) from e
-        if not os.access(directory, os.W_OK | os.X_OK):
-            raise ConfigError(_unwritable(f"{directory} is not writable"))
+        if problem := writable_directory_problem(directory):
+            raise ConfigError(_unwritable(problem))
     for path in (record, log):  # as --record and --log are checked: a FIFO would block, a device take the log
         if path.exists() and not path.is_file():
             raise ConfigError(_unwritable(f"{path} is not a regular file (a directory, a device, a FIFO or a socket)"))

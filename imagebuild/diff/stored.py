@@ -10,21 +10,21 @@ An archive is read whole, but a layer the other side indexed already is only has
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import tarfile
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from imagebuild.diff.compare import Snapshot
 from imagebuild.diff.tree import LayerIndex, index_layer
 from imagebuild.engine.content_blobs import BlobError
 from imagebuild.engine.interface import BlobLayer, Engine, StoredLayer
-from imagebuild.engine.saved_image import ArchiveError, SavedImage
+from imagebuild.engine.saved_image import OCI_BLOBS, ArchiveError, SavedImage
 from imagebuild.engine.tar_split import TarSplitError
 from imagebuild.log import logger
 from imagebuild.normalize.stored_layers import layer_tar
-from imagebuild.util.streams import open_stream, sha256_of
-
-BLOB_PREFIX = "blobs/sha256/"
+from imagebuild.util.streams import open_stream
 
 _READ_ERRORS = (TarSplitError, BlobError, tarfile.TarError, OSError, EOFError, ValueError)
 
@@ -39,13 +39,14 @@ class LayerIndexes:
         """A layer read from an archive. An OCI blob is named by its digest, an uncompressed layer's
         being its diffID: one this diff indexed already (the base both sides of a rebuild hold) is
         only hashed, to check it is that layer, not parsed and indexed again."""
-        claimed = "sha256:" + name.removeprefix(BLOB_PREFIX) if name.startswith(BLOB_PREFIX) else ""
+        claimed = "sha256:" + name.removeprefix(OCI_BLOBS) if name.startswith(OCI_BLOBS) else ""
         known = self._by_diff_id.get(claimed) if claimed else None
         if known is None:
             index = index_layer(data)
             self._by_diff_id.setdefault(index.diff_id, index)
             return index
-        digest = "sha256:" + sha256_of(data)
+        # Read into one reused buffer; read_saved_image gives each layer as an io.BufferedReader.
+        digest = "sha256:" + hashlib.file_digest(cast("io.BufferedReader", data), "sha256").hexdigest()
         if digest != claimed:
             msg = f"{name} reads as {digest}, not the digest its name says: the archive is damaged"
             raise ArchiveError(msg)

@@ -25,6 +25,7 @@ from typing import Any
 
 from imagebuild.distribute import fixed_tar
 from imagebuild.distribute.spooled_image import SpooledImage
+from imagebuild.engine.saved_image import OCI_BLOBS
 from imagebuild.util.streams import CHUNK, tar_padding
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -49,7 +50,7 @@ def _digest(data: bytes) -> str:
 
 
 def _blob(digest: str) -> str:
-    return f"blobs/sha256/{digest.removeprefix('sha256:')}"
+    return OCI_BLOBS + digest.removeprefix("sha256:")
 
 
 def oci_manifest(image: SpooledImage) -> bytes:

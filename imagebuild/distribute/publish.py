@@ -15,7 +15,6 @@ with exit 8 and a message saying the image itself stays pushed and tagged.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from imagebuild.inputs.references import COMPONENT, TAG_RE
 from imagebuild.inputs.values import shown
 from imagebuild.log import logger
 from imagebuild.secrets import redact
+from imagebuild.util.files import writable_directory_problem
 
 # A repository to push to starts with a host docker takes for a registry (a dot or a port, or
 # localhost: without one, docker would push to Docker Hub), then docker's path components.
@@ -154,21 +154,12 @@ def check_statement_place(options: PublishOptions) -> None:
             msg = "--sign-key: publish writes its signed statement beside the build record; give --record FILE (or run in the checkout)"
             raise ConfigError(msg)
         return
-    directory = options.record_path.parent
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        writable = os.access(directory, os.W_OK | os.X_OK)
-    except OSError as e:
-        raise ConfigError(_unwritable(f"{directory}: {e.strerror or e}")) from e
-    if not writable:
-        raise ConfigError(_unwritable(f"{directory} is not writable"))
-
-
-def _unwritable(reason: str) -> str:
-    return (
-        f"cannot write the publish statement beside the build record ({reason}); make it writable, "
-        "or give --record FILE in a directory you can write"
-    )
+    if problem := writable_directory_problem(options.record_path.parent):
+        msg = (
+            f"cannot write the publish statement beside the build record ({problem}); make it writable, "
+            "or give --record FILE in a directory you can write"
+        )
+        raise ConfigError(msg)
 
 
 def publish_image(options: PublishOptions, engine: Engine, *, report: Callable[[str], None]) -> PublishResult:

@@ -64,6 +64,9 @@ class SavedImage(Generic[L]):
         return tuple(self.config.get("rootfs", {}).get("diff_ids") or ())
 
 
+OCI_BLOBS = "blobs/sha256/"  # an OCI layout's blobs, each named by the hex of its digest
+
+
 class _Prefixed(io.RawIOBase):
     """``head`` followed by the rest of ``rest``: a peeked-at entry read from its start."""
 

@@ -60,3 +60,15 @@ def _fsync_directory(directory: Path) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def writable_directory_problem(directory: Path) -> str:
+    """Why files cannot be written in ``directory``, made first if missing ('' when they can): asked
+    before the engine, so a long build or a push never ends on a place it cannot write."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"{directory}: {e.strerror or e}"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"{directory} is not writable"
+    return ""

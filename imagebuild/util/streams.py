@@ -208,23 +208,6 @@ class HashingWriter:
             self.sha256.close()
 
 
-def sha256_of(source: IO[bytes]) -> str:
-    """The hex sha256 of what is left of ``source``, read into one buffer where it can: a read of a
-    new MiB each time costs the kernel a page-in of fresh memory per chunk (measured: twice the
-    system time)."""
-    digest = hashlib.sha256()
-    readinto = getattr(source, "readinto", None)
-    if readinto is None:
-        while chunk := source.read(CHUNK):
-            digest.update(chunk)
-        return digest.hexdigest()
-    buffer = bytearray(CHUNK)
-    view = memoryview(buffer)
-    while n := readinto(buffer):
-        digest.update(view[:n])
-    return digest.hexdigest()
-
-
 def spool(source: BinaryIO, path: Path) -> tuple[str, int]:
     """Copy ``source`` to ``path`` in chunks; return its sha256 digest and size (hashed in a thread)."""
     with path.open("wb") as f:
