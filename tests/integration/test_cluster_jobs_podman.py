@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -47,6 +47,15 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 NODES = ("node1", "node2")
 PODMAN = "podman"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _node_storages_emptied_at_the_end(sample_cluster: Cluster) -> Iterator[None]:
+    """The jobs leave the sample image (1 GB) in each node's podman storage; no later module reads
+    them, so they are emptied rather than kept to the docker tier's end (its disk peak)."""
+    yield
+    for node in NODES:
+        docker_on(sample_cluster, node, "image", "prune", "--all", "--force", engine=PODMAN)
 
 
 def _no_job_containers(cluster: Cluster) -> None:

@@ -23,6 +23,7 @@ from imagebuild.engine.docker import DockerEngine
 from sampleworld.engines import NodeEngine
 from sampleworld.world import World
 from tests.integration.image_support import CHECKOUT
+from tests.integration.scratch import module_scratch
 from tests.prerequisites import skip_or_fail
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
@@ -73,12 +74,14 @@ def node_engine(node: NodeEngine, monkeypatch: pytest.MonkeyPatch) -> Iterator[D
 
 
 @pytest.fixture(scope="module")
-def exported(built: dict[str, object], tmp_path_factory: pytest.TempPathFactory) -> Path:
+def exported(
+    built: dict[str, object], request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
     """The image exported once (zstd) to a 'shared' directory; returns the manifest path."""
-    output = tmp_path_factory.mktemp("shared")
-    assert main(["export", IMAGE, "--output", str(output)]) == 0
-    (manifest,) = output.glob("*.json")
-    return manifest
+    with module_scratch(request, tmp_path_factory, "shared") as output:
+        assert main(["export", IMAGE, "--output", str(output)]) == 0
+        (manifest,) = output.glob("*.json")
+        yield manifest
 
 
 def test_publish_gives_a_digest_reference_that_pulls_the_same_image_on_a_fresh_engine(

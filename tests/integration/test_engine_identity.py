@@ -31,6 +31,7 @@ from sampleworld.world import World
 from tests import REPO
 from tests.integration.engine_support import engine_at
 from tests.integration.image_support import CHECKOUT
+from tests.integration.scratch import module_scratch
 
 pytestmark = pytest.mark.docker
 
@@ -204,19 +205,24 @@ ENGINES = ("main", "docker26-overlay2", "docker26-containerd")
 
 @pytest.fixture(scope="module")
 def exports(
-    builds: dict[str, dict[str, object]], docker_engine_matrix: list[MatrixEngine], tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, dict[str, object]]:
+    builds: dict[str, dict[str, object]],
+    docker_engine_matrix: list[MatrixEngine],
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, dict[str, object]]]:
     """Each engine's export of the image it built (zstd, the default): its manifest, read back. Every
     engine of the matrix is local, so each exports from its own store, never from docker save."""
     manifests: dict[str, dict[str, object]] = {}
-    for name in ENGINES:
-        output = tmp_path_factory.mktemp(f"export-{name}")
-        with engine_at(engine_named(docker_engine_matrix, name).docker_host), contextlib.chdir(REPO), pytest.MonkeyPatch.context() as patch:
-            patch.setattr(DockerEngine, "save", _no_save)
-            assert main(["export", str(builds[name]["tag"]), "-o", str(output)]) == 0
-        (path,) = output.glob("*.json")
-        manifests[name] = {**json.loads(path.read_text()), "path": str(path)}
-    return manifests
+    with module_scratch(request, tmp_path_factory, "exports") as exported:
+        for name in ENGINES:
+            output = exported / name
+            output.mkdir()
+            with engine_at(engine_named(docker_engine_matrix, name).docker_host), contextlib.chdir(REPO), pytest.MonkeyPatch.context() as patch:
+                patch.setattr(DockerEngine, "save", _no_save)
+                assert main(["export", str(builds[name]["tag"]), "-o", str(output)]) == 0
+            (path,) = output.glob("*.json")
+            manifests[name] = {**json.loads(path.read_text()), "path": str(path)}
+        yield manifests
 
 
 def evict(engine: MatrixEngine, image: str) -> list[str]:

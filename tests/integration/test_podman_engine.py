@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ import pytest
 from sampleworld.engine_matrix import MatrixEngine
 from sampleworld.world import World
 from tests import REPO
+from tests.integration.scratch import module_scratch
 
 pytestmark = pytest.mark.docker
 
@@ -40,22 +42,26 @@ def remove(docker_host: str, image: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def main_export(sample_image: dict[str, object], tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    output = tmp_path_factory.mktemp("export-main")
-    done = imagebuild("unix:///var/run/docker.sock", "export", str(sample_image["tag"]), "-o", str(output))
-    assert done.returncode == 0, done.stderr
-    (path,) = output.glob("*.json")
-    return {**json.loads(path.read_text()), "path": str(path)}
+def main_export(
+    sample_image: dict[str, object], request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, object]]:
+    with module_scratch(request, tmp_path_factory, "export-main") as output:
+        done = imagebuild("unix:///var/run/docker.sock", "export", str(sample_image["tag"]), "-o", str(output))
+        assert done.returncode == 0, done.stderr
+        (path,) = output.glob("*.json")
+        yield {**json.loads(path.read_text()), "path": str(path)}
 
 
 @pytest.fixture(scope="module")
-def on_podman(podman_docker_host: str, main_export: dict[str, object]) -> dict[str, object]:
-    """The main engine's archive imported into Podman (the image removed there first): import's JSON."""
+def on_podman(podman_docker_host: str, main_export: dict[str, object]) -> Iterator[dict[str, object]]:
+    """The main engine's archive imported into Podman (the image removed there first): import's JSON.
+    Removed again at the end: no later module reads Podman's copy, and it is 1 GB of the tier's disk."""
     remove(podman_docker_host, str(main_export["image_id"]))
     done = imagebuild(podman_docker_host, "import", str(main_export["path"]), "--json")
     assert done.returncode == 0, done.stderr
     document: dict[str, object] = json.loads(done.stdout)
-    return document
+    yield document
+    remove(podman_docker_host, str(main_export["image_id"]))
 
 
 def test_an_archive_from_docker_imports_verified_on_podman_under_its_identity(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from imagebuild.pins import GitPin, load_pins
 from sampleworld.world import World
 from tests.integration.apt_support import newer_snapshot
 from tests.integration.image_support import CHECKOUT, remove_images
+from tests.integration.scratch import module_scratch
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 
@@ -46,8 +48,9 @@ def diff(capsys: pytest.CaptureFixture[str], a: str, b: str) -> tuple[int, dict[
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("records")
+def records(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with module_scratch(request, tmp_path_factory, "records") as path:  # a 1 GB save among them
+        yield path
 
 
 @pytest.fixture(scope="module")
