@@ -22,7 +22,7 @@ import pytest
 from tests import REPO
 from tests.prerequisites import skip_or_fail
 
-pytest_plugins = ("sampleworld.pytest_plugin",)
+pytest_plugins = ("sampleworld.pytest_plugin", "tests.disk_watch")
 
 NETWORK_ENV = "IMAGEBUILD_TEST_NETWORK"
 # The engine's socket, as docker-py and the docker CLI find it by default.
