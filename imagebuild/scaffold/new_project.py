@@ -3,7 +3,7 @@
 The definition is package data (``definitions/NAME/``), read through the installed package, so an
 ``imagebuild`` installed by pip, pipx or uv writes the same files a checkout would, wherever it runs.
 Plan, then write: every refusal (a non-empty directory without ``--force``, a file where a directory
-must go) is found before the first byte is written, and each file is written atomically.
+must go) is found before the first byte is written, and the files are written all or none.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from imagebuild.errors import ConfigError
 from imagebuild.project import PROJECT_MARKER
 from imagebuild.scaffold.ci import ci_file
-from imagebuild.util.files import atomic_file
+from imagebuild.util.files import write_all_or_none
 
 DEFINITIONS = Path(__file__).resolve().parent / "definitions"
 DEFAULT_DEFINITION = "kimi-k3-gfx942"
@@ -146,13 +146,9 @@ def _check_target(directory: Path, relative: str) -> None:
 
 
 def write_project(plan: InitPlan) -> None:
-    """Write every file of the plan, each complete or not at all."""
+    """Write every file of the plan, or none: a failure half-way leaves the directory as it was."""
     try:
-        for f in plan.files:
-            target = plan.directory / f.path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_file(target, mode=FILE_MODE) as out:
-                out.write(f.data)
+        write_all_or_none(plan.directory, ((f.path, f.data) for f in plan.files), FILE_MODE)
     except OSError as e:
-        msg = f"{plan.directory}: cannot write the project ({e.strerror or e}); choose a directory you can write"
+        msg = f"{plan.directory}: cannot write the project ({e.strerror or e}); nothing was written, choose a directory you can write"
         raise ConfigError(msg) from e

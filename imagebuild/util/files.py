@@ -9,9 +9,10 @@ entry even though the call returned.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -36,10 +37,62 @@ def atomic_file(path: Path, mode: int | None = None) -> Iterator[BinaryIO]:
         elif path.exists():
             tmp.chmod(path.stat().st_mode & 0o777)
         tmp.replace(path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        _name_the_file(e, path)
         raise
     _fsync_directory(path.parent)
+
+
+def _name_the_file(error: BaseException, path: Path) -> None:
+    """A write's OSError (a full disk) carries no file name: give it the file being written, which is
+    what the one-line report of it names."""
+    if isinstance(error, OSError) and error.filename is None:
+        error.filename = str(path)
+
+
+def write_all_or_none(directory: Path, files: Iterable[tuple[str, bytes]], mode: int) -> None:
+    """Write every file (a path relative to ``directory``, its bytes) or, when one fails, none.
+
+    Each is staged beside its target first, and only when all are staged are they renamed into
+    place: a full disk half-way leaves neither a half-written project nor a replaced file, and the
+    directories made for them are removed again. The renames need no space, so they do not fail
+    for the reason the writes do.
+    """
+    made: list[Path] = []
+    staged: list[tuple[Path, Path]] = []
+    target = directory
+    try:
+        for relative, data in files:
+            target = directory / relative
+            made.extend(_make_directories(target.parent))
+            fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            staged.append((Path(name), target))
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            Path(name).chmod(mode & ~_umask())
+        for tmp, target in staged:
+            tmp.replace(target)
+    except BaseException as e:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        for made_directory in reversed(made):
+            with contextlib.suppress(OSError):
+                made_directory.rmdir()
+        _name_the_file(e, target)
+        raise
+    for parent in dict.fromkeys(target.parent for _, target in staged):
+        _fsync_directory(parent)
+
+
+def _make_directories(directory: Path) -> list[Path]:
+    """Make ``directory`` and its missing parents; the ones made, outermost first."""
+    missing = [path for path in (directory, *directory.parents) if not path.exists()]
+    for path in reversed(missing):
+        path.mkdir()
+    return list(reversed(missing))
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -16,6 +16,7 @@ from imagebuild.project import PROJECT_FILES, find_project
 from imagebuild.render.context import read_context_dir
 from imagebuild.scaffold.new_project import DEFAULT_DEFINITION, definition_files, shipped_definitions
 from tests import REPO
+from tests.unit.cli_support import disk_full_after
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
@@ -180,5 +181,31 @@ def test_a_directory_init_cannot_write_is_one_line(capsys: pytest.CaptureFixture
     assert main(["init", "/proc/imagebuild-init-test"]) == 2
     assert capsys.readouterr().err == (
         "imagebuild: error: /proc/imagebuild-init-test: cannot write the project (No such file or directory); "
-        "choose a directory you can write\n"
+        "nothing was written, choose a directory you can write\n"
     )
+
+
+def test_a_disk_that_fills_half_way_leaves_the_directory_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "pins.toml").write_text("mine\n")  # overwritten by --force, were the write to succeed
+    before = snapshot(project)
+    disk_full_after(monkeypatch, files=len(definition_files(DEFAULT_DEFINITION)) - 1)
+    assert main(["init", str(project), "--force"]) == 2
+    assert capsys.readouterr().err == (
+        f"imagebuild: error: {project}: cannot write the project (No space left on device); "
+        "nothing was written, choose a directory you can write\n"
+    )
+    assert snapshot(project) == before
+    assert sorted(p.name for p in project.iterdir()) == ["pins.toml"]  # no staged file, no directory made
+
+
+def test_a_new_directory_that_could_not_be_filled_is_not_left_behind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk_full_after(monkeypatch, files=3)
+    assert main(["init", str(tmp_path / "new" / "project")]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
