@@ -2,13 +2,27 @@
 
 Every error raised on purpose is an ImageBuildError. Its message names the
 file, key, step or command at fault and what to do next; ``cli.main`` prints it
-on one line and exits with ``exit_code``. Anything else is a bug and keeps its
-traceback.
+on one line and exits with ``exit_code``. So does an OSError of the machine's limits (a full
+disk, a quota, a read-only or failing filesystem: ``MACHINE_LIMITS``), naming its file.
+Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
+import errno
 from enum import IntEnum
+
+# A machine's limits, not imagebuild's bugs: a full disk or quota, a read-only or failing filesystem.
+MACHINE_LIMITS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+
+
+def machine_limit(error: BaseException) -> str:
+    """'FILE: REASON; what to do' for an OSError of the machine's limits ('' for any other error)."""
+    if not isinstance(error, OSError) or error.errno not in MACHINE_LIMITS:
+        return ""
+    where = "" if error.filename is None else f"{error.filename}: "
+    advice = "free some space there" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "check that filesystem"
+    return f"{where}{error.strerror or error}; {advice} (or write elsewhere) and run it again"
 
 
 class ExitCode(IntEnum):
@@ -37,7 +51,8 @@ class ExitCode(IntEnum):
 EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: "done",
     ExitCode.FAILED: "render --check or lock --check found a stale file, or lock --locked a file a plain "
-    "lock would change; diff: the images differ; any other failure",
+    "lock would change; diff: the images differ; a full disk or a read-only or failing filesystem (the "
+    "file named); any other failure",
     ExitCode.BAD_INPUT: "bad input: an argument, an input file, an image the engine does not have",
     ExitCode.NO_ENGINE: "no Docker engine, or the engine refused",
     ExitCode.BUILD_FAILED: "a build step failed; nothing was tagged",

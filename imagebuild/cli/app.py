@@ -31,7 +31,7 @@ from imagebuild.cli.verbs import (
     merge_common_options,
     merge_global_flags,
 )
-from imagebuild.errors import ExitCode, ImageBuildError
+from imagebuild.errors import ExitCode, ImageBuildError, machine_limit
 from imagebuild.inputs.values import escape_controls
 from imagebuild.log import logger, setup_logging
 from imagebuild.secrets import redact
@@ -163,6 +163,15 @@ def _main(arguments: list[str], wants_json: bool) -> int:
         # The reader stopped early (`imagebuild render | head`): not an error worth a traceback.
         stdout_to_devnull()
         return int(ExitCode.PIPE_CLOSED)
+    except OSError as e:
+        # A full disk or a failing filesystem, in one line naming the file (else the verb); any other
+        # OSError that reaches here is a bug, and its traceback says where.
+        if not (reason := machine_limit(e)):
+            raise
+        if args.traceback:
+            logger.exception("imagebuild: error")
+        where = "" if e.filename is not None else f"imagebuild {verb.name}: "
+        return _fail(where + reason, ExitCode.FAILED, json_too=bool(getattr(args, "json", False)))
 
 
 def _project_directory(arguments: list[str]) -> Path | None:

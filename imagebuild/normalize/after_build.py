@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from imagebuild.engine.interface import PODMAN, Engine
-from imagebuild.errors import EngineError, NormalizeError
+from imagebuild.errors import EngineError, NormalizeError, machine_limit
 from imagebuild.inputs.stage_model import Instruction
 from imagebuild.log import format_duration, logger
 from imagebuild.normalize.ahead import NormalizeAhead
@@ -302,9 +302,11 @@ def _normalize_or_reuse(
     plan = replace(layer_plan(engine, built_id, base_ref, dockerfile), previous=previous, normalized=held(last_build))
     try:
         result = normalize_image(engine, built_id, plan, spool_dir)
-    except (NormalizeFailure, EngineError) as e:
+    except (NormalizeFailure, EngineError, OSError) as e:
+        if isinstance(e, OSError) and not machine_limit(e):
+            raise  # not the machine's limits (the spool's disk filling up, say): a bug
         msg = (
-            f"timestamp normalisation of {built_id[:19]} failed: {e}. The built image is kept as {keep}; "
+            f"timestamp normalisation of {built_id[:19]} failed: {machine_limit(e) or e}. The built image is kept as {keep}; "
             "rebuild with --no-normalize to skip normalisation"
         )
         raise NormalizeError(msg) from e

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from imagebuild.cli import main
 from imagebuild.errors import ExitCode, NormalizeError
+from imagebuild.normalize import core as normalize_core
 from imagebuild.normalize.after_build import (
     Normalization,
     cache_from,
@@ -171,3 +173,41 @@ def test_a_build_names_in_cache_from_only_the_cache_image_its_record_names(tmp_p
     assert cache_from(FakeEngine(images=[image_info(NORMALIZED)]), path) == ()  # removed since
     assert cache_from(FakeEngine(images=[image_info(OTHER)], manifest_ids=True), path) == ()  # containerd store
     assert cache_from(FakeEngine(images=[image_info(OTHER)]), tmp_path / "none.json") == ()
+
+
+def on_its_base() -> FakeEngine:
+    return FakeEngine(
+        images=[
+            replace(image_info(BUILT), layers=("sha256:1", "sha256:9")),
+            replace(image_info("base"), tags=("base@sha256:0",), layers=("sha256:1",)),
+        ]
+    )
+
+
+def test_a_spool_on_a_full_disk_fails_normalisation_naming_the_file_and_keeps_the_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spooled = tmp_path / "layer-3.tar"
+
+    def disk_full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(spooled))
+
+    monkeypatch.setattr(normalize_core, "normalize_image", disk_full)
+    with pytest.raises(NormalizeError) as raised:
+        normalize_sample(on_its_base(), tmp_path / "record.json")
+    assert str(raised.value) == (
+        f"timestamp normalisation of {BUILT[:19]} failed: {spooled}: No space left on device; free some space "
+        "there (or write elsewhere) and run it again. The built image is kept as imagebuild/kimi-k3:gfx942-cache; "
+        "rebuild with --no-normalize to skip normalisation"
+    )
+
+
+def test_any_other_os_error_in_normalisation_is_a_bug_with_its_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def bug(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setattr(normalize_core, "normalize_image", bug)
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        normalize_sample(on_its_base(), tmp_path / "record.json")
