@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from imagebuild.errors import ConfigError
+from imagebuild.inputs.apt_lock import apt_lock_path_for
 from imagebuild.lock.apt_lock_file import (
     AptLockResult,
     AptResolver,
@@ -119,7 +120,7 @@ def lock_project(
     ``open_sources`` opens the pins' sources (the real ones unless a test gives a fake);
     ``apt_resolver`` resolves step 4's packages (in a container of the base unless a test gives a fake).
     The apt lock is resolved after the pins (it needs their snapshot and base digest) and before
-    the python lock; when it fails, pins.toml is put back as it was, so no file is half-written.
+    the python lock; when either fails, the files written before it are put back as they were.
     """
     check_request(request)
     source = _read_before_parse(project.pins_path)
@@ -157,50 +158,44 @@ def lock_project(
     if not only_pins:
         check_python_options(python_options)  # before the pins lock asks any source
     check_apt_snapshot(inputs.pins)
-    pins_result = None
-    apt_result = None
-    if request.only != "python":
-        loaded = LoadedPins(pins=inputs.pins, source=source) if source is not None else None
-        pins_result = lock(options, progress, verbose, loaded=loaded, open_sources=open_sources)
-        apt_result = _lock_apt(
-            project=project,
-            request=request,
-            inputs=inputs,
-            pins_result=pins_result,
-            source=source,
-            resolver=apt_resolver,
-        )
-        # The python lock reads the base pin's python and the PyPI pins as pins.toml now holds them:
-        # this arch's as the pins lock wrote them, the other arches' (untouched by it) as parsed.
-        python_options = replace(python_options, pins=with_locked(inputs.all_pins, pins_result.pins))
-    python_result = None if only_pins else lock_python(python_options, resolver or UvResolver())
+    pins_result: LockResult | None = None
+    apt_result: AptLockResult | None = None
+    apt_path = apt_lock_path_for(project.pins_path)
+    apt_before = apt_path.read_bytes() if apt_path.exists() else None
+    try:
+        if request.only != "python":
+            loaded = LoadedPins(pins=inputs.pins, source=source) if source is not None else None
+            pins_result = lock(options, progress, verbose, loaded=loaded, open_sources=open_sources)
+            apt_names = {pin.name for pin in pins_result.pins if pin.kind == "apt"}
+            apt_result = lock_apt(
+                pins=pins_result.pins,
+                definition=inputs.definition,
+                arch=inputs.arch,
+                upgrade=request.upgrade or any(name in apt_names for name in request.upgrade_names),
+                mode=request.mode,
+                offline=request.offline,
+                resolver=apt_resolver or EngineAptResolver(),
+            )
+            # The python lock reads the base pin's python and the PyPI pins as pins.toml now holds them:
+            # this arch's as the pins lock wrote them, the other arches' (untouched by it) as parsed.
+            python_options = replace(python_options, pins=with_locked(inputs.all_pins, pins_result.pins))
+        python_result = None if only_pins else lock_python(python_options, resolver or UvResolver())
+    except BaseException:
+        # One lock, three files: when the apt or the python lock fails (or the disk fills), the files
+        # written before it are put back, so a failed lock leaves every file as it was.
+        if pins_result is not None and pins_result.wrote and source is not None:
+            write_atomically(project.pins_path, source.decode("utf-8"))
+        if apt_result is not None and apt_result.wrote:
+            _put_back(apt_path, apt_before)
+        raise
     return ProjectLockResult(pins=pins_result, python=python_result, apt=apt_result)
 
 
-def _lock_apt(
-    *,
-    project: Project,
-    request: LockRequest,
-    inputs: Any,
-    pins_result: LockResult,
-    source: bytes | None,
-    resolver: AptResolver | None,
-) -> AptLockResult | None:
-    apt_names = {p.name for p in pins_result.pins if p.kind == "apt"}
-    try:
-        return lock_apt(
-            pins=pins_result.pins,
-            definition=inputs.definition,
-            arch=inputs.arch,
-            upgrade=request.upgrade or any(n in apt_names for n in request.upgrade_names),
-            mode=request.mode,
-            offline=request.offline,
-            resolver=resolver or EngineAptResolver(),
-        )
-    except BaseException:
-        if pins_result.wrote and source is not None:
-            write_atomically(project.pins_path, source.decode("utf-8"))  # nothing half-written
-        raise
+def _put_back(path: Path, before: bytes | None) -> None:
+    if before is None:
+        path.unlink(missing_ok=True)
+    else:
+        write_atomically(path, before.decode("utf-8"))
 
 
 def with_locked(every: PinSet, locked: PinSet) -> PinSet:
