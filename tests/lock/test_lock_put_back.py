@@ -53,6 +53,17 @@ def writing_pins_and_apt(monkeypatch: pytest.MonkeyPatch, project: Project) -> N
     monkeypatch.setattr(lock_run, "lock_apt", lock_apt)
 
 
+def lock_failing_in(monkeypatch: pytest.MonkeyPatch, project: Project, part: str, failure: BaseException) -> None:
+    """Lock the project with ``part`` (lock_apt or lock_python) raising ``failure``: it is raised."""
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise failure
+
+    monkeypatch.setattr(lock_run, part, failing)
+    with pytest.raises(type(failure)):
+        lock_project(project, LockRequest(arch="gfx942", jobs=1, timeout=1.0, deadline=1.0))
+
+
 @pytest.mark.parametrize(
     "failure",
     [LockError("uv found no solution"), OSError(errno.ENOSPC, "No space left on device", "pylock.toml")],
@@ -63,27 +74,14 @@ def test_a_failed_python_lock_puts_back_the_pins_and_the_apt_lock(
 ) -> None:
     before = contents(project)
     writing_pins_and_apt(monkeypatch, project)
-
-    def lock_python(*args: object) -> None:
-        raise failure
-
-    monkeypatch.setattr(lock_run, "lock_python", lock_python)
-    with pytest.raises(type(failure)):
-        lock_project(project, LockRequest(arch="gfx942", jobs=1, timeout=1.0, deadline=1.0))
+    lock_failing_in(monkeypatch, project, "lock_python", failure)
     assert contents(project) == before
 
 
 def test_a_failed_apt_lock_puts_back_the_pins(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     before = contents(project)
     writing_pins_and_apt(monkeypatch, project)
-
-    def lock_apt(**kwargs: object) -> None:
-        msg = "the snapshot has no such package"
-        raise LockError(msg)
-
-    monkeypatch.setattr(lock_run, "lock_apt", lock_apt)
-    with pytest.raises(LockError):
-        lock_project(project, LockRequest(arch="gfx942", jobs=1, timeout=1.0, deadline=1.0))
+    lock_failing_in(monkeypatch, project, "lock_apt", LockError("the snapshot has no such package"))
     assert contents(project) == before
 
 
@@ -91,14 +89,7 @@ def test_an_apt_lock_that_did_not_exist_is_removed_again(project: Project, monke
     (project.pins_path.parent / "apt.lock.toml").unlink()
     before = contents_if_present(project)
     writing_pins_and_apt(monkeypatch, project)
-
-    def lock_python(*args: object) -> None:
-        msg = "uv found no solution"
-        raise LockError(msg)
-
-    monkeypatch.setattr(lock_run, "lock_python", lock_python)
-    with pytest.raises(LockError):
-        lock_project(project, LockRequest(arch="gfx942", jobs=1, timeout=1.0, deadline=1.0))
+    lock_failing_in(monkeypatch, project, "lock_python", LockError("uv found no solution"))
     assert contents_if_present(project) == before
     assert not (project.pins_path.parent / "apt.lock.toml").exists()
 
