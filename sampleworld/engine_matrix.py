@@ -215,6 +215,22 @@ def matrix(state_dir: Path | None = None, *, start: bool = True) -> list[MatrixE
     return up(state_dir)[0] if start else status(state_dir)
 
 
+# Every image, not only dangling ones; the engine's API takes the filter as JSON.
+_ALL_IMAGES = urllib.parse.urlencode({"filters": json.dumps({"dangling": ["false"]})})
+
+
+def empty(state_dir: Path | None = None) -> None:
+    """Remove every container, image and build cache entry of the running Docker 26 engines: what a
+    test session built or pulled there, which the next one builds or pulls again."""
+    state = _state(state_dir)
+    for spec in DOCKER26:
+        engine = docker26_engine(state, spec)
+        if not ping(engine):
+            continue
+        for path in ("/containers/prune", f"/images/prune?{_ALL_IMAGES}", "/build/prune?all=true"):
+            api_post(engine, path)
+
+
 def disk_usage(state_dir: Path | None = None) -> dict[str, int]:
     """Bytes under the fetched packages and each engine's root (data root, config, log)."""
     state = _state(state_dir)

@@ -20,7 +20,7 @@ the repository's .sampleworld/; IMAGEBUILD_SAMPLEWORLD_STATE overrides it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -95,6 +95,33 @@ def docker_engine_matrix() -> Iterator[list[engine_matrix.MatrixEngine]]:
     finally:
         if started:
             engine_matrix.down(state, only=started)
+
+
+# Session fixtures whose engines end up holding GBs (the sample image and its layer cache) that no
+# later test reads: emptied after the last collected test that uses them, not kept to the session's
+# end, where they made the docker tier's disk peak (tests/disk_watch.py).
+EMPTIED_AFTER_LAST_USE: dict[str, Callable[[], None]] = {
+    "docker_engine_matrix": lambda: engine_matrix.empty(sample_world_state_dir()),
+}
+_last_users = pytest.StashKey[dict[str, str]]()
+
+
+def last_users(items: Sequence[pytest.Item], fixtures: Iterable[str]) -> dict[str, str]:
+    """Of each fixture, the node ID of the last item (in run order) that uses it."""
+    wanted = set(fixtures)
+    return {name: item.nodeid for item in items for name in wanted & set(getattr(item, "fixturenames", ()))}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # session.items is after deselection: the tests that will run, in their order.
+    session.config.stash[_last_users] = last_users(session.items, EMPTIED_AFTER_LAST_USE)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    for name, nodeid in item.config.stash.get(_last_users, {}).items():
+        if nodeid == item.nodeid:
+            EMPTIED_AFTER_LAST_USE[name]()
 
 
 @pytest.fixture(scope="session")
