@@ -44,16 +44,25 @@ class Session:
     results: Path  # where the conftest wrote one record per check (absent when nothing ran)
     collected: Path  # with ``collected``: the items the session collected (name, group, file)
     command: tuple[str, ...]
+    junit: Path  # with ``junit``: pytest's JUnit XML, in the session's own directory
 
 
 @contextmanager
 def check_session(
-    context: Mapping[str, Any], args: list[str], *, keyword: str | None = None, collected: bool = False
+    context: Mapping[str, Any],
+    args: list[str],
+    *,
+    keyword: str | None = None,
+    collected: bool = False,
+    junit: bool = False,
 ) -> Iterator[Session]:
     """Run pytest over the checks with ``context`` (expectations, image, checks file) and ``args``; the
-    session's files live until the ``with`` ends."""
+    session's files live until the ``with`` ends. The JUnit XML is written there, not where the user
+    asked: the caller completes it and writes it whole, so a full disk never leaves half of one."""
     with tempfile.TemporaryDirectory(prefix="imagebuild-verify-") as tmp:
         work = Path(tmp)
+        if junit:
+            args = [*args, f"--junitxml={work / 'junit.xml'}"]
         (work / "context.json").write_text(json.dumps(context), encoding="utf-8")
         (work / "pytest.ini").write_text(PYTEST_INI, encoding="utf-8")
         command = [
@@ -74,4 +83,10 @@ def check_session(
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         done = run_command(command, env=env, timeout=PYTEST_TIMEOUT_S, check=False)
-        yield Session(done=done, results=work / "results.json", collected=work / "collected.json", command=tuple(command))
+        yield Session(
+            done=done,
+            results=work / "results.json",
+            collected=work / "collected.json",
+            command=tuple(command),
+            junit=work / "junit.xml",
+        )

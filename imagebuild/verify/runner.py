@@ -29,6 +29,7 @@ from imagebuild.errors import CommandError, ConfigError, VerifyError
 from imagebuild.inputs.layout import SECRET_SCAN_MAX_FILE_BYTES, SECRET_SCAN_ROOTS
 from imagebuild.inputs.values import scan_root_problem
 from imagebuild.project import Inputs
+from imagebuild.util.files import atomic_file
 from imagebuild.verify.check_session import check_session
 from imagebuild.verify.checks_file import EMPTY, ChecksFile
 from imagebuild.verify.expectations import Expectations, build_expectations
@@ -37,6 +38,7 @@ from imagebuild.verify.result import OUTCOMES, CheckResult, Outcome, VerifyResul
 from imagebuild.verify.selection import ListedCheck, keyword_expression, layer_check_selected, list_checks
 
 PYTEST_RAN = (0, 1)  # all passed, some failed
+JUNIT_MODE = 0o644  # a report CI uploads: readable, as pytest's own --junitxml file is
 NONE_SELECTED = 5  # pytest: no item selected (-k picked only the layer scan)
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,8 +108,8 @@ def verify(
     container = engine.start(info.id, network_mode="none")  # the checks need no network
     try:
         say(f"verify: container {container[:12]} started; running the checks")
-        results = run_checks(
-            expectations=prepared.expectations, info=info, container=container, junit=options.junit,
+        results, junit_xml = run_checks(
+            expectations=prepared.expectations, info=info, container=container, junit=options.junit is not None,
             checks_file=options.checks_file, keyword=options.keyword,
         )  # fmt: skip
     finally:
@@ -121,8 +123,12 @@ def verify(
             saved_config=saved.append,
         )  # fmt: skip
         results += (layer_check,)
-        if options.junit is not None and options.junit.is_file():
-            add_to_junit(options.junit, layer_check)
+        if junit_xml is not None:
+            junit_xml = add_to_junit(junit_xml, layer_check)
+    if options.junit is not None and junit_xml is not None:
+        options.junit.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_file(options.junit, mode=JUNIT_MODE) as out:  # whole, or the old file kept
+            out.write(junit_xml)
     identity = info.identity or next(iter(saved), "")  # where the store did not give it, the saved config does
     return VerifyResult(
         image=options.image,
@@ -150,17 +156,15 @@ def image_context(info: ImageInfo) -> dict[str, Any]:
 
 
 def run_checks(
-    *, expectations: Expectations, info: ImageInfo, container: str, junit: Path | None,
+    *, expectations: Expectations, info: ImageInfo, container: str, junit: bool,
     checks_file: ChecksFile = EMPTY, keyword: str | None = None,
-) -> tuple[CheckResult, ...]:  # fmt: skip
-    """pytest over the check modules against a running container; the per-check records it wrote."""
+) -> tuple[tuple[CheckResult, ...], bytes | None]:  # fmt: skip
+    """pytest over the check modules against a running container: the per-check records it wrote, and
+    with ``junit`` its JUnit XML (None when no check ran)."""
     context = {"expectations": expectations.to_json(), "image": image_context(info), "checks": checks_file.to_json()}
     args = [f"--hosts=docker://{container}", "--tb=line"]
-    if junit is not None:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        args.append(f"--junitxml={junit}")
     try:
-        with check_session(context, args, keyword=keyword) as session:
+        with check_session(context, args, keyword=keyword, junit=junit) as session:
             done = session.done
             # Anything but "ran" means the checks themselves broke.
             ran = done.returncode in PYTEST_RAN and session.results.is_file()
@@ -168,21 +172,22 @@ def run_checks(
                 tail = "\n".join(f"{done.stdout}{done.stderr}".strip().splitlines()[-30:])
                 msg = f"the image checks could not run (pytest exit {done.returncode}): {' '.join(session.command[:4])} ...\n{tail}"
                 raise VerifyError(msg)
+            junit_xml = session.junit.read_bytes() if junit and session.junit.is_file() else None
             if not session.results.is_file():
-                return ()
-            return parse_results(json.loads(session.results.read_text(encoding="utf-8")))
+                return (), junit_xml
+            return parse_results(json.loads(session.results.read_text(encoding="utf-8"))), junit_xml
     except CommandError as e:
         msg = f"the image checks did not run to the end (container {container[:12]}): {e}"
         raise VerifyError(msg) from e
 
 
-def add_to_junit(junit: Path, check: CheckResult) -> None:
-    """Add a check that ran outside pytest (the layer scan) to pytest's JUnit XML, so the file still
-    has one testcase per check and its counts agree with the report."""
-    tree = ET.parse(junit)
-    suite = tree.getroot() if tree.getroot().tag == "testsuite" else tree.getroot().find("testsuite")
+def add_to_junit(junit_xml: bytes, check: CheckResult) -> bytes:
+    """pytest's JUnit XML with a check that ran outside pytest (the layer scan) added, so the file has
+    one testcase per check and its counts agree with the report."""
+    root = ET.fromstring(junit_xml)  # pytest's own output, written moments ago in our tmp dir
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
     if suite is None:
-        return
+        return junit_xml
     case = ET.SubElement(suite, "testcase", classname=f"test_{check.group}", name=check.name,
                          time=f"{check.duration_s:.3f}")  # fmt: skip
     counter = {"failed": "failures", "error": "errors", "skipped": "skipped"}.get(check.outcome)
@@ -191,7 +196,7 @@ def add_to_junit(junit: Path, check: CheckResult) -> None:
         ET.SubElement(case, tag, message=check.message.splitlines()[0] if check.message else "").text = check.message
         suite.set(counter, str(int(suite.get(counter, "0")) + 1))
     suite.set("tests", str(int(suite.get("tests", "0")) + 1))
-    tree.write(junit, encoding="utf-8", xml_declaration=True)
+    return bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True))
 
 
 def parse_results(data: dict[str, Any]) -> tuple[CheckResult, ...]:

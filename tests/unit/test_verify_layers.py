@@ -17,6 +17,7 @@ from imagebuild.project import find_project
 from imagebuild.testing import FakeEngine, image_info
 from imagebuild.verify import VerifyOptions, prepare_verify, runner, verify
 from imagebuild.verify.layers import layer_secrets_check
+from tests.unit.cli_support import disk_full_after
 from tests.unit.imagetars import Item, config, content_store_image, digest, layer, saved, stored_image
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,7 +120,7 @@ def test_a_file_over_the_size_limit_is_not_read() -> None:
 
 
 def test_verify_reports_the_layer_scan_with_the_other_checks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner, "run_checks", lambda **_: ())
+    monkeypatch.setattr(runner, "run_checks", lambda **_: ((), None))
     engine, _ = _engine(LAYERS)
     inputs = find_project(REPO, REPO / "tests" / "data" / "build_streams" / "pins.toml").load("gfx942")
     result = verify(prepare_verify(inputs, VerifyOptions(image="img")), engine)
@@ -137,21 +138,42 @@ def test_a_save_that_is_no_archive_is_an_engine_error() -> None:
     assert not isinstance(raised.value, tarfile.TarError)
 
 
-def test_the_layer_check_joins_the_junit_file_and_its_counts(tmp_path: Path) -> None:
-    junit = tmp_path / "verify.xml"
-    junit.write_text(
-        '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="imagebuild-verify" errors="0" '
-        'failures="1" skipped="0" tests="2"><testcase classname="test_config" name="a"/>'
-        '<testcase classname="test_config" name="b"><failure message="x"/></testcase></testsuite></testsuites>'
-    )
+PYTEST_JUNIT = (
+    b'<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="imagebuild-verify" errors="0" '
+    b'failures="1" skipped="0" tests="2"><testcase classname="test_config" name="a"/>'
+    b'<testcase classname="test_config" name="b"><failure message="x"/></testcase></testsuite></testsuites>'
+)
+
+
+def test_the_layer_check_joins_the_junit_file_and_its_counts() -> None:
     engine, image_id = _engine(LAYERS)
     check = layer_secrets_check(engine, engine.inspect_image(image_id), roots=ROOTS, max_bytes=SECRET_SCAN_MAX_FILE_BYTES)
-    runner.add_to_junit(junit, check)
-    suite = ET.parse(junit).getroot().find("testsuite")
+    junit = runner.add_to_junit(PYTEST_JUNIT, check)
+    suite = ET.fromstring(junit).find("testsuite")
     assert suite is not None
     assert (suite.get("tests"), suite.get("failures")) == ("3", "2")
     (case,) = [c for c in suite.iter("testcase") if c.get("name") == "test_no_secrets_in_layers"]
     failure = case.find("failure")
     assert failure is not None
     assert "layer 1 (" in (failure.text or "")
-    assert TOKEN not in junit.read_text()
+    assert TOKEN.encode() not in junit
+
+
+def test_the_junit_file_is_written_whole_with_the_layer_check_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "run_checks", lambda **_: ((), PYTEST_JUNIT))
+    engine, _ = _engine(LAYERS)
+    inputs = find_project(REPO, REPO / "tests" / "data" / "build_streams" / "pins.toml").load("gfx942")
+    junit = tmp_path / "reports" / "verify.xml"
+    verify(prepare_verify(inputs, VerifyOptions(image="img", junit=junit)), engine)
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None
+    assert suite.get("tests") == "3"  # pytest's two and the layer scan
+    assert junit.stat().st_mode & 0o777 == 0o644
+    disk_full_after(monkeypatch, files=0)
+    with pytest.raises(OSError, match="No space left on device") as raised:
+        verify(prepare_verify(inputs, VerifyOptions(image="img", junit=junit)), engine)
+    assert raised.value.filename == str(junit)  # main names it in its one line
+    assert ET.parse(junit).getroot().find("testsuite") is not None  # the last whole file is kept
+    assert [p.name for p in junit.parent.iterdir()] == ["verify.xml"]
