@@ -45,6 +45,7 @@ class Filesystem:
     mount: Path
     free_at_start: int
     least_free: int
+    least_during: str = ""  # the test that was running when the least was seen
 
     @property
     def peak_use(self) -> int:
@@ -61,6 +62,7 @@ class DiskWatch:
             if device not in self.filesystems:
                 free = _free(path)
                 self.filesystems[device] = Filesystem(mount_point(path), free, free)
+        self.running = ""  # the node ID of the test running now (pytest_runtest_setup sets it)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="disk-watch", daemon=True)
 
@@ -74,7 +76,9 @@ class DiskWatch:
 
     def _sample(self) -> None:
         for filesystem in self.filesystems.values():
-            filesystem.least_free = min(filesystem.least_free, _free(filesystem.mount))
+            free = _free(filesystem.mount)
+            if free < filesystem.least_free:
+                filesystem.least_free, filesystem.least_during = free, self.running
 
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_EVERY_S):
@@ -110,7 +114,8 @@ def report(filesystems: list[Filesystem], budget: float | None) -> tuple[list[st
     """The lines to print, and whether the peak use went over ``budget`` GB."""
     lines = [
         f"disk: at most {fs.peak_use / GB:.1f} GB more of {fs.mount} in use than at the start"
-        f" ({fs.free_at_start / GB:.1f} GB free then, {fs.least_free / GB:.1f} GB at the least)"
+        f" ({fs.free_at_start / GB:.1f} GB free then, {fs.least_free / GB:.1f} GB at the least"
+        + (f", during {fs.least_during})" if fs.least_during else ")")
         for fs in filesystems
     ]
     total = sum(fs.peak_use for fs in filesystems)
@@ -121,6 +126,13 @@ def report(filesystems: list[Filesystem], budget: float | None) -> tuple[list[st
             " tier keeps that it no longer needs (tests/integration/scratch.py), or raise the budget in scripts/test"
         )
     return lines, over
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    watch = item.config.stash.get(_watch_key, None)
+    if watch is not None:
+        watch.running = item.nodeid  # its fixtures' setup included: where the exports and builds are
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -72,7 +72,7 @@ def test_docker_tests_without_an_engine_skip_or_fail_before_their_fixtures(tmp_p
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "t"),
          "tests/verify/test_verify_docker.py::test_good_image_passes_within_budget",
-         "tests/unit/test_sampleworld_engine_matrix_live.py"],
+         "tests/integration/test_engine_matrix_live.py"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
     )
     output = done.stdout + done.stderr
