@@ -16,11 +16,13 @@ from enum import IntEnum
 MACHINE_LIMITS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
 
 
-def machine_limit(error: BaseException) -> str:
-    """'FILE: REASON; what to do' for an OSError of the machine's limits ('' for any other error)."""
+def machine_limit(error: BaseException, *, where: str = "") -> str:
+    """'FILE: REASON; what to do' for an OSError of the machine's limits ('' for any other error);
+    ``where`` names the place when the error names no file (a write's does not)."""
     if not isinstance(error, OSError) or error.errno not in MACHINE_LIMITS:
         return ""
-    where = "" if error.filename is None else f"{error.filename}: "
+    place = error.filename if error.filename is not None else where
+    where = f"{place}: " if place else ""
     advice = "free some space there" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "check that filesystem"
     return f"{where}{error.strerror or error}; {advice} (or write elsewhere) and run it again"
 

@@ -166,12 +166,11 @@ def _main(arguments: list[str], wants_json: bool) -> int:
     except OSError as e:
         # A full disk or a failing filesystem, in one line naming the file (else the verb); any other
         # OSError that reaches here is a bug, and its traceback says where.
-        if not (reason := machine_limit(e)):
+        if not (reason := machine_limit(e, where=f"imagebuild {verb.name}")):
             raise
         if args.traceback:
             logger.exception("imagebuild: error")
-        where = "" if e.filename is not None else f"imagebuild {verb.name}: "
-        return _fail(where + reason, ExitCode.FAILED, json_too=bool(getattr(args, "json", False)))
+        return _fail(reason, ExitCode.FAILED, json_too=bool(getattr(args, "json", False)))
 
 
 def _project_directory(arguments: list[str]) -> Path | None:

@@ -184,7 +184,7 @@ def lock_project(
         # One lock, three files: when the apt or the python lock fails (or the disk fills), the files
         # written before it are put back, so a failed lock leaves every file as it was.
         if pins_result is not None and pins_result.wrote and source is not None:
-            write_atomically(project.pins_path, source.decode("utf-8"))
+            _put_back(project.pins_path, source)
         if apt_result is not None and apt_result.wrote:
             _put_back(apt_path, apt_before)
         raise

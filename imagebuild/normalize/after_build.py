@@ -303,13 +303,12 @@ def _normalize_or_reuse(
     try:
         result = normalize_image(engine, built_id, plan, spool_dir)
     except (NormalizeFailure, EngineError, OSError) as e:
-        if isinstance(e, OSError):
-            if not machine_limit(e):
-                raise  # not the machine's limits (the spool's disk filling up, say): a bug
-            if e.filename is None:  # a write into a spooled layer: its directory is what to free
-                e.filename = f"{spool_dir} (its work files go beside the build record, --record)"
+        # A write into a spooled layer names no file: its directory is what to free.
+        limit = machine_limit(e, where=f"{spool_dir} (its work files go beside the build record, --record)")
+        if isinstance(e, OSError) and not limit:
+            raise  # not the machine's limits (the spool's disk filling up, say): a bug
         msg = (
-            f"timestamp normalisation of {built_id[:19]} failed: {machine_limit(e) or e}. The built image is kept as {keep}; "
+            f"timestamp normalisation of {built_id[:19]} failed: {limit or e}. The built image is kept as {keep}; "
             "rebuild with --no-normalize to skip normalisation"
         )
         raise NormalizeError(msg) from e

@@ -25,13 +25,11 @@ def atomic_file(path: Path, mode: int | None = None) -> Iterator[BinaryIO]:
     ``mode``: the new file's permission bits, less the umask; None keeps the replaced file's
     (mkstemp's 0600 for a new one).
     """
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    tmp = Path(name)
+    file, tmp = _temp_beside(path)
     try:
-        with os.fdopen(fd, "wb") as file:
+        with file:
             yield file
-            file.flush()
-            os.fsync(file.fileno())
+            _sync(file)
         if mode is not None:
             tmp.chmod(mode & ~_umask())
         elif path.exists():
@@ -42,6 +40,24 @@ def atomic_file(path: Path, mode: int | None = None) -> Iterator[BinaryIO]:
         _name_the_file(e, path)
         raise
     _fsync_directory(path.parent)
+
+
+def _temp_beside(path: Path) -> tuple[BinaryIO, Path]:
+    """A new ``.<name>.<random>.tmp`` beside ``path``, open for writing, and its path."""
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        return os.fdopen(fd, "wb"), Path(name)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        Path(name).unlink(missing_ok=True)
+        _name_the_file(e, path)
+        raise
+
+
+def _sync(file: BinaryIO) -> None:
+    file.flush()
+    os.fsync(file.fileno())
 
 
 def _name_the_file(error: BaseException, path: Path) -> None:
@@ -66,13 +82,12 @@ def write_all_or_none(directory: Path, files: Iterable[tuple[str, bytes]], mode:
         for relative, data in files:
             target = directory / relative
             made.extend(_make_directories(target.parent))
-            fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-            staged.append((Path(name), target))
-            with os.fdopen(fd, "wb") as file:
+            file, tmp = _temp_beside(target)
+            staged.append((tmp, target))
+            with file:
                 file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
-            Path(name).chmod(mode & ~_umask())
+                _sync(file)
+            tmp.chmod(mode & ~_umask())
         for tmp, target in staged:
             tmp.replace(target)
     except BaseException as e:
