@@ -29,8 +29,9 @@ from typing import Any
 from imagebuild.engine import containerd_roots
 from imagebuild.engine.content_blobs import NONE, compression
 from imagebuild.engine.interface import BlobLayer, StoredImage
+from imagebuild.importer.containerd_root import MANAGED_ROOT
 
-CONTENT = containerd_roots.MANAGED_ROOT / containerd_roots.CONTENT  # under the data root
+CONTENT = MANAGED_ROOT / containerd_roots.CONTENT  # under the data root
 INDEXES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 MAX_MANIFEST = 4 << 20
 

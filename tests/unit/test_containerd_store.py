@@ -15,6 +15,7 @@ from imagebuild.distribute.publish import PublishOptions, publish_image
 from imagebuild.engine import containerd_roots
 from imagebuild.engine.containerd_store import CONTENT, config_digest, stored_image
 from imagebuild.engine.interface import BlobLayer, ImageInfo
+from imagebuild.importer import containerd_root
 from imagebuild.testing import FakeEngine, image_info
 from tests.unit import imagetars as tars
 
@@ -163,22 +164,22 @@ def _containerd(proc: Path, pid: int, comm: str, *argv: str) -> None:
 def test_a_system_containerd_s_root_is_where_its_command_line_or_config_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(containerd_roots, "DEFAULT_CONFIG", tmp_path / "absent.toml")
+    monkeypatch.setattr(containerd_root, "DEFAULT_CONFIG", tmp_path / "absent.toml")
     named = tmp_path / "named.toml"
     named.write_text('version = 2\nroot = "/srv/containerd"\nstate = "/run/c"\n')
     bare = tmp_path / "bare.toml"
     bare.write_text('disabled_plugins = ["cri"]\n')
-    assert containerd_roots.root_of(["/usr/bin/containerd"]) == Path("/var/lib/containerd")
-    assert containerd_roots.root_of(["containerd", "--root", "/a"]) == Path("/a")
-    assert containerd_roots.root_of(["containerd", "--root=/a", "--config", str(named)]) == Path("/a")
-    assert containerd_roots.root_of(["containerd", "--config", str(named)]) == Path("/srv/containerd")
-    assert containerd_roots.root_of(["containerd", f"-c={named}"]) == Path("/srv/containerd")
-    assert containerd_roots.root_of(["containerd", "-c", str(bare)]) == Path("/var/lib/containerd")
+    assert containerd_root.root_of(["/usr/bin/containerd"]) == Path("/var/lib/containerd")
+    assert containerd_root.root_of(["containerd", "--root", "/a"]) == Path("/a")
+    assert containerd_root.root_of(["containerd", "--root=/a", "--config", str(named)]) == Path("/a")
+    assert containerd_root.root_of(["containerd", "--config", str(named)]) == Path("/srv/containerd")
+    assert containerd_root.root_of(["containerd", f"-c={named}"]) == Path("/srv/containerd")
+    assert containerd_root.root_of(["containerd", "-c", str(bare)]) == Path("/var/lib/containerd")
     # What cannot be read or is relative to a directory we do not know names no root.
     (tmp_path / "broken.toml").write_text("root = [")
-    assert containerd_roots.root_of(["containerd", "-c", str(tmp_path / "broken.toml")]) is None
-    assert containerd_roots.root_of(["containerd", "--root", "relative"]) is None
-    assert containerd_roots.root_of(["containerd", "-c", "relative.toml"]) is None
+    assert containerd_root.root_of(["containerd", "-c", str(tmp_path / "broken.toml")]) is None
+    assert containerd_root.root_of(["containerd", "--root", "relative"]) is None
+    assert containerd_root.root_of(["containerd", "-c", "relative.toml"]) is None
 
 
 def test_the_content_store_is_looked_for_under_the_data_root_then_each_running_containerd_s(tmp_path: Path) -> None:
@@ -194,7 +195,7 @@ def test_the_content_store_is_looked_for_under_the_data_root_then_each_running_c
     assert list(containerd_roots.content_dirs(data_root, proc=proc)) == [
         tmp_path / "docker" / CONTENT,  # a containerd dockerd started itself: listed once
         tmp_path / "system" / containerd_roots.CONTENT,
-        containerd_roots.DEFAULT_ROOT / containerd_roots.CONTENT,
+        containerd_root.DEFAULT_ROOT / containerd_roots.CONTENT,
     ]
     assert next(iter(containerd_roots.content_dirs("", proc=proc))) == tmp_path / "system" / containerd_roots.CONTENT
 
@@ -202,7 +203,7 @@ def test_the_content_store_is_looked_for_under_the_data_root_then_each_running_c
 def test_an_image_in_a_system_containerd_s_store_is_read_from_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Docker CE's layout: dockerd uses the machine's containerd, whose root is not under the data root."""
     system = tmp_path / "var-lib-containerd"
-    monkeypatch.setattr(containerd_roots, "DEFAULT_ROOT", system)
+    monkeypatch.setattr(containerd_root, "DEFAULT_ROOT", system)
     cfg = tars.config(LAYERS)
     image_id = tars.content_store_image(LAYERS, cfg, tmp_path / "staging", plain=(2,))
     (system / containerd_roots.CONTENT).parent.mkdir(parents=True)
@@ -225,7 +226,7 @@ def test_a_store_this_user_may_not_read_is_named_with_why_not_a_traceback(
 ) -> None:
     """A docker-group user on Docker CE: /var/lib/docker and the containerd root are root's alone."""
     private = tmp_path / "docker"
-    monkeypatch.setattr(containerd_roots, "DEFAULT_ROOT", tmp_path / "var-lib-containerd")
+    monkeypatch.setattr(containerd_root, "DEFAULT_ROOT", tmp_path / "var-lib-containerd")
     real_is_file = Path.is_file
 
     def is_file(path: Path) -> bool:

@@ -7,7 +7,7 @@ import json
 import tomllib
 from pathlib import Path
 
-from imagebuild.engine import containerd_roots
+from imagebuild.importer import containerd_root
 from sampleworld.layout import StateDir
 from sampleworld.system_containerd import layout
 
@@ -31,4 +31,4 @@ def test_imagebuild_finds_that_root_from_the_containerd_command_line_the_sample_
     containerd, _ = layout(StateDir(tmp_path))
     containerd.root.mkdir(parents=True)
     containerd.config.write_text(containerd.config_text())
-    assert containerd_roots.root_of(list(containerd.argv(tmp_path / "bin" / "containerd"))) == containerd.content_root
+    assert containerd_root.root_of(list(containerd.argv(tmp_path / "bin" / "containerd"))) == containerd.content_root

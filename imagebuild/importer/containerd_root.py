@@ -1,0 +1,96 @@
+"""Where a Docker engine's containerd keeps its root: its content store and its snapshots.
+
+dockerd uses the machine's containerd when one answers on ``/run/containerd/containerd.sock`` as it
+starts (or the one ``--containerd`` names): Docker CE's packages (containerd.io) and Debian's
+docker.io run containerd as a service of its own, its root the ``root`` of
+``/etc/containerd/config.toml``, ``/var/lib/containerd`` by default. Otherwise it starts a containerd
+of its own, rooted at ``<DockerRootDir>/containerd/daemon`` (a static install, Docker in Docker,
+rootless). ``docker info`` names neither the containerd nor its root. So the roots are looked for,
+in this order: under the data root, then the root of each containerd running on this machine (its
+``--root``, or the ``root`` of its ``--config``, else of ``/etc/containerd/config.toml``), then
+containerd's default root. Imagebuild reads blobs from the first that holds them
+(``imagebuild.engine.containerd_roots``); the importer checks the free space of the one a load
+writes to (``load_room``).
+
+A config is read for its top-level ``root`` alone, by lines: the zipapp's Python may predate tomllib.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterator
+
+MANAGED_ROOT = Path("containerd/daemon")  # under the data root: the containerd dockerd started
+DEFAULT_ROOT = Path("/var/lib/containerd")
+DEFAULT_CONFIG = Path("/etc/containerd/config.toml")
+PROC = Path("/proc")
+MAX_CONFIG = 1 << 20
+_KEY_RE = re.compile(r"\s*root\s*=")
+_ROOT_RE = re.compile(r"""\s*root\s*=\s*(?:"([^"\\]*)"|'([^']*)')\s*(?:#.*)?""")
+
+
+def candidate_roots(data_root: str, *, proc: Path = PROC) -> Iterator[Path]:
+    """Each root the engine's containerd may have, most likely first, each once (see the module's text)."""
+    seen = set()
+    if Path(data_root).is_absolute():
+        seen.add(Path(data_root) / MANAGED_ROOT)
+        yield Path(data_root) / MANAGED_ROOT
+    for root in (*running_roots(proc), DEFAULT_ROOT):
+        if root not in seen:
+            seen.add(root)
+            yield root
+
+
+def running_roots(proc: Path = PROC) -> Iterator[Path]:
+    """The root of each containerd process running on this machine (lowest pid first)."""
+    try:
+        pids = sorted(int(entry.name) for entry in proc.iterdir() if entry.name.isdigit())
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            if (proc / str(pid) / "comm").read_text().strip() != "containerd":
+                continue
+            argv = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # it ended, or is not ours to read
+            continue
+        root = root_of([arg.decode(errors="replace") for arg in argv if arg])
+        if root is not None:
+            yield root
+
+
+def root_of(argv: list[str]) -> Path | None:
+    """The root a containerd command line gives: ``--root``, else its config's ``root``, else the default."""
+    options = {}
+    for i, arg in enumerate(argv[1:], start=1):
+        name, equals, value = arg.partition("=")
+        if name in ("--root", "--config", "-c", "-root", "-config"):
+            options[name.lstrip("-")[:1]] = value if equals else (argv[i + 1] if i + 1 < len(argv) else "")
+    if options.get("r"):
+        root: Path | None = Path(options["r"])
+    else:
+        config = Path(options["c"]) if options.get("c") else DEFAULT_CONFIG
+        root = config_root(config) if config.is_absolute() else None
+    return root if root is not None and root.is_absolute() else None
+
+
+def config_root(config: Path) -> Path | None:
+    """A containerd config's top-level ``root`` (the default root when it names none, or there is no
+    config); None when the file or that line cannot be read."""
+    try:
+        if config.stat().st_size > MAX_CONFIG:
+            return None
+        lines = config.read_text().splitlines()
+    except FileNotFoundError:
+        return DEFAULT_ROOT  # containerd runs with its defaults
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in lines:
+        if line.lstrip().startswith("["):  # the first table: no top-level key follows
+            break
+        if _KEY_RE.match(line):
+            found = _ROOT_RE.fullmatch(line)
+            value = (found.group(1) or found.group(2)) if found else ""
+            return Path(value) if value else None
+    return DEFAULT_ROOT
