@@ -317,7 +317,7 @@ def register(verbs: Verbs) -> None:
             summary="verify an exported archive against its manifest, load and tag it",
             run=cmd_import,
             examples=("imagebuild import /shared/images/kimi-k3-06203f705c54.tar.zst.json",),
-            exit_codes=(ExitCode.NO_ENGINE, ExitCode.INTEGRITY),
+            exit_codes=(ExitCode.FAILED, ExitCode.NO_ENGINE, ExitCode.INTEGRITY),
             json="the image ID, its tags and whether it was already present",
         )
     )

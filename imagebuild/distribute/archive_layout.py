@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from imagebuild.importer.manifest import ArchiveLayer
 from imagebuild.util.background_hash import BackgroundSha256
 from imagebuild.util.streams import CHUNK, TAR_END, forget_members, open_stream, tar_padding
 
@@ -66,11 +67,13 @@ class PortableArchive:
     diff_ids: tuple[str, ...]
     layer_bytes: int  # the layers' bytes as stored (compressed where the engine keeps them so)
     layer_paths: tuple[str, ...] = ()  # per diffID, the file manifest.json names for it
+    layer_sizes: tuple[int, ...] = ()  # per diffID, that file's bytes
 
     @property
-    def layer_files(self) -> tuple[tuple[str, str], ...]:
-        """(diffID, file) per layer, lowest first: what the export manifest lists for the importer."""
-        return tuple(zip(self.diff_ids, self.layer_paths, strict=True))
+    def layer_files(self) -> tuple[ArchiveLayer, ...]:
+        """Each layer, lowest first, with the file holding it and its size: what the export manifest
+        lists for the importer."""
+        return tuple(map(ArchiveLayer, self.diff_ids, self.layer_paths, self.layer_sizes))
 
 
 @dataclass(kw_only=True)
@@ -342,4 +345,5 @@ def portable_archive(chunks: Iterable[bytes], out: Sink) -> PortableArchive:
         diff_ids=tuple(str(d) for d in diff_ids),
         layer_bytes=sum(b.size for b in layers),
         layer_paths=tuple(layer_paths),
+        layer_sizes=tuple(b.size for b in layers),
     )

@@ -29,7 +29,7 @@ from imagebuild.distribute.runtime_files import RuntimeFilesError
 from imagebuild.distribute.spooled_image import SpooledImage, SpoolError
 from imagebuild.distribute.squashfs import COMPRESSORS, TAR2SQFS, SquashfsError, write_squashfs
 from imagebuild.errors import ConfigError, ImageBuildError
-from imagebuild.importer.manifest import DOCKER_ARCHIVE, OCI_ARCHIVE, SQUASHFS
+from imagebuild.importer.manifest import DOCKER_ARCHIVE, OCI_ARCHIVE, SQUASHFS, ArchiveLayer
 from imagebuild.util.files import atomic_file
 from imagebuild.util.streams import CHUNK
 
@@ -81,9 +81,9 @@ class WrittenArchive:
     uncompressed_size: int  # the tar's bytes (a squashfs: the rootfs tar tar2sqfs read)
     config_digest: str  # the identity
     manifest_digest: str  # the OCI manifest naming that config and the layers
-    # A docker archive's layers, lowest first: (diffID, the file holding it), for the importer to
-    # leave out what the engine holds (imagebuild.importer.held_layers); () for the other kinds.
-    layer_files: tuple[tuple[str, str], ...] = ()
+    # A docker archive's layers, lowest first, with the file holding each and its size: for the
+    # importer to leave out what the engine holds and check the room the rest take; () for the other kinds.
+    layer_files: tuple[ArchiveLayer, ...] = ()
 
 
 class _Hashing:

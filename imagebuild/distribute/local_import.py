@@ -16,6 +16,7 @@ from imagebuild.importer.failures import (
     EXIT_BAD_INPUT,
     EXIT_INTEGRITY,
     EXIT_NO_ENGINE,
+    EXIT_NO_ROOM,
     ImportFailure,
 )
 from imagebuild.importer.manifest import Manifest, read_manifest
@@ -23,6 +24,7 @@ from imagebuild.importer.text import shown
 from imagebuild.importer.verified_load import ImportResult, archive_of, import_archive
 
 ERRORS: dict[int, type[ImageBuildError]] = {
+    EXIT_NO_ROOM: ImageBuildError,
     EXIT_BAD_INPUT: ConfigError,
     EXIT_NO_ENGINE: EngineError,
     EXIT_INTEGRITY: IntegrityError,

@@ -93,6 +93,7 @@ def stored_archive(
         diff_ids=diff_ids,
         layer_bytes=sum(blobs[d][2] for d in diff_ids),
         layer_paths=tuple(layer_paths),
+        layer_sizes=tuple(blobs[d][2] for d in diff_ids),
     )
 
 

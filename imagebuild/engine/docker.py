@@ -61,6 +61,7 @@ class DockerEngine(Engine):
         self._api = client.api
         self._address = address
         self._store: EngineStore | None = None  # asked once: it does not change while we talk
+        self._info: dict[str, Any] = {}  # /info, as store() asked it
         # Requests without a timeout under way (loads may overlap: imagebuild.normalize.segmented_load)
         # and the client's timeout, which the last of them puts back.
         self._unbounded, self._timeout_lock, self._timeout = 0, threading.Lock(), client.api.timeout
@@ -130,8 +131,12 @@ class DockerEngine(Engine):
             except docker.errors.DockerException as e:
                 msg = f"could not ask the Docker engine at {self._address} how it stores images: {plain_reason(e)}"
                 raise EngineError(msg) from e
-            self._store = engine_store(info, version)
+            self._store, self._info = engine_store(info, version), info
         return self._store
+
+    def engine_info(self) -> dict[str, Any]:
+        self.store()
+        return self._info
 
     def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
         try:
@@ -188,10 +193,7 @@ class DockerEngine(Engine):
             return {}
         if not self._address.startswith("unix://"):
             return {"identity_unknown": f"the containerd store of the engine at {self._address} is not on this machine"}
-        try:
-            root = str(self._api.info().get("DockerRootDir") or "")
-        except docker.errors.DockerException as e:
-            return {"identity_unknown": f"could not ask for the data root: {plain_reason(e)}"}
+        root = str(self.engine_info().get("DockerRootDir") or "")
         digest, reason = containerd_store.config_digest(image_id, data_root=root)
         return {"config_digest": digest} if digest else {"identity_unknown": reason}
 

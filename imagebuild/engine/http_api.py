@@ -151,7 +151,7 @@ class HttpEngine(Engine):
             msg = f"could not {what}: {plain_reason(e)}"
             raise EngineError(msg) from e
 
-    def _info_of_engine(self) -> dict[str, Any]:
+    def engine_info(self) -> dict[str, Any]:
         if self._info is None:
             status, body = self._call(
                 "GET", "/info", f"ask the Docker engine at {self._address} how it stores images"
@@ -167,7 +167,7 @@ class HttpEngine(Engine):
 
     def store(self) -> EngineStore:
         if self._store is None:
-            self._store = engine_store(self._info_of_engine(), self._version)
+            self._store = engine_store(self.engine_info(), self._version)
         return self._store
 
     def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
@@ -242,7 +242,7 @@ class HttpEngine(Engine):
             return {}
         from imagebuild.engine import containerd_store  # not on a graph-driver engine's path
 
-        root = str(self._info_of_engine().get("DockerRootDir") or "")
+        root = str(self.engine_info().get("DockerRootDir") or "")
         digest, reason = containerd_store.config_digest(image_id, data_root=root)
         return {"config_digest": digest} if digest else {"identity_unknown": reason}
 

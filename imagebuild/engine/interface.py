@@ -18,6 +18,7 @@ from typing import Any
 from imagebuild.errors import UnknownImageError
 from imagebuild.importer.docker_api import stream_error
 from imagebuild.importer.held_layers import chains_of
+from imagebuild.importer.load_room import load_root
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -281,6 +282,15 @@ class Engine(ABC):
             with contextlib.suppress(UnknownImageError):  # removed since the list
                 layers.append(self.inspect_image(image_id).layers)
         return chains_of(layers)
+
+    def engine_info(self) -> dict[str, Any]:
+        """The engine's ``GET /info`` ({} from an engine that has none)."""
+        return {}
+
+    def load_root(self) -> tuple[str, str]:
+        """(the directory on this machine a load writes the layers to, or ""; why it is not known, or
+        ""): where import checks the free space first (imagebuild.importer.load_room)."""
+        return load_root(self.engine_info(), self.address, podman=self.store().kind == PODMAN)
 
     @abstractmethod
     def tag_table(self) -> dict[str, str]:

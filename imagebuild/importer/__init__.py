@@ -15,6 +15,8 @@ load_stream    what the engine is sent: the archive decompressed here, stopped p
 decompress     gzip and zstd streams, chunk by chunk (also the engine's reader of compressed layer blobs)
 tar_filter     that tar without the names it carries (RepoTags, repositories, index.json annotations)
 held_layers    which layer files the engine holds already (by chain ID): read and hashed, not sent
+load_room      whether the engine's disk has room for the rest (twice their bytes), before a byte is read
+containerd_root where the containerd store's containerd keeps its root (shared with imagebuild's reader)
 tag_guard      the second line: any tag a load still created or moved, undone
 text           values from a manifest or an engine, escaped for a terminal
 docker_api     the engine API's load and error messages, as both engines read them

@@ -4,9 +4,10 @@
 loads nothing: what a pyxis or Charliecloud job runs on every node before it starts the squashfs.
 ``--runtime podman`` checks it the same way, then loads it with ``podman load`` (``podman_load``).
 
-Exit codes (the same as imagebuild's): 0 imported or already present, 2 bad input (missing or
-malformed manifest, missing archive), 3 no Docker engine or the engine refused, 7 integrity (size,
-sha256 or image ID differs from the manifest), 130 interrupted. Messages go to stderr, one line
+Exit codes (the same as imagebuild's): 0 imported or already present, 1 the engine's disk lacks
+room for the layers (nothing read; ``load_room``), 2 bad input (missing or malformed manifest,
+missing archive), 3 no Docker engine or the engine refused, 7 integrity (size, sha256 or image ID
+differs from the manifest), 130 interrupted. Messages go to stderr, one line
 each; the image ID goes to stdout.
 """
 

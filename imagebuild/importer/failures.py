@@ -4,7 +4,7 @@
 (``imagebuild.distribute.local_import``); the shipped zipapp prints them and exits with the code.
 """
 
-EXIT_BAD_INPUT, EXIT_NO_ENGINE, EXIT_INTEGRITY = 2, 3, 7
+EXIT_NO_ROOM, EXIT_BAD_INPUT, EXIT_NO_ENGINE, EXIT_INTEGRITY = 1, 2, 3, 7
 
 
 class ImportFailure(Exception):
@@ -29,3 +29,9 @@ class IntegrityFailure(ImportFailure):
     """The archive's size, sha256 or loaded image ID differs from its manifest."""
 
     exit_code = EXIT_INTEGRITY
+
+
+class NoRoom(ImportFailure):
+    """The engine's disk has less free than the load needs (imagebuild's exit code for the machine's limits)."""
+
+    exit_code = EXIT_NO_ROOM

@@ -41,6 +41,6 @@ def files_to_skip(manifest: Manifest, held: frozenset[str]) -> frozenset[str]:
     holds a layer the engine lacks is sent."""
     if not manifest.layers or not held:
         return frozenset()
-    chains = chain_ids([diff_id for diff_id, _ in manifest.layers])
-    needed = {file for (_, file), chain in zip(manifest.layers, chains) if chain not in held}
-    return frozenset(file for (_, file), chain in zip(manifest.layers, chains) if chain in held and file not in needed)
+    chains = chain_ids([layer.diff_id for layer in manifest.layers])
+    needed = {layer.file for layer, chain in zip(manifest.layers, chains) if chain not in held}
+    return frozenset(layer.file for layer, chain in zip(manifest.layers, chains) if chain in held and layer.file not in needed)

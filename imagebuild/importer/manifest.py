@@ -5,7 +5,8 @@ its size and sha256, and the IDs the engine must report after loading it: the im
 config digest: the image ID on graph-driver stores and Podman) and, for the containerd image store,
 which names images by their manifest, the digest of the manifest the archive's index.json names.
 Version 1 manifests (imagebuild before the portable archive) have no manifest digest: they import on
-graph-driver stores only.
+graph-driver stores only. Version 2 ones list a docker archive's layers without their sizes: they
+import, with the engine's free space checked only when it is sent every layer (``load_room``).
 
 ``kind`` says what the archive is: a docker archive (absent: every manifest before the other kinds),
 an OCI image layout archive (``export --format oci``), or a squashfs of the flattened root filesystem
@@ -21,14 +22,14 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from .failures import BadInput
 from .text import shown
 
 FORMAT = "imagebuild-image-archive"
-FORMAT_VERSION = 2
-FORMAT_VERSIONS = (1, 2)  # read; version 1 lacks manifest_digest
+FORMAT_VERSION = 3
+FORMAT_VERSIONS = (1, 2, 3)  # read; version 1 lacks manifest_digest, version 2 each layer's size
 COMPRESSIONS = ("zstd", "gzip", "none")  # a squashfs's: the compressor of its blocks (zstd or gzip)
 DOCKER_ARCHIVE, OCI_ARCHIVE, SQUASHFS = "docker-archive", "oci-archive", "squashfs"
 KINDS = (DOCKER_ARCHIVE, OCI_ARCHIVE, SQUASHFS)
@@ -52,6 +53,14 @@ REQUIRED = {
 }  # fmt: skip
 
 
+class ArchiveLayer(NamedTuple):
+    """One of a docker archive's layers, as the manifest lists it."""
+
+    diff_id: str
+    file: str  # the archive member holding it
+    size: int  # that file's bytes (compressed where the layer is); 0: not said (format version 2)
+
+
 @dataclass(frozen=True)
 class Manifest:
     """What `export` wrote beside the archive; the single definition of the format (keyword use only)."""
@@ -72,9 +81,9 @@ class Manifest:
     # file name -> sha256 of the file.
     attestations: dict[str, str] = field(default_factory=dict)
     kind: str = DOCKER_ARCHIVE  # one of KINDS
-    # A docker archive's layers, lowest first: (diffID, the archive file holding it). What lets the
-    # importer leave out the files of layers the engine already holds (held_layers); absent before.
-    layers: tuple[tuple[str, str], ...] = ()
+    # A docker archive's layers, lowest first. What lets the importer leave out the files of layers
+    # the engine already holds (held_layers) and know the room the rest take (load_room); absent before.
+    layers: tuple[ArchiveLayer, ...] = ()
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
 
@@ -84,7 +93,7 @@ class Manifest:
         data["attestations"] = dict(self.attestations)
         if self.kind == DOCKER_ARCHIVE:  # as every manifest before the other kinds: the same bytes
             del data["kind"]
-        data["layers"] = [{"diff_id": diff_id, "file": file} for diff_id, file in self.layers]
+        data["layers"] = [{"diff_id": layer.diff_id, "file": layer.file, "size": layer.size} for layer in self.layers]
         if not self.layers:
             del data["layers"]
         return data
@@ -189,22 +198,31 @@ def _attestations(data: dict[str, Any], where: str) -> dict[str, str]:
 MAX_LAYERS = 1000  # Docker refuses images of more than 127 layers; a longer list is not an image's
 
 
-def _layers(data: dict[str, Any], where: str) -> tuple[tuple[str, str], ...]:
-    """The docker archive's layers as (diffID, file in the archive), each file a clean relative path."""
+def _layers(data: dict[str, Any], where: str) -> tuple[ArchiveLayer, ...]:
+    """The docker archive's layers: diffID, file (a clean relative path in the archive) and, from
+    format version 3 on, that file's size."""
     value = data.get("layers", [])
+    sized = data["format_version"] >= 3
+    keys = {"diff_id", "file", "size"} if sized else {"diff_id", "file"}
     ok = isinstance(value, list) and len(value) <= MAX_LAYERS and all(
-        isinstance(item, dict) and set(item) == {"diff_id", "file"}
+        isinstance(item, dict) and set(item) == keys
         and isinstance(item["diff_id"], str) and IMAGE_ID_RE.fullmatch(item["diff_id"]) is not None
         and isinstance(item["file"], str) and _archive_path(item["file"])
+        and (not sized or _byte_count(item["size"]))
         for item in value
     )  # fmt: skip
     if not ok or (value and data.get("kind", DOCKER_ARCHIVE) != DOCKER_ARCHIVE):
+        size = ", \"size\": its bytes" if sized else ""
         msg = (
             f"manifest {where}: 'layers' must list a docker archive's layers as "
-            "{\"diff_id\": \"sha256:...\", \"file\": a clean path inside the archive}"
+            f"{{\"diff_id\": \"sha256:...\", \"file\": a clean path inside the archive{size}}}"
         )
         raise BadInput(msg)
-    return tuple((str(item["diff_id"]), str(item["file"])) for item in value)
+    return tuple(ArchiveLayer(str(item["diff_id"]), str(item["file"]), int(item.get("size", 0))) for item in value)
+
+
+def _byte_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _archive_path(name: str) -> bool:

@@ -26,6 +26,7 @@ from .docker_api import (
 from .docker_context import ContextError, Tls, engine_endpoint
 from .failures import BadInput, EngineUnavailable
 from .held_layers import chains_of
+from .load_room import load_root
 
 
 class SocketEngine:
@@ -43,7 +44,8 @@ class SocketEngine:
             )
             raise EngineUnavailable(msg)
         self._tls = _tls_context(tls, source) if tls is not None and self._netloc is not None else None
-        self.ids_are_manifests = names_images_by_manifest(self._json("/info", "report how it stores images"))
+        self._info = self._json("/info", "report how it stores images")
+        self.ids_are_manifests = names_images_by_manifest(self._info)
 
     @classmethod
     def from_env(cls) -> SocketEngine:
@@ -115,6 +117,9 @@ class SocketEngine:
             if status < 300:  # else removed since the list
                 layers.append(((json.loads(data) or {}).get("RootFS") or {}).get("Layers") or [])
         return chains_of(layers)
+
+    def load_root(self) -> tuple[str, str]:
+        return load_root(self._info, self.address, podman=self._unix is not None and self._is_podman())
 
     def _is_podman(self) -> bool:
         """Podman's API says so in ``/version``'s Components; it refuses an archive that lacks a layer."""

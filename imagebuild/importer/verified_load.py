@@ -6,8 +6,9 @@ are applied only after the sha256 matched and the engine reported the image the 
 identity (the config digest) on graph-driver stores and Podman, the digest of the archive's OCI
 manifest (which names that config) on the containerd store. A failed check removes the image the
 load created (never one that was there before). An image already present returns at once; the
-files of layers the engine holds already are read and hashed but not sent (``held_layers``). Before
-any of it, every attestation file the manifest names (the export statement, the SBOM, the provenance,
+files of layers the engine holds already are read and hashed but not sent (``held_layers``), and a
+disk without room for the rest fails before a byte is read (``load_room``). Before any of it, every
+attestation file the manifest names (the export statement, the SBOM, the provenance,
 their envelopes) must be beside it with its sha256.
 """
 
@@ -26,6 +27,7 @@ from typing import BinaryIO, Callable, Generator, Iterable, Protocol
 
 from .failures import BadInput, IntegrityFailure
 from .held_layers import files_to_skip
+from .load_room import check_room
 from .load_stream import CHUNK_SIZE, engine_tar
 from .manifest import SQUASHFS, Manifest, read_manifest
 from .tag_guard import release, undo_load_tags
@@ -52,6 +54,10 @@ class ImportEngine(Protocol):
     def held_chains(self) -> frozenset[str]:
         """The chain IDs of every layer stack the engine holds and finds by chain when it loads an
         archive (a graph-driver engine's); empty for any other (``held_layers``)."""
+        ...
+    def load_root(self) -> tuple[str, str]:
+        """(the directory a load writes the layers to on this machine, or ""; why it is not known,
+        or ""): where the free space is checked (``load_room``)."""
         ...
 
 
@@ -126,9 +132,10 @@ def import_archive(
     archive, again = archive_of(manifest, manifest_path)
     before, tags_before = engine.image_ids(), engine.tag_table()
     skip = files_to_skip(manifest, engine.held_chains()) if manifest.layers else frozenset()
+    check_room(manifest, skip, engine.load_root(), report)  # before a byte is read: fail at once, naming this node
     report(f"loading {archive.name} ({manifest.size / 1e9:.2f} GB, {manifest.compression}) into {engine.address}")
     if skip:
-        held = sum(file in skip for _, file in manifest.layers)
+        held = sum(layer.file in skip for layer in manifest.layers)
         report(f"{held} of its {len(manifest.layers)} layers are in the engine already: read and hashed, not sent")
     loaded, engine_error, digest = _load_hashed(engine, archive, manifest, report, skip)
     touched = undo_load_tags(engine, tags_before, [i for i in loaded if i not in before])

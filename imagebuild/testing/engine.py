@@ -147,6 +147,7 @@ class FakeEngine(Engine):
     # this engine builds: what the SBOM reads. None: one layer of image_root_files().
     built_layers: Sequence[Mapping[str, bytes]] | None = None
     refuse_save: str | None = None  # the engine's message when it cannot save any image
+    data_root: str = ""  # a directory standing for the data root a load writes to (its free space is checked)
 
     @property
     def address(self) -> str:
@@ -311,6 +312,9 @@ class FakeEngine(Engine):
                 replace(info, config_digest=config_digest) if config_digest != image_id else info
             )
         return [image_id]
+
+    def load_root(self) -> tuple[str, str]:
+        return (self.data_root, "") if self.data_root else super().load_root()
 
     def store(self) -> EngineStore:
         return EngineStore(version=self.version(), kind=CONTAINERD if self.manifest_ids else GRAPH_DRIVER)

@@ -7,9 +7,11 @@ that never had the image" is true: each test removes the image there first.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,7 +22,10 @@ import pytest
 
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
-from sampleworld.engines import NodeEngine
+from sampleworld import engines
+from sampleworld.engines import NodeEngine, ensure_engine, stop_engine
+from sampleworld.layout import StateDir
+from sampleworld.pytest_plugin import sample_world_state_dir
 from sampleworld.world import World
 from tests.integration.image_support import CHECKOUT
 from tests.integration.scratch import module_scratch
@@ -267,6 +272,55 @@ def test_the_shipped_importer_names_a_missing_engine(exported: Path, tmp_path: P
         f"/info ([Errno 2] No such file or directory); start docker on this node, or point DOCKER_HOST at "
         "its engine\n"
     )
+
+
+@pytest.fixture(scope="module")
+def small_disk_node() -> Iterator[NodeEngine]:
+    """A node whose engine's data root is a tmpfs of 256 MB: less than the sample image's layers."""
+    if os.geteuid() != 0:
+        skip_or_fail("a tmpfs for a node's data root needs root")
+    engine = engines.node_engine(StateDir(sample_world_state_dir().resolve()), "small-disk")
+    stop_engine(engine)  # one a killed session left running
+    engine.data_root.mkdir(parents=True, exist_ok=True)
+    if not engine.data_root.is_mount():
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "imagebuild-small-disk", str(engine.data_root)], check=True)
+    try:
+        ensure_engine(engine)
+        yield engine
+    finally:
+        stop_engine(engine)
+        subprocess.run(["umount", str(engine.data_root)], check=False)
+
+
+def test_a_node_without_room_for_the_layers_fails_at_once_naming_itself_and_loads_nothing(
+    exported: Path, small_disk_node: NodeEngine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    layers = json.loads(exported.read_text())["layers"]
+    needed = 2 * sum(layer["size"] for layer in layers)
+    env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": small_disk_node.host}
+    importer = [str(PYTHON38 if PYTHON38.exists() else sys.executable), str(exported.parent / "imagebuild-import.pyz"), str(exported)]
+    started = time.monotonic()
+    done = subprocess.run(importer, env=env, capture_output=True, text=True, check=False)
+    refused_after = time.monotonic() - started
+    assert done.returncode == 1
+    (line,) = done.stderr.splitlines()  # refused before "loading ...": nothing was read
+    assert line.startswith(
+        f"imagebuild-import: error: not enough disk on {socket.gethostname()} for this load: {small_disk_node.data_root} has 0.2"
+    )
+    assert f"needs {needed / 1e9:.2f} GB there ({needed / 2e9:.2f} GB of layers, held twice while the engine loads them)" in line
+    assert _docker(small_disk_node.host, "image", "ls", "--all", "--quiet").stdout == ""
+
+    monkeypatch.setenv("DOCKER_HOST", small_disk_node.host)  # imagebuild's own import: the same check
+    assert main(["import", str(exported)]) == 1
+    assert capsys.readouterr().err.count("not enough disk on") == 1
+
+    # Without the check, the engine fails the same load with its own words, later.
+    started = time.monotonic()
+    unchecked = subprocess.run(importer, env={**env, "IMAGEBUILD_IMPORT_ROOM": "off"}, capture_output=True, text=True, check=False)
+    failed_after = time.monotonic() - started
+    assert unchecked.returncode == 3
+    assert "no space left on device" in unchecked.stderr
+    print(f"refused in {refused_after:.2f}s; unchecked, the engine failed after {failed_after:.2f}s")
 
 
 # A shell without job control starts background jobs with SIGINT ignored, and Python leaves an

@@ -7,12 +7,10 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from imagebuild.distribute.export import ExportOptions, export_image
 from imagebuild.distribute.local_import import import_manifest
 from imagebuild.engine.chain_ids import chain_ids
 from imagebuild.errors import IntegrityError
@@ -20,32 +18,16 @@ from imagebuild.importer.failures import BadInput
 from imagebuild.importer.held_layers import files_to_skip
 from imagebuild.importer.manifest import parse_manifest
 from imagebuild.importer.tar_filter import TarFilter
-from imagebuild.testing import FakeEngine, image_info
+from imagebuild.testing import FakeEngine
 from imagebuild.testing.archives import untarred
-
-TAG = "imagebuild/kimi-k3:gfx942"
-
-
-def exported(tmp_path: Path, layers: int = 3) -> tuple[Path, tuple[str, ...]]:
-    source = FakeEngine()
-    image_id = source.add_saved_image(TAG, size=1 << 20, layers=layers)
-    path = export_image(
-        ExportOptions(image=TAG, output=tmp_path / "out"), source, report=lambda _: None
-    ).manifest_path
-    return path, source.inspect_image(image_id).layers
-
-
-def node_holding(diff_ids: tuple[str, ...], **kwargs: object) -> FakeEngine:
-    """A node whose engine holds an image of these layers (the base, say)."""
-    base = replace(image_info("sha256:" + "b" * 64), layers=diff_ids)
-    return FakeEngine(images=[base], **kwargs)  # type: ignore[arg-type]
+from tests.unit.export_support import exported, manifest_document, node_holding, plain_tar
 
 
 def test_export_lists_each_layer_and_the_file_holding_it(tmp_path: Path) -> None:
     path, diff_ids = exported(tmp_path)
     layers = json.loads(path.read_text())["layers"]
     assert [layer["diff_id"] for layer in layers] == list(diff_ids)
-    files = untarred(io.BytesIO(_plain(path)).read())
+    files = untarred(io.BytesIO(plain_tar(path)).read())
     loaded = json.loads(files["manifest.json"])[0]["Layers"]
     assert [layer["file"] for layer in layers] == loaded  # the files manifest.json names
 
@@ -62,14 +44,14 @@ def test_a_node_holding_the_base_is_sent_the_build_layers_alone(tmp_path: Path) 
     sent = untarred(node.received[0])
     assert {f for f in files if f in sent} == {f for f, d in files.items() if d == diff_ids[2]}
     assert "2 of its 3 layers are in the engine already: read and hashed, not sent" in messages
-    assert len(node.received[0]) < len(_plain(path)) - 2 * (1 << 20)
+    assert len(node.received[0]) < len(plain_tar(path)) - 2 * (1 << 20)
 
 
 def test_nothing_is_left_out_for_an_engine_that_holds_none_of_them_or_names_images_by_manifest(tmp_path: Path) -> None:
     path, diff_ids = exported(tmp_path)
     for node in (FakeEngine(), node_holding(diff_ids, manifest_ids=True)):
         import_manifest(path, node, report=lambda _: None)
-        assert node.received == [_plain(path)]
+        assert node.received == [plain_tar(path)]
 
 
 def test_a_damaged_skipped_layer_still_fails_the_archives_hash(tmp_path: Path) -> None:
@@ -86,12 +68,12 @@ def test_a_damaged_skipped_layer_still_fails_the_archives_hash(tmp_path: Path) -
 def test_only_files_of_held_chains_are_skipped() -> None:
     diff_ids = ["sha256:" + c * 64 for c in "abc"]
     chains = chain_ids(diff_ids)
-    manifest = parse_manifest(_document(layers=[{"diff_id": d, "file": f"{d[7:19]}/layer.tar"} for d in diff_ids]), "m")
+    manifest = parse_manifest(manifest_document(layers=[{"diff_id": d, "file": f"{d[7:19]}/layer.tar"} for d in diff_ids]), "m")
     assert files_to_skip(manifest, frozenset(chains[:2])) == {f"{d[7:19]}/layer.tar" for d in diff_ids[:2]}
     # The second layer alone is not held: its chain includes the first.
     assert files_to_skip(manifest, frozenset({diff_ids[1]})) == frozenset()
     # One file holding a held layer and one the engine lacks (the same empty layer twice) is sent.
-    shared = parse_manifest(_document(layers=[{"diff_id": diff_ids[0], "file": "x/layer.tar"}, {"diff_id": diff_ids[1], "file": "x/layer.tar"}]), "m")  # fmt: skip
+    shared = parse_manifest(manifest_document(layers=[{"diff_id": diff_ids[0], "file": "x/layer.tar"}, {"diff_id": diff_ids[1], "file": "x/layer.tar"}]), "m")  # fmt: skip
     assert files_to_skip(shared, frozenset(chains[:1])) == frozenset()
 
 
@@ -110,7 +92,7 @@ def test_only_files_of_held_chains_are_skipped() -> None:
 )
 def test_a_bad_layers_list_is_refused_in_one_line(layers: object) -> None:
     with pytest.raises(BadInput, match=r"^manifest m: 'layers' must list a docker archive's layers"):
-        parse_manifest(_document(layers=layers), "m")
+        parse_manifest(manifest_document(layers=layers), "m")
 
 
 def test_the_filter_drops_a_skipped_file_its_records_and_hard_links_to_it() -> None:
@@ -132,20 +114,3 @@ def test_the_filter_drops_a_skipped_file_its_records_and_hard_links_to_it() -> N
         assert tar.getnames() == ["build/layer.tar", "blobs/sha256/build"]
         assert tar.extractfile("build/layer.tar").read() == b"N" * 700  # type: ignore[union-attr]
     assert tar_filter.skipped == 1000
-
-
-def _document(**changes: object) -> dict[str, object]:
-    document: dict[str, object] = {
-        "format": "imagebuild-image-archive", "format_version": 2, "archive": "a.tar.zst", "sha256": "0" * 64,
-        "size": 1, "compression": "zstd", "image_id": "sha256:" + "1" * 64, "repo_tags": [], "pins": {},
-        "labels": {}, "imagebuild_version": "0", "manifest_digest": "sha256:" + "2" * 64, "uncompressed_size": 1,
-    }  # fmt: skip
-    document.update(changes)
-    return document
-
-
-def _plain(path: Path) -> bytes:
-    import zstandard
-
-    manifest = json.loads(path.read_text())
-    return bytes(zstandard.ZstdDecompressor().decompressobj().decompress((path.parent / manifest["archive"]).read_bytes()))

@@ -79,6 +79,8 @@ def _replace_archive(manifest_path: Path, stored: bytes, *, declared: int | None
     archive = manifest_path.parent / str(_manifest(manifest_path)["archive"])
     archive.write_bytes(stored)
     manifest = {**_manifest(manifest_path), "sha256": hashlib.sha256(stored).hexdigest(), "size": len(stored), **changes}
+    if manifest["format_version"] == 1:
+        manifest.pop("layers")  # version 1 predates the list
     if declared is None:
         manifest.pop("uncompressed_size")
     else:

@@ -50,7 +50,7 @@ VALID = {
         ({"repo_tags": ["UPPER/case:x"]}, r"repo tag 'UPPER/case:x' is not a repository:tag"),
         ({"repo_tags": ["no-tag"]}, r"repo tag 'no-tag' is not a repository:tag"),
         ({"pins": {"mori": 1}}, r"'pins' must map strings to strings"),
-        ({"format_version": 3}, r"version 3 is not 'imagebuild-image-archive' version 2"),
+        ({"format_version": 4}, r"version 4 is not 'imagebuild-image-archive' version 3"),
         ({"manifest_digest": None}, r"'manifest_digest' must be sha256: and 64 hex digits, not None"),
         ({"manifest_digest": 7}, r"'manifest_digest' must be sha256: and 64 hex digits, not 7"),
         ({"uncompressed_size": None}, r"'uncompressed_size' must be the archive's byte count before compression"),

@@ -1,0 +1,150 @@
+"""A load that cannot fit on the engine's disk fails before a byte is read, naming the node, the
+directory and the numbers; where the room cannot be known for sure, the check says so and is skipped."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from imagebuild.distribute.local_import import import_manifest
+from imagebuild.errors import ExitCode, ImageBuildError
+from imagebuild.importer import containerd_root, load_room
+from imagebuild.importer.failures import BadInput, NoRoom
+from imagebuild.importer.manifest import parse_manifest, read_manifest
+from imagebuild.testing import FakeEngine
+from tests.unit.export_support import exported, manifest_document, node_holding, plain_tar
+
+MB = 1 << 20
+
+
+def _free(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    """The disk's free bytes as this machine would report them (statvfs)."""
+    monkeypatch.setattr(load_room, "free_bytes", lambda _path: count)
+
+
+def test_export_lists_each_layer_file_s_size_as_the_archive_holds_it(tmp_path: Path) -> None:
+    path, _ = exported(tmp_path)
+    with tarfile.open(fileobj=io.BytesIO(plain_tar(path))) as tar:
+        sizes = {member.name: member.size for member in tar if member.isfile()}
+    layers = json.loads(path.read_text())["layers"]
+    assert [layer["size"] for layer in layers] == [sizes[layer["file"]] for layer in layers]
+    assert all(layer["size"] > MB for layer in layers)
+
+
+def test_a_node_without_twice_the_layers_it_is_sent_fails_at_once_and_loads_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = exported(tmp_path)
+    sent = sum(layer.size for layer in read_manifest(path).layers)
+    node = FakeEngine(data_root=str(tmp_path))
+    _free(monkeypatch, 2 * sent - 1)
+    with pytest.raises(ImageBuildError) as raised:
+        import_manifest(path, node, report=lambda _: None)
+    message = str(raised.value)
+    assert raised.value.exit_code == ExitCode.FAILED
+    assert message.startswith(f"not enough disk on {socket.gethostname()} for this load: {tmp_path} has ")
+    assert f"needs {2 * sent / 1e9:.2f} GB there ({sent / 1e9:.2f} GB of layers, held twice" in message
+    assert "nothing was loaded" in message
+    assert "\n" not in message
+    assert node.loads == 0
+
+    _free(monkeypatch, 2 * sent)
+    assert not import_manifest(path, node, report=lambda _: None).already_present
+
+
+def test_the_layers_a_node_holds_need_no_room(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, diff_ids = exported(tmp_path)
+    top = read_manifest(path).layers[-1].size
+    node = node_holding(diff_ids[:2], data_root=str(tmp_path))
+    _free(monkeypatch, 2 * top)  # room for the build layer alone
+    import_manifest(path, node, report=lambda _: None)
+    _free(monkeypatch, 2 * top - 1)
+    with pytest.raises(ImageBuildError, match=r"\(the 2 layer files it holds left out, "):
+        import_manifest(path, node_holding(diff_ids[:2], data_root=str(tmp_path)), report=lambda _: None)
+
+
+def test_the_check_can_be_switched_off_for_a_tmpdir_on_another_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, _ = exported(tmp_path)
+    _free(monkeypatch, 0)
+    monkeypatch.setenv(load_room.SWITCH, "off")
+    assert import_manifest(path, FakeEngine(data_root=str(tmp_path)), report=lambda _: None).image_id
+
+
+def test_what_is_sent_counts_each_file_once_and_is_unknown_only_when_a_version_2_manifest_leaves_some_out() -> None:
+    layer = {"diff_id": "sha256:" + "a" * 64, "file": "x/layer.tar", "size": 700}
+    other = {"diff_id": "sha256:" + "b" * 64, "file": "y/layer.tar", "size": 300}
+    sized = parse_manifest(manifest_document(format_version=3, layers=[layer, {**layer, "diff_id": "sha256:" + "c" * 64}, other]), "m")
+    assert load_room.bytes_sent(sized, frozenset()) == 1000
+    assert load_room.bytes_sent(sized, frozenset({"x/layer.tar"})) == 300
+    unsized = parse_manifest(manifest_document(layers=[{"diff_id": layer["diff_id"], "file": "x/layer.tar"}], uncompressed_size=5000), "m")
+    assert load_room.bytes_sent(unsized, frozenset()) == 5000  # sent whole: the archive's tar
+    assert load_room.bytes_sent(unsized, frozenset({"x/layer.tar"})) is None
+    assert load_room.bytes_sent(parse_manifest(manifest_document(uncompressed_size=42), "m"), frozenset()) == 42
+
+
+def test_a_version_3_manifest_must_give_every_layer_its_size() -> None:
+    layer = {"diff_id": "sha256:" + "a" * 64, "file": "x/layer.tar"}
+    for bad in (layer, {**layer, "size": 0}, {**layer, "size": True}, {**layer, "size": "7"}):
+        with pytest.raises(BadInput, match=r"'layers' must list .*\"size\": its bytes"):
+            parse_manifest(manifest_document(format_version=3, layers=[bad]), "m")
+    with pytest.raises(BadInput, match=r"a clean path inside the archive\}"):  # version 2: no size
+        parse_manifest(manifest_document(layers=[{**layer, "size": 7}]), "m")
+
+
+def _mountinfo(tmp_path: Path, *mounts: tuple[str, str]) -> Path:
+    lines = [f"{20 + i} 1 0:{i} / {point} rw,relatime shared:1 - {kind} none rw" for i, (point, kind) in enumerate(mounts)]
+    path = tmp_path / "mountinfo"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_filesystem_is_the_longest_mount_point_above_the_directory_the_last_mount_winning(tmp_path: Path) -> None:
+    table = _mountinfo(
+        tmp_path, ("/", "ext4"), ("/var/lib", "xfs"), ("/var/lib/docker\\040x", "zfs"), ("/var/lib", "btrfs"), ("/var/li", "tmpfs")
+    )
+    assert load_room.filesystem_type("/var/lib/docker", table) == "btrfs"
+    assert load_room.filesystem_type("/var/lib/docker x/overlay2", table) == "zfs"
+    assert load_room.filesystem_type("/srv", table) == "ext4"
+    assert load_room.filesystem_type("/srv", tmp_path / "absent") == ""
+
+
+def test_on_a_filesystem_that_may_compress_the_check_is_said_and_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    manifest = parse_manifest(manifest_document(uncompressed_size=10**12), "m")
+    _free(monkeypatch, 0)
+    said: list[str] = []
+    table = _mountinfo(tmp_path, ("/", "zfs"))
+    load_room.check_room(manifest, frozenset(), (str(tmp_path), ""), said.append, mountinfo=table)
+    assert said == [f"free space not checked: {tmp_path} is on zfs, which may compress what it stores"]
+    with pytest.raises(NoRoom, match=r"needs 2000.00 GB there \(1000.00 GB of layers"):
+        load_room.check_room(manifest, frozenset(), (str(tmp_path), ""), said.append, mountinfo=_mountinfo(tmp_path, ("/", "ext4")))
+    load_room.check_room(manifest, frozenset(), ("", "the engine at tcp://n:2376 is not on this machine"), said.append)
+    assert said[-1] == "free space not checked: the engine at tcp://n:2376 is not on this machine"
+
+
+def test_the_room_is_checked_where_the_engine_writes_a_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(containerd_root, "DEFAULT_ROOT", tmp_path / "no-system-containerd")
+    info = {"DockerRootDir": "/var/lib/docker", "Driver": "overlay2"}
+    assert load_room.load_root(info, "unix:///var/run/docker.sock") == ("/var/lib/docker", "")
+    assert load_room.load_root(info, "tcp://node2:2376")[0] == ""
+    assert load_room.load_root(info, "unix:///run/podman/podman.sock", podman=True)[0] == ""
+    assert load_room.load_root({}, "unix:///var/run/docker.sock") == ("", "the engine does not say where its data root is")
+
+    # The containerd store: the containerd dockerd started, under the data root...
+    containerd = {"DockerRootDir": str(tmp_path / "docker"), "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (tmp_path / "docker" / "containerd" / "daemon").mkdir(parents=True)
+    found = load_room.load_root(containerd, "unix:///var/run/docker.sock", proc=proc)
+    assert found == (str(tmp_path / "docker" / "containerd" / "daemon"), "")
+    # ... or the system's, when it is the one root on one filesystem; two filesystems: not known.
+    (proc / "7").mkdir()
+    (proc / "7" / "comm").write_text("containerd\n")
+    (proc / "7" / "cmdline").write_bytes(b"containerd\0--root\0/proc\0")
+    assert load_room.load_root(containerd, "unix:///var/run/docker.sock", proc=proc) == (
+        "", "the containerd store's root is not known for sure"
+    )
