@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.engine.interface import (  # fmt: skip
+    PODMAN,
     BuildEvent,
     BuildRequest,
     Engine,
@@ -44,6 +45,8 @@ from imagebuild.engine.unreachable import DEFAULT_SOCKET, plain_reason, probe, u
 from imagebuild.errors import EngineError, UnknownImageError
 from imagebuild.importer.docker_api import response_error
 from imagebuild.importer.docker_context import ContextError, engine_endpoint
+from imagebuild.importer.load_places import PODMAN_API_COPIES, podman_disk
+from imagebuild.importer.load_room import LoadDisk
 from imagebuild.importer.socket_engine import UnixConnection
 from imagebuild.launcher.text import control_character
 
@@ -296,6 +299,14 @@ class HttpEngine(Engine):
 
     def held_chains(self) -> frozenset[str]:
         return self.docker().held_chains()
+
+    def load_disk(self) -> LoadDisk:
+        if self.store().kind != PODMAN:
+            return super().load_disk()
+        status, body = self._call("GET", "/libpod/info", f"ask Podman at {self._address} where it copies a load")
+        store = (_json_object(body) if status < 300 else {}).get("store") or {}  # Podman's own API, not Docker's
+        root = str(self.engine_info().get("DockerRootDir") or "")
+        return podman_disk(root, str(store.get("imageCopyTmpDir") or ""), PODMAN_API_COPIES)
 
     def untag(self, name: str) -> None:
         self.docker().untag(name)

@@ -18,7 +18,8 @@ from typing import Any
 from imagebuild.errors import UnknownImageError
 from imagebuild.importer.docker_api import stream_error
 from imagebuild.importer.held_layers import chains_of
-from imagebuild.importer.load_room import load_root
+from imagebuild.importer.load_places import docker_disk
+from imagebuild.importer.load_room import LoadDisk
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,10 +288,12 @@ class Engine(ABC):
         """The engine's ``GET /info`` ({} from an engine that has none)."""
         return {}
 
-    def load_root(self) -> tuple[str, str]:
-        """(the directory on this machine a load writes the layers to, or ""; why it is not known, or
-        ""): where import checks the free space first (imagebuild.importer.load_room)."""
-        return load_root(self.engine_info(), self.address, podman=self.store().kind == PODMAN)
+    def load_disk(self) -> LoadDisk:
+        """Where a load writes the layers on this machine: import checks their free space first
+        (imagebuild.importer.load_places)."""
+        if self.store().kind == PODMAN:
+            return LoadDisk(unknown=f"the Podman service at {self.address} does not say where it copies a load")
+        return docker_disk(self.engine_info(), self.address)
 
     @abstractmethod
     def tag_table(self) -> dict[str, str]:

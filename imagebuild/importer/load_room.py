@@ -1,59 +1,51 @@
-"""Room on the engine's disk for a load, checked before a byte is sent.
+"""Room on the engine's disk for a load, checked before a byte of the archive is read.
 
-Measured with the engine's data root on a tmpfs of a set size, one 286 MiB layer loaded: Docker
-20.10 and Docker 26 on overlay2, and Docker 26's containerd store, each failed with 560 MiB free
-and loaded with 575 MiB. A graph-driver engine untars the whole archive it is sent into
-``<data root>/tmp`` before it registers a layer, then unpacks each layer into its driver's
-directory; the containerd store keeps each blob in its content store and unpacks it into a
-snapshot. Either way, at the peak the layers it is sent are on its disk twice (the sample base:
-1007 MiB of layer files, 2040 MiB at the peak). A node without that room fails here, at once and
-naming itself, instead of minutes into a multi-node job's load with the engine's "no space left on
-device".
+A node without that room then fails at once, naming itself, instead of minutes into a multi-node
+job's load with the engine's "no space left on device". Where each engine writes a load, and how
+many copies of the layers it holds there at its peak, is ``load_places``'s (measured there). The
+places on one filesystem add up; each filesystem must have its sum free.
 
-Checked only where the answer is sure, else said and skipped: an engine on this machine (a unix
-socket) whose root this process can see; not Podman (its upload goes to /var/tmp first, which may
-be another filesystem); not a filesystem that may compress (zfs, btrfs: the bytes on disk are not
-the bytes sent); on the containerd store, only when every root its containerd may have is on one
-filesystem (``containerd_root``). An engine whose DOCKER_TMPDIR is on another filesystem than its
-data root needs less there than asked: ``IMAGEBUILD_IMPORT_ROOM=off`` skips the check.
+Checked only where the answer is sure, else said and skipped: an engine on this machine whose
+directories this process can see; not a filesystem that may compress (zfs, btrfs: the bytes on disk
+are not the bytes sent); not a version 2 manifest (no layer sizes) when the engine holds some of the
+layers. An engine whose own copy goes elsewhere than it says (a Docker engine's DOCKER_TMPDIR on
+another filesystem than its data root) needs less than asked: ``IMAGEBUILD_IMPORT_ROOM=off`` skips
+the check.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
-from .containerd_root import PROC, candidate_roots
-from .docker_api import names_images_by_manifest
 from .failures import NoRoom
 
 if TYPE_CHECKING:  # the engine interface imports this module; a build needs no manifest
     from .manifest import Manifest
 
-COPIES = 2  # the layers sent are on the engine's disk twice at the peak (see above)
 MAY_COMPRESS = frozenset({"zfs", "btrfs", "bcachefs"})
 SWITCH = "IMAGEBUILD_IMPORT_ROOM"  # "off": no check
+MOUNTINFO = Path("/proc/self/mountinfo")
 
 
-def load_root(info: dict[str, Any], address: str, *, podman: bool = False, proc: Path = PROC) -> tuple[str, str]:
-    """(the directory a load of the engine ``/info`` describes writes to, or "";
-    why it is not known, or "")."""
-    if not address.startswith("unix://"):
-        return "", f"the engine at {address} is not on this machine"
-    if podman:
-        return "", "Podman stages a load in /var/tmp, which may be another filesystem than its storage"
-    data_root = str(info.get("DockerRootDir") or "")
-    if not data_root.startswith("/"):
-        return "", "the engine does not say where its data root is"
-    if not names_images_by_manifest(info):
-        return data_root, ""
-    roots = [root for root in candidate_roots(data_root, proc=proc) if root.is_dir()]
-    devices = {_device(root) for root in roots}
-    if len(devices) != 1 or None in devices:
-        return "", "the containerd store's root is not known for sure"
-    return str(roots[0]), ""
+@dataclass(frozen=True)
+class Place:
+    """A directory a load writes to, and the copies of the layers it is sent it holds there at the peak."""
+
+    directory: str
+    copies: int
+    what: str  # what the copies are, for the message
+
+
+@dataclass(frozen=True)
+class LoadDisk:
+    """Where an engine writes a load (``load_places``); none, and why, where that is not known."""
+
+    places: tuple[Place, ...] = ()
+    unknown: str = ""
 
 
 def bytes_sent(manifest: Manifest, skip: frozenset[str]) -> int | None:
@@ -67,42 +59,48 @@ def bytes_sent(manifest: Manifest, skip: frozenset[str]) -> int | None:
 
 
 def check_room(
-    manifest: Manifest,
-    skip: frozenset[str],
-    where: tuple[str, str],
-    report: Callable[[str], None],
-    *,
-    mountinfo: Path = Path("/proc/self/mountinfo"),
+    manifest: Manifest, skip: frozenset[str], disk: LoadDisk, report: Callable[[str], None], *, mountinfo: Path = MOUNTINFO
 ) -> None:
-    """NoRoom when the engine's disk (``where``: load_root's answer) has less free than a load of
-    this archive needs there; a line to ``report`` when the check is skipped and why."""
-    root, unknown = where
+    """NoRoom when a filesystem the load writes to has less free than the load needs there; a line
+    to ``report`` when the check is skipped, and why."""
     sent = bytes_sent(manifest, skip)
-    if os.environ.get(SWITCH) == "off" or sent is None or sent == 0:
+    if os.environ.get(SWITCH) == "off" or not sent:
         return
-    if not root:
-        report(f"free space not checked: {unknown}")
+    if not disk.places:
+        report(f"free space not checked: {disk.unknown}")
         return
-    filesystem = filesystem_type(root, mountinfo)
-    if filesystem in MAY_COMPRESS:
-        report(f"free space not checked: {root} is on {filesystem}, which may compress what it stores")
-        return
-    try:
-        free = free_bytes(root)
-    except OSError as e:
-        report(f"free space not checked: {root} cannot be read ({e.strerror})")
-        return
-    needed = COPIES * sent
-    if free >= needed:
-        return
-    held = f"the {len(skip)} layer files it holds left out, " if skip else ""
-    msg = (
-        f"not enough disk on {socket.gethostname()} for this load: {root} has {_gb(free)} free, and loading "
-        f"{manifest.archive} needs {_gb(needed)} there ({held}{_gb(sent)} of layers, held twice while the engine "
-        f"loads them); free {_gb(needed - free)} there (remove images this node no longer runs: `docker image ls`, "
-        f"`docker image rm`), then import again; nothing was loaded ({SWITCH}=off skips this check)"
+    filesystems: dict[int, tuple[int, list[Place]]] = {}  # device -> (its free bytes, the places on it)
+    for place in disk.places:
+        kind = filesystem_type(place.directory, mountinfo)
+        if kind in MAY_COMPRESS:
+            report(f"free space not checked: {place.directory} is on {kind}, which may compress what it stores")
+            return
+        try:
+            device, free = Path(place.directory).stat().st_dev, free_bytes(place.directory)
+        except OSError as e:
+            report(f"free space not checked: {place.directory} cannot be read ({e.strerror})")
+            return
+        filesystems.setdefault(device, (free, []))[1].append(place)
+    for free, places in filesystems.values():
+        needed = sum(place.copies for place in places) * sent
+        if free < needed:
+            raise NoRoom(_no_room(manifest, skip, places, free=free, needed=needed, sent=sent))
+
+
+def _no_room(manifest: Manifest, skip: frozenset[str], places: list[Place], *, free: int, needed: int, sent: int) -> str:
+    directories = " and ".join(dict.fromkeys(place.directory for place in places))
+    held = f", the {len(skip)} layer files the engine holds left out" if skip else ""
+    copies = "; ".join(f"{_times(p.copies)} in {p.directory}: {p.what}" for p in places)
+    return (
+        f"not enough disk on {socket.gethostname()} for this load: {directories} {'have' if ' and ' in directories else 'has'} "
+        f"{_gb(free)} free, and loading {manifest.archive} needs {_gb(needed)} there ({_gb(sent)} of layers{held}, "
+        f"{copies}); free {_gb(needed - free)} there (remove images this node no longer runs), then import "
+        f"again; nothing was loaded ({SWITCH}=off skips this check)"
     )
-    raise NoRoom(msg)
+
+
+def _times(copies: int) -> str:
+    return {1: "once", 2: "twice"}.get(copies, f"{copies} times")
 
 
 def free_bytes(path: str) -> int:
@@ -137,13 +135,6 @@ def _unescape(text: str) -> str:
     for code in ("040", "011", "012", "134"):
         text = text.replace("\\" + code, chr(int(code, 8)))
     return text
-
-
-def _device(path: Path) -> int | None:
-    try:
-        return path.stat().st_dev
-    except OSError:
-        return None
 
 
 def _gb(count: int) -> str:

@@ -4,7 +4,8 @@ Podman has no daemon to stream into (its Docker-compatible API is a service a co
 runs), so the archive is checked first (``check_only``: size and sha256, one read), then ``podman
 load -i`` reads it (podman decompresses zstd and gzip itself, and reads docker and OCI archives
 alike), and the image must then be present under the manifest's identity (podman's image ID is the
-config digest). An image podman reports loading under another ID is removed, unless it was there
+config digest). Before the archive is read, Podman's storage and image copy directory must have room
+for it (``load_room``). An image podman reports loading under another ID is removed, unless it was there
 before. The manifest's tags are applied last. An image already present returns at once. A squashfs
 is refused before anything is read. Podman's storage is whatever its own configuration says
 (``CONTAINERS_STORAGE_CONF``, the user's storage.conf).
@@ -12,6 +13,7 @@ is refused before anything is read. Podman's storage is whatever its own configu
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -20,6 +22,8 @@ from typing import Callable
 
 from .check_only import check_archive
 from .failures import EngineUnavailable, IntegrityFailure
+from .load_places import PODMAN_CLI_COPIES, podman_disk
+from .load_room import LoadDisk, check_room
 from .manifest import read_manifest
 from .text import shown
 from .verified_load import refuse_unloadable
@@ -50,12 +54,26 @@ def _image_ids() -> list[str]:
     return [i if i.startswith("sha256:") else "sha256:" + i for i in ids if i]  # Python 3.8: no removeprefix
 
 
+def _load_disk() -> LoadDisk:
+    """Where `podman load` writes: its storage and its image copy directory, as `podman info` says."""
+    done = _podman("info", "--format", "json")
+    try:
+        info = json.loads(done.stdout) if done.returncode == 0 else {}
+    except ValueError:
+        info = {}
+    store = info.get("store") if isinstance(info, dict) else None
+    if not isinstance(store, dict):
+        return LoadDisk(unknown=f"`podman info` did not say where Podman stores images ({shown(done.stderr.strip()[-200:])})")
+    return podman_disk(str(store.get("graphRoot") or ""), str(store.get("imageCopyTmpDir") or ""), PODMAN_CLI_COPIES)
+
+
 def load_into_podman(manifest_path: Path, report: Callable[[str], None] = lambda _: None) -> tuple[str, bool]:
     """(the image ID, whether it was already present); raises an ImportFailure naming the file."""
     manifest = read_manifest(manifest_path)
     refuse_unloadable(manifest, manifest_path, "podman")
     present = _present(manifest.image_id)
     if not present:
+        check_room(manifest, frozenset(), _load_disk(), report)  # before the archive is read
         check_archive(manifest_path, report)
         archive = manifest_path.parent / manifest.archive
         before = set(_image_ids())

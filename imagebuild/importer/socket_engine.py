@@ -26,7 +26,8 @@ from .docker_api import (
 from .docker_context import ContextError, Tls, engine_endpoint
 from .failures import BadInput, EngineUnavailable
 from .held_layers import chains_of
-from .load_room import load_root
+from .load_places import PODMAN_API_COPIES, docker_disk, podman_disk
+from .load_room import LoadDisk
 
 
 class SocketEngine:
@@ -118,8 +119,11 @@ class SocketEngine:
                 layers.append(((json.loads(data) or {}).get("RootFS") or {}).get("Layers") or [])
         return chains_of(layers)
 
-    def load_root(self) -> tuple[str, str]:
-        return load_root(self._info, self.address, podman=self._unix is not None and self._is_podman())
+    def load_disk(self) -> LoadDisk:
+        if self._unix is None or not self._is_podman():
+            return docker_disk(self._info, self.address)
+        store = self._json("/v1.41/libpod/info", "report where it stores images").get("store") or {}  # Podman's own API
+        return podman_disk(str(self._info.get("DockerRootDir") or ""), str(store.get("imageCopyTmpDir") or ""), PODMAN_API_COPIES)
 
     def _is_podman(self) -> bool:
         """Podman's API says so in ``/version``'s Components; it refuses an archive that lacks a layer."""

@@ -27,7 +27,7 @@ from typing import BinaryIO, Callable, Generator, Iterable, Protocol
 
 from .failures import BadInput, IntegrityFailure
 from .held_layers import files_to_skip
-from .load_room import check_room
+from .load_room import LoadDisk, check_room
 from .load_stream import CHUNK_SIZE, engine_tar
 from .manifest import SQUASHFS, Manifest, read_manifest
 from .tag_guard import release, undo_load_tags
@@ -55,9 +55,8 @@ class ImportEngine(Protocol):
         """The chain IDs of every layer stack the engine holds and finds by chain when it loads an
         archive (a graph-driver engine's); empty for any other (``held_layers``)."""
         ...
-    def load_root(self) -> tuple[str, str]:
-        """(the directory a load writes the layers to on this machine, or ""; why it is not known,
-        or ""): where the free space is checked (``load_room``)."""
+    def load_disk(self) -> LoadDisk:
+        """Where a load writes the layers on this machine (``load_places``): its free space is checked."""
         ...
 
 
@@ -132,7 +131,7 @@ def import_archive(
     archive, again = archive_of(manifest, manifest_path)
     before, tags_before = engine.image_ids(), engine.tag_table()
     skip = files_to_skip(manifest, engine.held_chains()) if manifest.layers else frozenset()
-    check_room(manifest, skip, engine.load_root(), report)  # before a byte is read: fail at once, naming this node
+    check_room(manifest, skip, engine.load_disk(), report)  # before a byte is read: fail at once, naming this node
     report(f"loading {archive.name} ({manifest.size / 1e9:.2f} GB, {manifest.compression}) into {engine.address}")
     if skip:
         held = sum(layer.file in skip for layer in manifest.layers)

@@ -29,6 +29,7 @@ from imagebuild.engine.interface import (
 )
 from imagebuild.errors import EngineError, RegistryError, UnknownImageError
 from imagebuild.importer.docker_api import stream_error
+from imagebuild.importer.load_room import LoadDisk, Place
 from imagebuild.testing.archives import (
     archive_image_id,
     archive_names,
@@ -313,8 +314,10 @@ class FakeEngine(Engine):
             )
         return [image_id]
 
-    def load_root(self) -> tuple[str, str]:
-        return (self.data_root, "") if self.data_root else super().load_root()
+    def load_disk(self) -> LoadDisk:
+        if not self.data_root:
+            return super().load_disk()
+        return LoadDisk((Place(self.data_root, 2, "the engine's copy while it loads them, and them unpacked"),))
 
     def store(self) -> EngineStore:
         return EngineStore(version=self.version(), kind=CONTAINERD if self.manifest_ids else GRAPH_DRIVER)

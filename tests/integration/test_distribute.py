@@ -307,7 +307,7 @@ def test_a_node_without_room_for_the_layers_fails_at_once_naming_itself_and_load
     assert line.startswith(
         f"imagebuild-import: error: not enough disk on {socket.gethostname()} for this load: {small_disk_node.data_root} has 0.2"
     )
-    assert f"needs {needed / 1e9:.2f} GB there ({needed / 2e9:.2f} GB of layers, held twice while the engine loads them)" in line
+    assert f"needs {needed / 1e9:.2f} GB there ({needed / 2e9:.2f} GB of layers, twice in {small_disk_node.data_root}: the engine's copy" in line
     assert _docker(small_disk_node.host, "image", "ls", "--all", "--quiet").stdout == ""
 
     monkeypatch.setenv("DOCKER_HOST", small_disk_node.host)  # imagebuild's own import: the same check

@@ -172,6 +172,37 @@ def test_the_shipped_importer_loads_docker_and_oci_exports_into_podman_verified(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def test_podman_storage_without_room_for_the_layers_is_refused_before_the_archive_is_read(
+    exports: dict[str, Path], sample_image: dict[str, object]
+) -> None:
+    """--runtime podman: its storage on a tmpfs of 256 MB, its image copy directory on another disk."""
+    podman = _tool("podman")
+    scratch = Path(tempfile.mkdtemp(prefix="ib-podman-"))
+    (scratch / "root").mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "imagebuild-small-podman", str(scratch / "root")], check=True)
+    conf = scratch / "storage.conf"
+    conf.write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{scratch}/root"\nrunroot = "{scratch}/run"\n')
+    (scratch / "containers.conf").write_text(f'[engine]\ntmp_dir = "{scratch}/tmp"\nimage_copy_tmp_dir = "{scratch}"\n')
+    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "CONTAINERS_STORAGE_CONF": str(conf),
+           "CONTAINERS_CONF": str(scratch / "containers.conf")}  # fmt: skip
+    manifest = exports["docker"]
+    sent = sum(layer["size"] for layer in _data(manifest)["layers"])  # type: ignore[union-attr]
+    try:
+        done = subprocess.run(
+            [sys.executable, str(manifest.parent / IMPORTER_NAME), str(manifest), "--runtime", "podman"],
+            capture_output=True, text=True, timeout=300, check=False, env=env,
+        )  # fmt: skip
+        assert done.returncode == 1
+        (line,) = done.stderr.splitlines()  # before "... size and sha256 as the manifest says": nothing read
+        assert f"for this load: {scratch}/root has 0.2" in line
+        assert f"needs {sent / 1e9:.2f} GB there ({sent / 1e9:.2f} GB of layers, once in {scratch}/root: them unpacked" in line
+        listed = subprocess.run([podman, "images", "--quiet"], capture_output=True, text=True, timeout=60, check=True, env=env)
+        assert listed.stdout == ""
+    finally:
+        subprocess.run(["umount", str(scratch / "root")], check=False)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 @pytest.mark.parametrize("export_format", FORMATS)
 def test_a_corrupted_archive_of_each_format_is_refused_naming_the_file(
     exports: dict[str, Path], export_format: str, tmp_path: Path

@@ -15,6 +15,8 @@ from imagebuild.distribute.local_import import import_manifest
 from imagebuild.errors import ExitCode, ImageBuildError
 from imagebuild.importer import containerd_root, load_room
 from imagebuild.importer.failures import BadInput, NoRoom
+from imagebuild.importer.load_places import docker_disk, podman_disk
+from imagebuild.importer.load_room import LoadDisk, Place
 from imagebuild.importer.manifest import parse_manifest, read_manifest
 from imagebuild.testing import FakeEngine
 from tests.unit.export_support import exported, manifest_document, node_holding, plain_tar
@@ -48,7 +50,7 @@ def test_a_node_without_twice_the_layers_it_is_sent_fails_at_once_and_loads_noth
     message = str(raised.value)
     assert raised.value.exit_code == ExitCode.FAILED
     assert message.startswith(f"not enough disk on {socket.gethostname()} for this load: {tmp_path} has ")
-    assert f"needs {2 * sent / 1e9:.2f} GB there ({sent / 1e9:.2f} GB of layers, held twice" in message
+    assert f"needs {2 * sent / 1e9:.2f} GB there ({sent / 1e9:.2f} GB of layers, twice in {tmp_path}: the engine's copy" in message
     assert "nothing was loaded" in message
     assert "\n" not in message
     assert node.loads == 0
@@ -64,7 +66,7 @@ def test_the_layers_a_node_holds_need_no_room(tmp_path: Path, monkeypatch: pytes
     _free(monkeypatch, 2 * top)  # room for the build layer alone
     import_manifest(path, node, report=lambda _: None)
     _free(monkeypatch, 2 * top - 1)
-    with pytest.raises(ImageBuildError, match=r"\(the 2 layer files it holds left out, "):
+    with pytest.raises(ImageBuildError, match=r"GB of layers, the 2 layer files the engine holds left out, twice in "):
         import_manifest(path, node_holding(diff_ids[:2], data_root=str(tmp_path)), report=lambda _: None)
 
 
@@ -118,33 +120,62 @@ def test_on_a_filesystem_that_may_compress_the_check_is_said_and_skipped(tmp_pat
     _free(monkeypatch, 0)
     said: list[str] = []
     table = _mountinfo(tmp_path, ("/", "zfs"))
-    load_room.check_room(manifest, frozenset(), (str(tmp_path), ""), said.append, mountinfo=table)
+    here = LoadDisk((Place(str(tmp_path), 2, "copies"),))
+    load_room.check_room(manifest, frozenset(), here, said.append, mountinfo=table)
     assert said == [f"free space not checked: {tmp_path} is on zfs, which may compress what it stores"]
-    with pytest.raises(NoRoom, match=r"needs 2000.00 GB there \(1000.00 GB of layers"):
-        load_room.check_room(manifest, frozenset(), (str(tmp_path), ""), said.append, mountinfo=_mountinfo(tmp_path, ("/", "ext4")))
-    load_room.check_room(manifest, frozenset(), ("", "the engine at tcp://n:2376 is not on this machine"), said.append)
+    with pytest.raises(NoRoom, match=r"needs 2000.00 GB there \(1000.00 GB of layers, twice in "):
+        load_room.check_room(manifest, frozenset(), here, said.append, mountinfo=_mountinfo(tmp_path, ("/", "ext4")))
+    load_room.check_room(manifest, frozenset(), docker_disk({}, "tcp://n:2376"), said.append)
     assert said[-1] == "free space not checked: the engine at tcp://n:2376 is not on this machine"
 
 
 def test_the_room_is_checked_where_the_engine_writes_a_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(containerd_root, "DEFAULT_ROOT", tmp_path / "no-system-containerd")
     info = {"DockerRootDir": "/var/lib/docker", "Driver": "overlay2"}
-    assert load_room.load_root(info, "unix:///var/run/docker.sock") == ("/var/lib/docker", "")
-    assert load_room.load_root(info, "tcp://node2:2376")[0] == ""
-    assert load_room.load_root(info, "unix:///run/podman/podman.sock", podman=True)[0] == ""
-    assert load_room.load_root({}, "unix:///var/run/docker.sock") == ("", "the engine does not say where its data root is")
+    assert _where(docker_disk(info, "unix:///var/run/docker.sock")) == [("/var/lib/docker", 2)]
+    assert docker_disk(info, "tcp://node2:2376").unknown == "the engine at tcp://node2:2376 is not on this machine"
+    assert docker_disk({}, "unix:///var/run/docker.sock").unknown == "the engine does not say where its data root is"
+    assert _where(podman_disk("/var/lib/containers/storage", "/var/tmp", 3)) == [("/var/tmp", 3), ("/var/lib/containers/storage", 1)]
+    assert podman_disk("", "/var/tmp", 2).unknown
 
     # The containerd store: the containerd dockerd started, under the data root...
     containerd = {"DockerRootDir": str(tmp_path / "docker"), "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
     proc = tmp_path / "proc"
     proc.mkdir()
     (tmp_path / "docker" / "containerd" / "daemon").mkdir(parents=True)
-    found = load_room.load_root(containerd, "unix:///var/run/docker.sock", proc=proc)
-    assert found == (str(tmp_path / "docker" / "containerd" / "daemon"), "")
+    found = docker_disk(containerd, "unix:///var/run/docker.sock", proc=proc)
+    assert _where(found) == [(str(tmp_path / "docker" / "containerd" / "daemon"), 2)]
     # ... or the system's, when it is the one root on one filesystem; two filesystems: not known.
     (proc / "7").mkdir()
     (proc / "7" / "comm").write_text("containerd\n")
     (proc / "7" / "cmdline").write_bytes(b"containerd\0--root\0/proc\0")
-    assert load_room.load_root(containerd, "unix:///var/run/docker.sock", proc=proc) == (
-        "", "the containerd store's root is not known for sure"
-    )
+    assert docker_disk(containerd, "unix:///var/run/docker.sock", proc=proc).unknown == "the containerd store's root is not known for sure"
+
+
+def test_places_on_one_filesystem_add_up_and_each_filesystem_needs_its_own_sum(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Podman: its image copy directory and its storage, on one disk or on two."""
+    manifest = parse_manifest(manifest_document(uncompressed_size=10**9), "m")
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "storage").mkdir()
+    one_disk = podman_disk(str(tmp_path / "storage"), str(tmp_path / "tmp"), 2)
+    _free(monkeypatch, 3 * 10**9)
+    load_room.check_room(manifest, frozenset(), one_disk, _never)
+    _free(monkeypatch, 3 * 10**9 - 1)
+    with pytest.raises(NoRoom) as raised:
+        load_room.check_room(manifest, frozenset(), one_disk, _never)
+    assert f"{tmp_path}/tmp and {tmp_path}/storage have 3.00 GB free, and loading a.tar.zst needs 3.00 GB there" in str(raised.value)
+    assert f"(1.00 GB of layers, twice in {tmp_path}/tmp: Podman's copies while it loads them; once in {tmp_path}/storage" in str(raised.value)
+    # Two filesystems (the storage here, the copy directory in /proc's): each needs its own copies only.
+    two_disks = LoadDisk((Place("/proc", 2, "copies"), Place(str(tmp_path / "storage"), 1, "unpacked")))
+    _free(monkeypatch, 2 * 10**9)
+    load_room.check_room(manifest, frozenset(), two_disks, _never)
+
+
+def _where(disk: LoadDisk) -> list[tuple[str, int]]:
+    return [(place.directory, place.copies) for place in disk.places]
+
+
+def _never(line: str) -> None:
+    raise AssertionError(line)

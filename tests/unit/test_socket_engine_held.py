@@ -1,6 +1,6 @@
 """The shipped importer's engine (SocketEngine) says which layer chains a node's engine holds: every
 top-level image's layers and their prefixes on a graph-driver Docker, nothing on Podman or on the
-containerd store (their loads do not find layers by chain)."""
+containerd store (their loads do not find layers by chain); and where a load is written, for its room.
 
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ class _Node(http.server.BaseHTTPRequestHandler):
             body: Any = self.info
         elif path == "/version":
             body = {"Version": "x", "ApiVersion": "1.41", "Components": self.components}
+        elif path == "/v1.41/libpod/info":  # Podman's own API, where it says its image copy directory
+            body = {"store": {"graphRoot": "/var/lib/containers/storage", "imageCopyTmpDir": "/srv/copies"}}
         elif path == "/images/json":
             body = [{"Id": image_id} for image_id in LAYERS]
         elif path.startswith("/images/") and path.endswith("/json") and path[8:-5] in LAYERS:
@@ -73,3 +75,13 @@ def test_podman_and_the_containerd_store_hold_nothing_the_importer_may_leave_out
     node.components = [{"Name": "Engine"}]
     node.info = {"Driver": "overlayfs", "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
     assert SocketEngine(f"unix://{tmp_path}/docker.sock").held_chains() == frozenset()
+
+
+def test_a_load_is_checked_where_each_engine_writes_it(node: type[_Node], tmp_path: Path) -> None:
+    node.info = {"Driver": "overlay2", "DockerRootDir": "/var/lib/docker"}
+    docker = SocketEngine(f"unix://{tmp_path}/docker.sock").load_disk()
+    assert [(p.directory, p.copies) for p in docker.places] == [("/var/lib/docker", 2)]
+    node.components = [{"Name": "Podman Engine"}]
+    node.info = {"Driver": "overlay", "DockerRootDir": "/var/lib/containers/storage"}
+    podman = SocketEngine(f"unix://{tmp_path}/docker.sock").load_disk()
+    assert [(p.directory, p.copies) for p in podman.places] == [("/srv/copies", 3), ("/var/lib/containers/storage", 1)]
