@@ -1,6 +1,6 @@
 """The shipped importer's engine (SocketEngine) says which layer chains a node's engine holds: every
 top-level image's layers and their prefixes on a graph-driver Docker, nothing on Podman or on the
-containerd store (their loads do not find layers by chain); and where a load is written, for its room.
+containerd store (their loads do not find layers by chain); and where a load is written, for its room."""
 
 from __future__ import annotations
 
