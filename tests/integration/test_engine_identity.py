@@ -276,6 +276,7 @@ def test_an_archive_exported_on_one_engine_imports_verified_on_every_other(
         captured = capsys.readouterr()
         document, said = json.loads(captured.out), captured.err
         assert (document["image_id"], document["engine_id"], document["already_present"]) == (identity, expected, False)
+    assert "free space not checked" not in said, said  # the engine's room was, before the load
     # A graph-driver node holds the sample base (it built the image): those layers' files are not sent.
     assert ("layers are in the engine already: read and hashed, not sent" in said) == (node.kind != "containerd"), said
     with engine_at(node.docker_host) as engine:

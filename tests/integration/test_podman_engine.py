@@ -59,6 +59,7 @@ def on_podman(podman_docker_host: str, main_export: dict[str, object]) -> Iterat
     remove(podman_docker_host, str(main_export["image_id"]))
     done = imagebuild(podman_docker_host, "import", str(main_export["path"]), "--json")
     assert done.returncode == 0, done.stderr
+    assert "free space not checked" not in done.stderr  # its copy directory and storage were, first
     document: dict[str, object] = json.loads(done.stdout)
     yield document
     remove(podman_docker_host, str(main_export["image_id"]))
