@@ -36,6 +36,15 @@ INDEXES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.di
 MAX_MANIFEST = 4 << 20
 
 
+def identity_fields(image_id: str, *, address: str, info: dict[str, Any]) -> dict[str, str]:
+    """ImageInfo's ``config_digest`` of the image ``image_id`` names on the containerd store of the
+    engine at ``address`` (whose ``GET /info`` is ``info``), or its ``identity_unknown``."""
+    if not address.startswith("unix://"):
+        return {"identity_unknown": f"the containerd store of the engine at {address} is not on this machine"}
+    digest, reason = config_digest(image_id, data_root=str(info.get("DockerRootDir") or ""))
+    return {"config_digest": digest} if digest else {"identity_unknown": reason}
+
+
 def config_digest(image_id: str, *, data_root: str, platform: tuple[str, str] = ("linux", "amd64")) -> tuple[str | None, str]:
     """(the config digest of the image ``image_id`` names, "") or (None, why it cannot be read)."""
     content, reason = _content(image_id, data_root)

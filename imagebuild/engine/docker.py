@@ -138,6 +138,13 @@ class DockerEngine(Engine):
         self.store()
         return self._info
 
+    def podman_info(self) -> dict[str, Any]:
+        try:  # Podman's own API, beside its Docker-compatible one; docker-py has no call for it
+            response = self._api.get(f"{self._api.base_url}/v{self._api.api_version}/libpod/info", timeout=30)
+            return dict(response.json()) if response.ok else {}
+        except (requests.exceptions.RequestException, ValueError, TypeError):
+            return {}
+
     def build(self, request: BuildRequest) -> Iterator[BuildEvent]:
         try:
             yield from classic_build_events(self.build_chunks(request))
@@ -185,17 +192,9 @@ class DockerEngine(Engine):
         except docker.errors.DockerException as e:
             msg = f"could not inspect image '{ref}': {plain_reason(e)}"
             raise EngineError(msg) from e
-        return image_info(data, history, **self._config_digest(str(data["Id"])))
-
-    def _config_digest(self, image_id: str) -> dict[str, str]:
-        """ImageInfo's config_digest (or identity_unknown) where image IDs are not config digests."""
-        if not self.store().ids_are_manifests:
-            return {}
-        if not self._address.startswith("unix://"):
-            return {"identity_unknown": f"the containerd store of the engine at {self._address} is not on this machine"}
-        root = str(self.engine_info().get("DockerRootDir") or "")
-        digest, reason = containerd_store.config_digest(image_id, data_root=root)
-        return {"config_digest": digest} if digest else {"identity_unknown": reason}
+        if not self.store().ids_are_manifests:  # the image ID is the config digest
+            return image_info(data, history)
+        return image_info(data, history, **containerd_store.identity_fields(data["Id"], address=self._address, info=self._info))
 
     def run(self, image: str, command: list[str], *, network_mode: str | None = None) -> tuple[int, str]:
         container_id = self._create(image, command, network_mode)

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.engine.interface import (  # fmt: skip
-    PODMAN,
     BuildEvent,
     BuildRequest,
     Engine,
@@ -45,8 +44,6 @@ from imagebuild.engine.unreachable import DEFAULT_SOCKET, plain_reason, probe, u
 from imagebuild.errors import EngineError, UnknownImageError
 from imagebuild.importer.docker_api import response_error
 from imagebuild.importer.docker_context import ContextError, engine_endpoint
-from imagebuild.importer.load_places import PODMAN_API_COPIES, podman_disk
-from imagebuild.importer.load_room import LoadDisk
 from imagebuild.importer.socket_engine import UnixConnection
 from imagebuild.launcher.text import control_character
 
@@ -236,18 +233,15 @@ class HttpEngine(Engine):
             raise EngineError(msg)
         history = json.loads(body)
         return image_info(
-            data, history if isinstance(history, list) else [], **self._config_digest(str(data["Id"]))
+            data, history if isinstance(history, list) else [], **self._identity_fields(str(data["Id"]))
         )
 
-    def _config_digest(self, image_id: str) -> dict[str, str]:
-        """ImageInfo's config_digest (or identity_unknown) where image IDs are not config digests."""
-        if not self.store().ids_are_manifests:
+    def _identity_fields(self, image_id: str) -> dict[str, str]:
+        if not self.store().ids_are_manifests:  # the image ID is the config digest
             return {}
         from imagebuild.engine import containerd_store  # not on a graph-driver engine's path
 
-        root = str(self.engine_info().get("DockerRootDir") or "")
-        digest, reason = containerd_store.config_digest(image_id, data_root=root)
-        return {"config_digest": digest} if digest else {"identity_unknown": reason}
+        return containerd_store.identity_fields(image_id, address=self._address, info=self.engine_info())
 
     def has_image(self, image_id: str) -> bool:
         status, body = self._call("GET", f"/images/{_quoted(image_id)}/json", f"inspect image {image_id}")
@@ -300,13 +294,9 @@ class HttpEngine(Engine):
     def held_chains(self) -> frozenset[str]:
         return self.docker().held_chains()
 
-    def load_disk(self) -> LoadDisk:
-        if self.store().kind != PODMAN:
-            return super().load_disk()
+    def podman_info(self) -> dict[str, Any]:
         status, body = self._call("GET", "/libpod/info", f"ask Podman at {self._address} where it copies a load")
-        store = (_json_object(body) if status < 300 else {}).get("store") or {}  # Podman's own API, not Docker's
-        root = str(self.engine_info().get("DockerRootDir") or "")
-        return podman_disk(root, str(store.get("imageCopyTmpDir") or ""), PODMAN_API_COPIES)
+        return _json_object(body) if status < 300 else {}  # Podman's own API, beside its Docker-compatible one
 
     def untag(self, name: str) -> None:
         self.docker().untag(name)

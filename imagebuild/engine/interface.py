@@ -18,7 +18,7 @@ from typing import Any
 from imagebuild.errors import UnknownImageError
 from imagebuild.importer.docker_api import stream_error
 from imagebuild.importer.held_layers import chains_of
-from imagebuild.importer.load_places import docker_disk
+from imagebuild.importer.load_places import PODMAN_API_COPIES, docker_disk, podman_disk
 from imagebuild.importer.load_room import LoadDisk
 
 
@@ -288,12 +288,17 @@ class Engine(ABC):
         """The engine's ``GET /info`` ({} from an engine that has none)."""
         return {}
 
+    def podman_info(self) -> dict[str, Any]:
+        """Podman's ``/libpod/info`` ({} from any other engine)."""
+        return {}
+
     def load_disk(self) -> LoadDisk:
         """Where a load writes the layers on this machine: import checks their free space first
         (imagebuild.importer.load_places)."""
-        if self.store().kind == PODMAN:
-            return LoadDisk(unknown=f"the Podman service at {self.address} does not say where it copies a load")
-        return docker_disk(self.engine_info(), self.address)
+        if self.store().kind != PODMAN:
+            return docker_disk(self.engine_info(), self.address)
+        store, root = self.podman_info().get("store") or {}, str(self.engine_info().get("DockerRootDir") or "")
+        return podman_disk(root, str(store.get("imageCopyTmpDir") or ""), PODMAN_API_COPIES)
 
     @abstractmethod
     def tag_table(self) -> dict[str, str]:
