@@ -19,6 +19,7 @@ from imagebuild.importer.failures import (
     EXIT_NO_ROOM,
     ImportFailure,
 )
+from imagebuild.importer.load_room import room_checked
 from imagebuild.importer.manifest import Manifest, read_manifest
 from imagebuild.importer.text import shown
 from imagebuild.importer.verified_load import ImportResult, archive_of, import_archive
@@ -32,8 +33,9 @@ ERRORS: dict[int, type[ImageBuildError]] = {
 
 
 def check_manifest(path: Path) -> Manifest:
-    """Read and validate the manifest before the engine is touched."""
+    """Read and validate the manifest (and the importer's switch) before the engine is touched."""
     try:
+        room_checked()
         return read_manifest(path)
     except ImportFailure as e:
         raise ERRORS[e.exit_code](shown(str(e), limit=2000)) from e

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .check_only import check_archive
 from .failures import ImportFailure
+from .load_room import room_checked
 from .manifest import read_manifest
 from .podman_load import load_into_podman
 from .socket_engine import SocketEngine
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manifest_path: Path = args.manifest
         read_manifest(manifest_path)  # bad input is reported before the engine is touched
+        room_checked()
         if args.check_only:
             checked = check_archive(manifest_path, report)
             report(f"{checked.archive}: {checked.kind} of {checked.image_id}, size and sha256 as the manifest says")

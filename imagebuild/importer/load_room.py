@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .failures import NoRoom
+from .failures import BadInput, NoRoom
+from .text import shown
 
 if TYPE_CHECKING:  # the engine interface imports this module; a build needs no manifest
     from .manifest import Manifest
@@ -48,6 +49,16 @@ class LoadDisk:
     unknown: str = ""
 
 
+def room_checked() -> bool:
+    """Whether ``IMAGEBUILD_IMPORT_ROOM`` leaves the check on (unset or "on"; "off" skips it). Read
+    before the engine is asked anything: any other value is bad input, never a quiet default."""
+    value = os.environ.get(SWITCH, "on")
+    if value not in ("on", "off"):
+        msg = f"{SWITCH}='{shown(value, 80)}': give off (skip the free-space check before a load) or on, or leave it unset"
+        raise BadInput(msg)
+    return value == "on"
+
+
 def bytes_sent(manifest: Manifest, skip: frozenset[str]) -> int | None:
     """The bytes of the layer files the engine is sent (each file once); None when not known (a
     format version 2 manifest whose engine holds some of the layers)."""
@@ -64,7 +75,7 @@ def check_room(
     """NoRoom when a filesystem the load writes to has less free than the load needs there; a line
     to ``report`` when the check is skipped, and why."""
     sent = bytes_sent(manifest, skip)
-    if os.environ.get(SWITCH) == "off" or not sent:
+    if not room_checked() or not sent:
         return
     if not disk.places:
         report(f"free space not checked: {disk.unknown}")

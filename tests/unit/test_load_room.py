@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.cli import main
 from imagebuild.distribute.local_import import import_manifest
 from imagebuild.errors import ExitCode, ImageBuildError
 from imagebuild.importer import containerd_root, load_room
@@ -75,6 +76,18 @@ def test_the_check_can_be_switched_off_for_a_tmpdir_on_another_disk(tmp_path: Pa
     _free(monkeypatch, 0)
     monkeypatch.setenv(load_room.SWITCH, "off")
     assert import_manifest(path, FakeEngine(data_root=str(tmp_path)), report=lambda _: None).image_id
+
+
+def test_imagebuild_import_refuses_a_room_switch_it_does_not_know_before_the_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = exported(tmp_path)
+    monkeypatch.setenv(load_room.SWITCH, "false")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    assert main(["import", str(path)]) == ExitCode.BAD_INPUT
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "IMAGEBUILD_IMPORT_ROOM='false': give off (skip the free-space check before a load) or on, or leave it unset"
+    )
 
 
 def test_what_is_sent_counts_each_file_once_and_is_unknown_only_when_a_version_2_manifest_leaves_some_out() -> None:

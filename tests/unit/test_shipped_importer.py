@@ -59,11 +59,11 @@ def test_the_zipapp_holds_the_package_modules_unchanged_in_a_fixed_order_and_tim
     assert {entry.external_attr >> 16 for entry in entries} == {0o100644}
 
 
-def _run(python: Path, zipapp: Path, manifest: Path, docker_host: str) -> subprocess.CompletedProcess[str]:
+def _run(python: Path, zipapp: Path, manifest: Path, docker_host: str, **env: str) -> subprocess.CompletedProcess[str]:
     # -I -S: no PYTHON* variables, no site-packages at all: only the zipapp and the standard library.
     return subprocess.run(
         [str(python), "-I", "-S", str(zipapp), str(manifest)],
-        env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": docker_host},
+        env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": docker_host, **env},
         capture_output=True,
         text=True,
         timeout=60,
@@ -85,6 +85,18 @@ def test_the_zipapp_runs_on_a_bare_python_and_refuses_bad_input_before_the_engin
     assert done.stderr == (
         f"imagebuild-import: error: manifest {bad}: 'archive' must be a bare file name beside the "
         "manifest, not '../x'\n"
+    )
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_the_zipapp_refuses_a_room_switch_it_does_not_know_before_the_engine(tmp_path: Path, python: Path) -> None:
+    zipapp = _export(tmp_path / "shared")
+    (manifest_path,) = (tmp_path / "shared").glob("*.json")
+    done = _run(python, zipapp, manifest_path, f"unix://{tmp_path}/docker.sock", IMAGEBUILD_IMPORT_ROOM="0\x1b")
+    assert done.returncode == 2, done.stderr  # not 3: no engine answers there, and none was asked
+    assert done.stderr == (
+        "imagebuild-import: error: IMAGEBUILD_IMPORT_ROOM='0\\x1b': give off (skip the free-space check before "
+        "a load) or on, or leave it unset\n"
     )
 
 
