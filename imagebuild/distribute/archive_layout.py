@@ -65,9 +65,12 @@ class PortableArchive:
     config_digest: str  # the identity
     manifest_digest: str  # the manifest index.json names: the containerd store's image ID after a load
     diff_ids: tuple[str, ...]
-    layer_bytes: int  # the layers' bytes as stored (compressed where the engine keeps them so)
     layer_paths: tuple[str, ...] = ()  # per diffID, the file manifest.json names for it
-    layer_sizes: tuple[int, ...] = ()  # per diffID, that file's bytes
+    layer_sizes: tuple[int, ...] = ()  # per diffID, that file's bytes (compressed where the engine keeps them so)
+
+    @property
+    def layer_bytes(self) -> int:
+        return sum(self.layer_sizes)
 
     @property
     def layer_files(self) -> tuple[ArchiveLayer, ...]:
@@ -343,7 +346,6 @@ def portable_archive(chunks: Iterable[bytes], out: Sink) -> PortableArchive:
         config_digest=config.digest,
         manifest_digest=manifest_digest,
         diff_ids=tuple(str(d) for d in diff_ids),
-        layer_bytes=sum(b.size for b in layers),
         layer_paths=tuple(layer_paths),
         layer_sizes=tuple(b.size for b in layers),
     )

@@ -91,7 +91,6 @@ def stored_archive(
         config_digest=config_digest,
         manifest_digest=manifest[1],
         diff_ids=diff_ids,
-        layer_bytes=sum(blobs[d][2] for d in diff_ids),
         layer_paths=tuple(layer_paths),
         layer_sizes=tuple(blobs[d][2] for d in diff_ids),
     )

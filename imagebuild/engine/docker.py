@@ -277,7 +277,7 @@ class DockerEngine(Engine):
         if not self._address.startswith("unix://"):  # its data root is on another machine (or VM)
             return StoredImage(unavailable=f"the engine at {self._address} is not on a local socket")
         try:
-            data, root = self._api.inspect_image(image_id), self._api.info().get("DockerRootDir")
+            data, root = self._api.inspect_image(image_id), self.engine_info().get("DockerRootDir")
         except docker.errors.DockerException as e:
             return StoredImage(unavailable=f"could not inspect {image_id[:19]}: {plain_reason(e)}")
         if self.store().ids_are_manifests:  # the content store: blobs, read by the manifest the ID names

@@ -297,8 +297,7 @@ class Engine(ABC):
         (imagebuild.importer.load_places)."""
         if self.store().kind != PODMAN:
             return docker_disk(self.engine_info(), self.address)
-        store, root = self.podman_info().get("store") or {}, str(self.engine_info().get("DockerRootDir") or "")
-        return podman_disk(root, str(store.get("imageCopyTmpDir") or ""), PODMAN_API_COPIES)
+        return podman_disk(self.podman_info(), PODMAN_API_COPIES)
 
     @abstractmethod
     def tag_table(self) -> dict[str, str]:

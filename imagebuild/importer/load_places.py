@@ -46,8 +46,11 @@ def docker_disk(info: dict[str, Any], address: str, *, proc: Path = PROC) -> Loa
     return LoadDisk((Place(str(roots[0]), 2, "the engine's content store, and them unpacked"),))
 
 
-def podman_disk(storage: str, copy_dir: str, copies: int) -> LoadDisk:
-    """Where Podman writes a load: ``copies`` in its image copy directory, one in its storage."""
+def podman_disk(info: dict[str, Any], copies: int) -> LoadDisk:
+    """Where the Podman whose own info (``podman info``, ``/libpod/info``) this is writes a load:
+    ``copies`` in its image copy directory, one in its storage."""
+    store = info.get("store") if isinstance(info, dict) else None
+    storage, copy_dir = (str(store.get(key) or "") for key in ("graphRoot", "imageCopyTmpDir")) if isinstance(store, dict) else ("", "")
     if not (storage.startswith("/") and copy_dir.startswith("/")):
         return LoadDisk(unknown="Podman does not say where its storage and image copy directory are")
     return LoadDisk((Place(copy_dir, copies, "Podman's copies while it loads them"), Place(storage, 1, "them unpacked in its storage")))

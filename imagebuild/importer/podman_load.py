@@ -58,13 +58,12 @@ def _load_disk() -> LoadDisk:
     """Where `podman load` writes: its storage and its image copy directory, as `podman info` says."""
     done = _podman("info", "--format", "json")
     try:
-        info = json.loads(done.stdout) if done.returncode == 0 else {}
+        info = json.loads(done.stdout) if done.returncode == 0 else None
     except ValueError:
-        info = {}
-    store = info.get("store") if isinstance(info, dict) else None
-    if not isinstance(store, dict):
+        info = None
+    if not isinstance(info, dict):
         return LoadDisk(unknown=f"`podman info` did not say where Podman stores images ({shown(done.stderr.strip()[-200:])})")
-    return podman_disk(str(store.get("graphRoot") or ""), str(store.get("imageCopyTmpDir") or ""), PODMAN_CLI_COPIES)
+    return podman_disk(info, PODMAN_CLI_COPIES)
 
 
 def load_into_podman(manifest_path: Path, report: Callable[[str], None] = lambda _: None) -> tuple[str, bool]:

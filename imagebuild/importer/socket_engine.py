@@ -45,6 +45,7 @@ class SocketEngine:
             )
             raise EngineUnavailable(msg)
         self._tls = _tls_context(tls, source) if tls is not None and self._netloc is not None else None
+        self._podman: bool | None = None
         self._info = self._json("/info", "report how it stores images")
         self.ids_are_manifests = names_images_by_manifest(self._info)
 
@@ -122,13 +123,15 @@ class SocketEngine:
     def load_disk(self) -> LoadDisk:
         if self._unix is None or not self._is_podman():
             return docker_disk(self._info, self.address)
-        store = self._json("/v1.41/libpod/info", "report where it stores images").get("store") or {}  # Podman's own API
-        return podman_disk(str(self._info.get("DockerRootDir") or ""), str(store.get("imageCopyTmpDir") or ""), PODMAN_API_COPIES)
+        return podman_disk(self._json("/v1.41/libpod/info", "report where it stores images"), PODMAN_API_COPIES)  # its own API
 
     def _is_podman(self) -> bool:
-        """Podman's API says so in ``/version``'s Components; it refuses an archive that lacks a layer."""
-        components = self._json("/version", "report its version").get("Components") or []
-        return any(isinstance(c, dict) and c.get("Name") == "Podman Engine" for c in components)
+        """Podman's API says so in ``/version``'s Components; it refuses an archive that lacks a layer.
+        Asked once: an import asks it for the held layers and for the room."""
+        if self._podman is None:
+            components = self._json("/version", "report its version").get("Components") or []
+            self._podman = any(isinstance(c, dict) and c.get("Name") == "Podman Engine" for c in components)
+        return self._podman
 
     def load(self, chunks: Iterable[bytes]) -> list[str]:
         data = self._call("POST", "/images/load?quiet=1", "load the archive", body=chunks)

@@ -148,8 +148,8 @@ def test_the_room_is_checked_where_the_engine_writes_a_load(tmp_path: Path, monk
     assert _where(docker_disk(info, "unix:///var/run/docker.sock")) == [("/var/lib/docker", 2)]
     assert docker_disk(info, "tcp://node2:2376").unknown == "the engine at tcp://node2:2376 is not on this machine"
     assert docker_disk({}, "unix:///var/run/docker.sock").unknown == "the engine does not say where its data root is"
-    assert _where(podman_disk("/var/lib/containers/storage", "/var/tmp", 3)) == [("/var/tmp", 3), ("/var/lib/containers/storage", 1)]
-    assert podman_disk("", "/var/tmp", 2).unknown
+    assert _where(podman_disk(_podman_info("/var/lib/containers/storage", "/var/tmp"), 3)) == [("/var/tmp", 3), ("/var/lib/containers/storage", 1)]
+    assert podman_disk(_podman_info("", "/var/tmp"), 2).unknown
 
     # The containerd store: the containerd dockerd started, under the data root...
     containerd = {"DockerRootDir": str(tmp_path / "docker"), "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
@@ -172,7 +172,7 @@ def test_places_on_one_filesystem_add_up_and_each_filesystem_needs_its_own_sum(
     manifest = parse_manifest(manifest_document(uncompressed_size=10**9), "m")
     (tmp_path / "tmp").mkdir()
     (tmp_path / "storage").mkdir()
-    one_disk = podman_disk(str(tmp_path / "storage"), str(tmp_path / "tmp"), 2)
+    one_disk = podman_disk(_podman_info(str(tmp_path / "storage"), str(tmp_path / "tmp")), 2)
     _free(monkeypatch, 3 * 10**9)
     load_room.check_room(manifest, frozenset(), one_disk, _never)
     _free(monkeypatch, 3 * 10**9 - 1)
@@ -184,6 +184,11 @@ def test_places_on_one_filesystem_add_up_and_each_filesystem_needs_its_own_sum(
     two_disks = LoadDisk((Place("/proc", 2, "copies"), Place(str(tmp_path / "storage"), 1, "unpacked")))
     _free(monkeypatch, 2 * 10**9)
     load_room.check_room(manifest, frozenset(), two_disks, _never)
+
+
+def _podman_info(storage: str, copy_dir: str) -> dict[str, object]:
+    """What `podman info --format json` and Podman's /libpod/info say of its storage."""
+    return {"store": {"graphRoot": storage, "imageCopyTmpDir": copy_dir}}
 
 
 def _where(disk: LoadDisk) -> list[tuple[str, int]]:
