@@ -55,7 +55,8 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.FAILED: "render --check or lock --check found a stale file, or lock --locked a file a plain "
     "lock would change; diff: the images differ; a full disk or a read-only or failing filesystem (the "
     "file named); import: the engine's disk lacks room for the layers (the node, directory and sizes "
-    "named, nothing read); any other failure",
+    "named, nothing read), or the importer's `--unpack-into DIR` lacks room for the squashfs unpacked; "
+    "any other failure",
     ExitCode.BAD_INPUT: "bad input: an argument, an input file, an image the engine does not have",
     ExitCode.NO_ENGINE: "no Docker engine, or the engine refused",
     ExitCode.BUILD_FAILED: "a build step failed; nothing was tagged",

@@ -18,11 +18,13 @@ LOCKFILE=/run/imagebuild-dockerd.lock
 DOCKER_PIDFILE=/var/run/docker.pid
 TIMEOUT=${IMAGEBUILD_DOCKERD_TIMEOUT:-90}
 PACKAGES=(docker.io docker-registry debootstrap iproute2 zstd podman containernetworking-plugins
-    charliecloud squashfuse squashfs-tools-ng apt-utils gpg)
+    charliecloud squashfuse squashfs-tools-ng squashfs-tools apt-utils gpg)
 # zstd: importing zstd archives on Docker < 23. podman (and the CNI plugins its containers network with,
 # only recommended): the Podman engine tests, sampleworld/podman_engine.py. charliecloud (0.31, its
 # ch-run mounts a squashfs itself) and squashfuse: the `slurm --runtime charliecloud` jobs.
 # squashfs-tools-ng (tar2sqfs, without root; sqfs2tar and rdsquashfs to read one): `export --format squashfs`.
+# squashfs-tools (unsquashfs): what `enroot create` unpacks a squashfs with; the room a pyxis job's
+# step 1 asks for is tested against it (tests/integration/test_unpack_room.py).
 # apt-utils (apt-ftparchive) and gpg: the sample world's signed apt snapshots (sampleworld/apt_archive.py).
 
 say() { echo "ensure-docker: $*" >&2; }

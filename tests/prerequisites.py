@@ -9,11 +9,14 @@ run, so the same reason fails the test instead. Every such skip goes through ``s
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
 
 CI_ENV = "CI"
+# The oldest Python the shipped importer runs on (pyenv's, as CI installs it).
+PYTHON38 = Path.home() / ".pyenv/versions/3.8.18/bin/python3.8"
 
 
 def in_ci() -> bool:

@@ -202,6 +202,8 @@ def _export(
         attestations={path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in (*attested.paths, *carried)},
         kind=options.export_format.kind,
         layers=written.layer_files,
+        unpacked_bytes=written.unpacked.file_bytes if written.unpacked else 0,
+        unpacked_directories=written.unpacked.directories if written.unpacked else 0,
     )
     parse_manifest(manifest.to_json(), name)  # what nodes will accept, checked before writing
     manifest_path = output / f"{name}.json"

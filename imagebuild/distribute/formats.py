@@ -24,7 +24,7 @@ from typing import BinaryIO
 
 from imagebuild.distribute.compression import Compression, Sink, compressing
 from imagebuild.distribute.oci_layout import oci_manifest, write_oci_layout
-from imagebuild.distribute.rootfs import RootfsError
+from imagebuild.distribute.rootfs import Flattened, RootfsError
 from imagebuild.distribute.runtime_files import RuntimeFilesError
 from imagebuild.distribute.spooled_image import SpooledImage, SpoolError
 from imagebuild.distribute.squashfs import COMPRESSORS, TAR2SQFS, SquashfsError, write_squashfs
@@ -84,6 +84,7 @@ class WrittenArchive:
     # A docker archive's layers, lowest first, with the file holding each and its size: for the
     # importer to leave out what the engine holds and check the room the rest take; () for the other kinds.
     layer_files: tuple[ArchiveLayer, ...] = ()
+    unpacked: Flattened | None = None  # a squashfs's tree: the room it takes unpacked
 
 
 class _Hashing:
@@ -162,5 +163,5 @@ def _squashfs(image: SpooledImage, path: Path, spool_dir: Path, compression: Com
     manifest = oci_manifest(image)
     return WrittenArchive(
         sha256=digest.hexdigest(), size=size, uncompressed_size=squashfs.tar_bytes, config_digest=image.identity,
-        manifest_digest="sha256:" + hashlib.sha256(manifest).hexdigest(),
+        manifest_digest="sha256:" + hashlib.sha256(manifest).hexdigest(), unpacked=squashfs.root,
     )  # fmt: skip

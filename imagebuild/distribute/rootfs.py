@@ -13,6 +13,10 @@ PAX headers only extended attributes (file capabilities) are kept. ``extra`` fil
 of ``runtime_files``) replace or add entries, their missing parents (and ``directories``, such as the
 working directory a read-only squashfs must already have) added as 0755 directories.
 Memory is one header per entry (the content is read from the spooled layer tars by offset).
+
+What the tree takes unpacked is counted on the way (``Flattened``): its regular files in 4 KiB
+blocks, each content once, and its directories: the room ``enroot create`` needs to unpack the
+squashfs (``importer.unpack_room``, where it is measured).
 """
 
 from __future__ import annotations
@@ -30,6 +34,18 @@ from imagebuild.util.streams import CHUNK, forget_members, tar_padding
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
 KEPT_PAX = "SCHILY.xattr."  # extended attributes; times, names and sizes are set here
+
+
+BLOCK = 4096  # the block unpacked files are counted in: a page on tmpfs, ext4's and xfs's default block
+
+
+@dataclass(frozen=True)
+class Flattened:
+    """What ``flatten_layers`` wrote: its entries, and the room the tree takes unpacked."""
+
+    entries: int
+    file_bytes: int  # the regular files' sizes, each rounded up to BLOCK, a content shared by hard links once
+    directories: int
 
 
 class RootfsError(Exception):
@@ -140,8 +156,8 @@ def flatten_layers(
     *,
     extra: Mapping[str, bytes] | None = None,
     directories: Sequence[str] = (),
-) -> int:
-    """Write the flattened root of ``layers`` (lowest first) to ``out``; return the number of entries.
+) -> Flattened:
+    """Write the flattened root of ``layers`` (lowest first) to ``out``; say what it wrote.
 
     ``extra`` files are added (replacing what the layers have there), ``directories`` made if missing."""
     tree = _Tree()
@@ -162,7 +178,8 @@ def flatten_layers(
             file.close()
 
 
-def _write(tree: _Tree, files: Sequence[BinaryIO], out: fixed_tar.Sink) -> int:
+def _write(tree: _Tree, files: Sequence[BinaryIO], out: fixed_tar.Sink) -> Flattened:
+    file_bytes, directories = 0, 0 if "" in tree.entries else 1  # the root: unsquashfs makes it if the tar has none
     first_of: dict[tuple[int, int] | int, str] = {}  # a content's first path in the output: later ones link to it
     for path in sorted(tree.entries, key=_sort_key):
         entry = tree.entries[path]
@@ -177,6 +194,7 @@ def _write(tree: _Tree, files: Sequence[BinaryIO], out: fixed_tar.Sink) -> int:
             )  # fmt: skip
 
         if info.isdir():
+            directories += 1
             out.write(head(tarfile.DIRTYPE))
         elif info.issym():
             out.write(head(tarfile.SYMTYPE, linkname=info.linkname))
@@ -187,12 +205,13 @@ def _write(tree: _Tree, files: Sequence[BinaryIO], out: fixed_tar.Sink) -> int:
             else:
                 first_of[key] = name
                 size = len(entry.data) if entry.data is not None else info.size
+                file_bytes += -(-size // BLOCK) * BLOCK
                 out.write(head(tarfile.REGTYPE, size=size))
                 _content(out, name, entry, files)
         else:  # devices and FIFOs, as the layer has them
             out.write(head(info.type))
     out.write(fixed_tar.TAR_END)
-    return len(tree.entries)
+    return Flattened(entries=len(tree.entries), file_bytes=file_bytes, directories=directories)
 
 
 def _content(out: fixed_tar.Sink, name: str, entry: _Entry, files: Sequence[BinaryIO]) -> None:

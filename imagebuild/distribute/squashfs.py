@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from imagebuild.distribute.compression import GZIP_LEVEL, ZSTD_LEVEL
-from imagebuild.distribute.rootfs import flatten_layers
+from imagebuild.distribute.rootfs import Flattened, flatten_layers
 from imagebuild.distribute.runtime_files import runtime_files, working_directory
 from imagebuild.errors import CommandError
 from imagebuild.inputs.layout import MOUNT_POINTS
@@ -46,7 +46,7 @@ class SquashfsError(Exception):
 
 @dataclass(frozen=True, kw_only=True)
 class Squashfs:
-    entries: int  # of the flattened root
+    root: Flattened  # its entries, and the room they take unpacked
     tar_bytes: int  # the rootfs tar tar2sqfs read
 
 
@@ -66,13 +66,13 @@ def write_squashfs(
     extra = runtime_files(image_config)
     workdir = working_directory(image_config)
     counted: list[_Counted] = []
-    entries: list[int] = []
+    flattened: list[Flattened] = []
 
     def feed(stdin: IO[bytes]) -> None:
         sink = _Counted(stdin)
         counted.append(sink)
         directories = (workdir,) if workdir else ()
-        entries.append(flatten_layers(layers, sink, extra=extra, directories=(*directories, *MOUNT_POINTS)))
+        flattened.append(flatten_layers(layers, sink, extra=extra, directories=(*directories, *MOUNT_POINTS)))
 
     argv = [
         TAR2SQFS, "--quiet", "--no-keep-time", "--no-skip", "--compressor", compressor,
@@ -84,7 +84,7 @@ def write_squashfs(
     except CommandError as e:
         raise SquashfsError(str(e)) from e
     check_superblock(path)
-    return Squashfs(entries=entries[0], tar_bytes=counted[0].size)
+    return Squashfs(root=flattened[0], tar_bytes=counted[0].size)
 
 
 def check_superblock(path: Path) -> None:

@@ -2,10 +2,12 @@
 
 ``--check-only`` checks the archive against its manifest (size, sha256; a squashfs's superblock) and
 loads nothing: what a pyxis or Charliecloud job runs on every node before it starts the squashfs.
+``--unpack-into DIR`` with it first checks that DIR's filesystem has room for the squashfs unpacked
+(``unpack_room``): where pyxis's enroot unpacks it.
 ``--runtime podman`` checks it the same way, then loads it with ``podman load`` (``podman_load``).
 
 Exit codes (the same as imagebuild's): 0 imported or already present, 1 the engine's disk lacks
-room for the layers (nothing read; ``load_room``), 2 bad input (missing or malformed manifest,
+room for the layers (nothing read; ``load_room``) or DIR lacks room for the squashfs unpacked, 2 bad input (missing or malformed manifest,
 missing archive), 3 no Docker engine or the engine refused, 7 integrity (size, sha256 or image ID
 differs from the manifest), 130 interrupted. Messages go to stderr, one line
 each; the image ID goes to stdout.
@@ -24,6 +26,7 @@ from .manifest import read_manifest
 from .podman_load import load_into_podman
 from .socket_engine import SocketEngine
 from .text import shown
+from .unpack_room import check_unpack_room
 from .verified_load import import_archive
 
 
@@ -38,21 +41,31 @@ def main(argv: list[str] | None = None) -> int:
         help="check the archive's size and sha256 (and a squashfs's superblock) against the manifest; load nothing",
     )
     parser.add_argument(
+        "--unpack-into",
+        type=Path,
+        metavar="DIR",
+        help="with --check-only, a squashfs's: first check that DIR's filesystem has room for it unpacked (enroot's data directory)",
+    )
+    parser.add_argument(
         "--runtime",
         choices=("docker", "podman"),
         default="docker",
         help="docker: stream into the Docker engine `docker` uses (DOCKER_HOST, else the docker context; the default); podman: check, then `podman load`",
     )
     args = parser.parse_args(argv)
+    if args.unpack_into is not None and not args.check_only:
+        parser.error("--unpack-into goes with --check-only")
 
     def report(text: str) -> None:
         print(f"imagebuild-import: {shown(text, limit=2000)}", file=sys.stderr, flush=True)
 
     try:
         manifest_path: Path = args.manifest
-        read_manifest(manifest_path)  # bad input is reported before the engine is touched
+        manifest = read_manifest(manifest_path)  # bad input is reported before the engine is touched
         room_checked()
         if args.check_only:
+            if args.unpack_into is not None:  # before the archive is read: a node without room fails at once
+                check_unpack_room(manifest, args.unpack_into, report)
             checked = check_archive(manifest_path, report)
             report(f"{checked.archive}: {checked.kind} of {checked.image_id}, size and sha256 as the manifest says")
             print(checked.image_id)

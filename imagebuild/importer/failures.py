@@ -32,6 +32,7 @@ class IntegrityFailure(ImportFailure):
 
 
 class NoRoom(ImportFailure):
-    """The engine's disk has less free than the load needs (imagebuild's exit code for the machine's limits)."""
+    """The disk a load or an unpack writes to has less free than it needs (imagebuild's exit code for
+    the machine's limits)."""
 
     exit_code = EXIT_NO_ROOM

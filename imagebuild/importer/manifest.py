@@ -84,6 +84,11 @@ class Manifest:
     # A docker archive's layers, lowest first. What lets the importer leave out the files of layers
     # the engine already holds (held_layers) and know the room the rest take (load_room); absent before.
     layers: tuple[ArchiveLayer, ...] = ()
+    # A squashfs's tree as `enroot create` unpacks it: its regular files in 4 KiB blocks (each content
+    # once) and its directories; what ``unpack_room`` checks a node's room against. 0: not said (a
+    # squashfs exported before these were written; the other kinds).
+    unpacked_bytes: int = 0
+    unpacked_directories: int = 0
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
 
@@ -96,6 +101,8 @@ class Manifest:
         data["layers"] = [{"diff_id": layer.diff_id, "file": layer.file, "size": layer.size} for layer in self.layers]
         if not self.layers:
             del data["layers"]
+        if self.kind != SQUASHFS:
+            del data["unpacked_bytes"], data["unpacked_directories"]
         return data
 
 
@@ -130,6 +137,8 @@ def parse_manifest(data: object, where: str) -> Manifest:
         ("compression", data["compression"] in COMPRESSIONS, " or ".join(COMPRESSIONS)),
         ("size", data["size"] >= 0, "a byte count"),
         ("kind", data.get("kind", DOCKER_ARCHIVE) in KINDS, " or ".join(KINDS)),
+        ("unpacked_bytes", _unpacked_ok(data, "unpacked_bytes"), "a squashfs's byte count"),
+        ("unpacked_directories", _unpacked_ok(data, "unpacked_directories"), "a squashfs's directory count"),
     )
     for key, ok, expected in checks:
         if not ok:
@@ -154,6 +163,7 @@ def parse_manifest(data: object, where: str) -> Manifest:
         origin=origin if isinstance(origin, str) else "", manifest_digest=str(data.get("manifest_digest", "")),
         format_version=data["format_version"], uncompressed_size=int(data.get("uncompressed_size") or 0),
         attestations=dict(attestations), kind=str(data.get("kind", DOCKER_ARCHIVE)), layers=layers,
+        unpacked_bytes=int(data.get("unpacked_bytes", 0)), unpacked_directories=int(data.get("unpacked_directories", 0)),
     )  # fmt: skip
 
 
@@ -243,6 +253,13 @@ def _manifest_digest_ok(data: dict[str, Any]) -> bool:
     if value is None:
         return bool(data["format_version"] == 1)
     return isinstance(value, str) and IMAGE_ID_RE.fullmatch(value) is not None
+
+
+def _unpacked_ok(data: dict[str, Any], key: str) -> bool:
+    """A squashfs's alone, and optional (a squashfs exported before it was written has none)."""
+    value = data.get(key, 0)
+    kind_ok = key not in data or data.get("kind") == SQUASHFS
+    return kind_ok and isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _uncompressed_size_ok(data: dict[str, Any]) -> bool:

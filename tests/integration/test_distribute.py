@@ -29,13 +29,12 @@ from sampleworld.pytest_plugin import sample_world_state_dir
 from sampleworld.world import World
 from tests.integration.image_support import CHECKOUT
 from tests.integration.scratch import module_scratch
-from tests.prerequisites import skip_or_fail
+from tests.prerequisites import PYTHON38, skip_or_fail
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("chdir_repo")]
 
 # Per checkout: several checkouts share one Docker engine, and a shared tag would be overwritten.
 IMAGE = f"imagebuild-test-distribute/kimi-k3:gfx942-{CHECKOUT}"
-PYTHON38 = Path.home() / ".pyenv/versions/3.8.18/bin/python3.8"
 
 
 def _docker(host: str | None, *args: str) -> subprocess.CompletedProcess[str]:

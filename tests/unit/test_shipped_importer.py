@@ -19,9 +19,9 @@ from imagebuild.distribute.shipped_importer import IMPORTER_NAME, ZIP_TIME, impo
 from imagebuild.engine.interface import BuildEvent, classic_build_events
 from imagebuild.importer.docker_api import loaded_images, response_error, stream_error
 from imagebuild.testing import FakeEngine
+from tests.prerequisites import PYTHON38
 
 TAG = "imagebuild/kimi-k3:gfx942"
-PYTHON38 = Path.home() / ".pyenv/versions/3.8.18/bin/python3.8"
 PYTHONS = [
     pytest.param(Path(sys.executable), id="this-python"),
     pytest.param(

@@ -18,11 +18,11 @@ from imagebuild.importer import cli as shipped_cli
 from imagebuild.importer import manifest as manifest_module
 from imagebuild.importer.manifest import Manifest
 from imagebuild.launcher import text as launcher_text
+from tests.prerequisites import PYTHON38
 from tests.unit.imagetars import Item, config, layer, saved
 
 HEX = "cd" * 32
 SLURM = ["slurm", "--nodes", "2", "--variant", "pp2xtp8", "--model-path", "/models/kimi-k3"]
-PYTHON38 = Path.home() / ".pyenv/versions/3.8.18/bin/python3.8"
 GOOD = Manifest(
     archive="kimi-k3-cdcdcdcdcdcd.tar.zst", sha256="ef" * 32, size=1, compression="zstd",
     image_id=f"sha256:{HEX}", manifest_digest="sha256:" + "ab" * 32, uncompressed_size=2,
