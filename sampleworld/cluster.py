@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -293,19 +293,32 @@ def load(state_dir: Path | None = None) -> Cluster:
     return Cluster(**data)
 
 
-# The directories a node's tasks find their tools in when a test takes some away (node_without).
+# The directories a node's tasks find their tools in when a test changes them (node_programs).
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @contextlib.contextmanager
 def node_without(state_dir: Path | None, node: str, tools: Iterable[str]) -> Iterator[None]:
-    """While open, every task that starts on ``node`` has a PATH without ``tools``: one directory of
-    links to every program of this process's PATH but those, as on a node where they are not installed."""
+    """While open, every task that starts on ``node`` has a PATH without ``tools``, as on a node where
+    they are not installed."""
+    with node_programs(state_dir, node, without=tools):
+        yield
+
+
+@contextlib.contextmanager
+def node_programs(
+    state_dir: Path | None, node: str, *, without: Iterable[str] = (), added: Mapping[str, Path] | None = None
+) -> Iterator[None]:
+    """While open, every task that starts on ``node`` has a PATH of one directory: links to every program
+    of this process's PATH but those ``without`` names, and to the ``added`` ones (name -> program),
+    as on a node where those are installed (a stand-in, such as sampleworld.enroot_standin's)."""
     layout = cluster_layout(_state(state_dir))
-    hidden = set(tools)
+    hidden = set(without)
     bin_dir = layout.node_path(node).parent / "bin"
     shutil.rmtree(bin_dir, ignore_errors=True)
     bin_dir.mkdir(parents=True)
+    for name, program in (added or {}).items():
+        (bin_dir / name).symlink_to(program)
     for directory in os.environ.get("PATH", _SYSTEM_PATH).split(os.pathsep):
         with contextlib.suppress(OSError):
             for entry in sorted(Path(directory).iterdir()):

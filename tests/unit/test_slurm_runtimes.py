@@ -107,7 +107,9 @@ def test_pyxis_starts_the_container_from_srun(capsys: pytest.CaptureFixture[str]
         assert text in out
     fetch = out.split("fetch_image() {")[1].split("\n}")[0]
     assert "pull" not in fetch
-    assert "--check-only >/dev/null" in fetch  # checked only: a squashfs is never imported
+    # checked only (a squashfs is never imported), enroot's data directory's room first
+    assert 'into=$(enroot_data_path)\n    say "checking $SQUASHFS"' in fetch
+    assert '--check-only ${into:+--unpack-into "$into"} >/dev/null' in fetch
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,30 @@ from __future__ import annotations
 from imagebuild.slurm.runtimes import squashfs as sq
 
 _RUN_NODE = """\
+# Where `enroot create` unpacks the squashfs on this node (pyxis runs it, and enroot checks no room
+# first): its ENROOT_DATA_PATH as enroot itself reads it, by running the configuration block of its
+# own script (enroot.conf with its expansions, the environment, the defaults) in a bash of its own,
+# in the job's environment less the paths pyxis keeps from enroot. mkdir is a no-op there: nothing is
+# made. Empty, and said, where enroot is no script with that block, it fails, or the path is relative.
+enroot_data_path() {
+    local enroot block into
+    enroot=$(command -v enroot)
+    block=$(sed -n '/^# ---- BEGIN CONFIG ----$/,/^# ----- END CONFIG -----$/p' "$enroot" 2>/dev/null) || block=
+    if [[ $block != *'# ----- END CONFIG -----' ]]; then
+        say "room to unpack not checked: $enroot has no configuration block to read ENROOT_DATA_PATH from"
+        return 0
+    fi
+    into=$(bash -c 'set -euo pipefail; shopt -s lastpipe; mkdir() { :; }
+        unset ENROOT_LIBRARY_PATH ENROOT_SYSCONF_PATH ENROOT_RUNTIME_PATH ENROOT_CACHE_PATH ENROOT_DATA_PATH ENROOT_TEMP_PATH
+        eval "$1" >/dev/null 2>&1
+        printf "%s" "${ENROOT_DATA_PATH-}"' enroot-config "$block") || into=
+    if [[ $into != /* ]]; then
+        say "room to unpack not checked: enroot's configuration gave no absolute ENROOT_DATA_PATH (${into:-none})"
+        return 0
+    fi
+    printf '%s\\n' "$into"
+}
+
 # Step 2's options: srun starts the container on every node, so they are decided here, once. enroot
 # has the host's network, IPC and /dev and the task's groups (docker's --network host, --ipc host,
 # --device, --group-add), and no PID namespace: the launcher is not PID 1, and a SIGTERM before its
@@ -71,6 +95,7 @@ PYXIS = sq.squashfs_runtime(
     needs="enroot with the pyxis SPANK plugin",
     ulimits_note=None,  # no --ulimit: the task's limits (see pyxis_options)
     run_node=_RUN_NODE,
-    functions=("pyxis_options", "run_node"),
+    functions=("enroot_data_path", "pyxis_options", "run_node"),
     run_step=_RUN_STEP,
+    unpack_into="enroot_data_path",
 )

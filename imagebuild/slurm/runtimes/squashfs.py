@@ -24,12 +24,15 @@ def squashfs_runtime(
     run_node: str,
     functions: tuple[str, ...],
     run_step: str,
+    unpack_into: str = "",
 ) -> Runtime:
-    """A runtime that runs the manifest's squashfs in place; it has no cleanup step (nothing is left)."""
+    """A runtime that runs the manifest's squashfs in place; it has no cleanup step (nothing is left).
+    ``unpack_into``: the function (in ``run_node``) that prints the directory the runtime unpacks the
+    squashfs into on a node, whose room step 1 then checks; "" for a runtime that unpacks nothing."""
     return Runtime(
         name=name, kinds=(SQUASHFS,), pulls=False, tools=lambda job: tools(needs), source=source,
         image_settings=image_settings, settings_notes={**_NO_ENGINE_NOTES, "ULIMITS": ulimits_note},
-        fetch=lambda job: fetch(binary), helpers="", run_node=run_node, cleanup="",
+        fetch=lambda job: fetch(binary, unpack_into), helpers="", run_node=run_node, cleanup="",
         functions=("node_address", "fetch_image", *functions), run_step=run_step, cleanup_step="",
     )  # fmt: skip
 
@@ -45,8 +48,17 @@ def image_settings(job: Job) -> str:
     )
 
 
-def fetch(binary: str, extra: str = "") -> str:
-    """Step 1: the runtime's binary is there and the squashfs is the manifest's, on every node."""
+def fetch(binary: str, unpack_into: str = "") -> str:
+    """Step 1: the runtime's binary is there and the squashfs is the manifest's, on every node; where
+    the runtime unpacks it (``unpack_into``), that directory has the room, checked first."""
+    if unpack_into:
+        room = f"""
+    # The room it is unpacked into, checked before the archive is read (the importer's --unpack-into).
+    local into
+    into=$({unpack_into})"""
+        check = '--check-only ${into:+--unpack-into "$into"}'
+    else:
+        room, check = "", "--check-only"
     return f"""\
 # Step 1, on every node: the runtime is installed, and the squashfs is the one the manifest names
 # (the importer checks its size, sha256 and superblock and starts nothing). Nothing is copied: every
@@ -56,9 +68,9 @@ fetch_image() {{
     if ! command -v {binary} >/dev/null; then
         say "{binary} is not installed on ${{SLURMD_NODENAME:-$(hostname)}}: this job needs it on every node (or use another --runtime)"
         return 127
-    fi
+    fi{room}
     say "checking $SQUASHFS"
-    python3 "$ARCHIVE_IMPORTER" "$ARCHIVE_MANIFEST" --check-only >/dev/null{extra}
+    python3 "$ARCHIVE_IMPORTER" "$ARCHIVE_MANIFEST" {check} >/dev/null
     say "image present: $SQUASHFS"
 }}"""
 
