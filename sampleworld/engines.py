@@ -55,6 +55,7 @@ class NodeEngine:
     # None: the main engine's storage driver; "": no --storage-driver (the containerd image store picks
     # its snapshotter itself)
     storage_driver: str | None = None
+    tmp_dir: Path | None = None  # the dockerd's DOCKER_TMPDIR (None: its data root's tmp/)
 
     @property
     def bridge(self) -> str:
@@ -104,10 +105,14 @@ class NodeEngine:
         )
 
     def env(self) -> dict[str, str] | None:
-        """The dockerd process's environment changes: its private bin dir first on PATH, if any."""
-        if self.path_prefix is None:
-            return None
-        return {"PATH": f"{self.path_prefix}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
+        """The dockerd process's environment changes: its private bin dir first on PATH, its
+        DOCKER_TMPDIR, if any."""
+        changes = {}
+        if self.path_prefix is not None:
+            changes["PATH"] = f"{self.path_prefix}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+        if self.tmp_dir is not None:
+            changes["DOCKER_TMPDIR"] = str(self.tmp_dir)
+        return changes or None
 
 
 def node_engine(state: StateDir, name: str) -> NodeEngine:

@@ -8,6 +8,8 @@ loaded, peaks sampled every 0.1-0.2 s:
   registers a layer, then unpacks each into its driver's directory; the containerd store keeps each
   blob in its content store beside the snapshot it unpacks. One 286 MiB layer failed with 560 MiB
   free and loaded with 575 on each; the sample image failed with 2.19 GB free and loaded with 2.23.
+  A graph-driver engine started with ``DOCKER_TMPDIR`` untars into that directory instead
+  (``dockerd_tmpdir`` reads it from the dockerd): once there, once in the data root.
 * ``podman load`` (``--runtime podman``): the layers twice in Podman's image copy directory (the
   archive decompressed or read, each blob staged: 2077 MiB for 1038 MiB of layers, a zstd archive
   and an uncompressed one alike) and once in its storage (1067 MiB), all at the peak.
@@ -25,6 +27,7 @@ from typing import Any
 
 from .containerd_root import PROC, candidate_roots
 from .docker_api import names_images_by_manifest
+from .dockerd_tmpdir import engine_tmpdir
 from .load_room import LoadDisk, Place
 
 PODMAN_CLI_COPIES, PODMAN_API_COPIES = 2, 3  # in Podman's image copy directory (above)
@@ -38,6 +41,12 @@ def docker_disk(info: dict[str, Any], address: str, *, proc: Path = PROC) -> Loa
     if not data_root.startswith("/"):
         return LoadDisk(unknown="the engine does not say where its data root is")
     if not names_images_by_manifest(info):
+        tmpdir = engine_tmpdir(data_root, proc=proc)
+        if tmpdir and tmpdir.startswith("/"):
+            return LoadDisk((
+                Place(tmpdir, 1, "the engine's copy while it loads them (its DOCKER_TMPDIR)"),
+                Place(data_root, 1, "them unpacked"),
+            ))  # fmt: skip
         return LoadDisk((Place(data_root, 2, "the engine's copy while it loads them, and them unpacked"),))
     roots = [root for root in candidate_roots(data_root, proc=proc) if root.is_dir()]
     devices = {_device(root) for root in roots}

@@ -15,6 +15,7 @@ from imagebuild.cli import main
 from imagebuild.distribute.local_import import import_manifest
 from imagebuild.errors import ExitCode, ImageBuildError
 from imagebuild.importer import containerd_root, load_room
+from imagebuild.importer.dockerd_tmpdir import engine_tmpdir
 from imagebuild.importer.failures import BadInput, NoRoom
 from imagebuild.importer.load_places import docker_disk, podman_disk
 from imagebuild.importer.load_room import LoadDisk, Place
@@ -145,7 +146,9 @@ def test_on_a_filesystem_that_may_compress_the_check_is_said_and_skipped(tmp_pat
 def test_the_room_is_checked_where_the_engine_writes_a_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(containerd_root, "DEFAULT_ROOT", tmp_path / "no-system-containerd")
     info = {"DockerRootDir": "/var/lib/docker", "Driver": "overlay2"}
-    assert _where(docker_disk(info, "unix:///var/run/docker.sock")) == [("/var/lib/docker", 2)]
+    no_processes = tmp_path / "proc-empty"
+    no_processes.mkdir()
+    assert _where(docker_disk(info, "unix:///var/run/docker.sock", proc=no_processes)) == [("/var/lib/docker", 2)]
     assert docker_disk(info, "tcp://node2:2376").unknown == "the engine at tcp://node2:2376 is not on this machine"
     assert docker_disk({}, "unix:///var/run/docker.sock").unknown == "the engine does not say where its data root is"
     assert _where(podman_disk(_podman_info("/var/lib/containers/storage", "/var/tmp"), 3)) == [("/var/tmp", 3), ("/var/lib/containers/storage", 1)]
@@ -197,3 +200,24 @@ def _where(disk: LoadDisk) -> list[tuple[str, int]]:
 
 def _never(line: str) -> None:
     raise AssertionError(line)
+
+
+def _dockerd(proc: Path, pid: int, open_file: str, environ: bytes) -> None:
+    """A dockerd in a stand-in /proc: its name, one open file, its environment."""
+    (proc / str(pid) / "fd").mkdir(parents=True)
+    (proc / str(pid) / "comm").write_text("dockerd\n")
+    (proc / str(pid) / "fd" / "14").symlink_to(open_file)
+    (proc / str(pid) / "environ").write_bytes(environ)
+
+
+def test_a_graph_driver_engine_s_docker_tmpdir_takes_its_copy_of_the_load(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    _dockerd(proc, 40, "/var/lib/docker2/volumes/metadata.db", b"DOCKER_TMPDIR=/scratch/other\0")  # another root
+    _dockerd(proc, 41, "/var/lib/docker/volumes/metadata.db", b"PATH=/usr/bin\0DOCKER_TMPDIR=/scratch/docker-tmp\0")
+    assert engine_tmpdir("/var/lib/docker", proc=proc) == "/scratch/docker-tmp"
+    info = {"DockerRootDir": "/var/lib/docker", "Driver": "overlay2"}
+    assert _where(docker_disk(info, "unix:///var/run/docker.sock", proc=proc)) == [("/scratch/docker-tmp", 1), ("/var/lib/docker", 1)]
+    (proc / "41" / "environ").write_bytes(b"PATH=/usr/bin\0")  # none set: its data root's tmp/
+    assert engine_tmpdir("/var/lib/docker", proc=proc) == ""
+    assert _where(docker_disk(info, "unix:///var/run/docker.sock", proc=proc)) == [("/var/lib/docker", 2)]
+    assert engine_tmpdir("/srv/docker", proc=proc) is None  # no dockerd of that root here
