@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -29,19 +28,10 @@ from tests.integration.cluster_support import (
     render_job,
     submit_and_wait,
 )
+from tests.integration.tmpfs import tmpfs
 from tests.prerequisites import skip_or_fail
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-
-
-@contextmanager
-def _tmpfs(point: Path, size: int) -> Iterator[Path]:
-    point.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "imagebuild-enroot-data", str(point)], check=True)
-    try:
-        yield point
-    finally:
-        subprocess.run(["umount", str(point)], check=True)
 
 
 def test_a_node_whose_enroot_data_directory_lacks_the_room_fails_step_1_naming_itself(
@@ -52,16 +42,16 @@ def test_a_node_whose_enroot_data_directory_lacks_the_room_fails_step_1_naming_i
     manifest = sample_export("squashfs")
     data = json.loads(manifest.read_text())
     needed, archive = int(data["unpacked_bytes"]), manifest.parent / str(data["archive"])
-    sysconf, tmpfs = tmp_path / "etc-enroot", tmp_path / "tmpfs"
+    sysconf, disks = tmp_path / "etc-enroot", tmp_path / "tmpfs"
     sysconf.mkdir()
     # As a site's enroot.conf: per node and per user, expanded by enroot on the node.
-    (sysconf / "enroot.conf").write_text(f"ENROOT_DATA_PATH {tmpfs}/${{SLURMD_NODENAME}}/enroot-data/user-$(id -u)\n")
+    (sysconf / "enroot.conf").write_text(f"ENROOT_DATA_PATH {disks}/${{SLURMD_NODENAME}}/enroot-data/user-$(id -u)\n")
     enroot = write_enroot(tmp_path / "enroot-bin", sysconf)
     dirs = JobDirs.create(tmp_path / "job")
     render_job(sample_cluster, dirs, "--archive", str(manifest), runtime="pyxis")
     with ExitStack() as stack:
         for node, size in (("node1", needed // 2), ("node2", needed)):
-            stack.enter_context(_tmpfs(tmpfs / node, size))
+            stack.enter_context(tmpfs(disks / node, size))
             stack.enter_context(node_programs(sample_world_state_dir(), node, added={"enroot": enroot}))
         result = submit_and_wait(sample_cluster, dirs)
     print(f"pyxis step-1 job {result.job_id}: {result.state} {result.exit_code} in {result.seconds:.1f}s")
@@ -71,10 +61,10 @@ def test_a_node_whose_enroot_data_directory_lacks_the_room_fails_step_1_naming_i
     errors = [line for line in node1.splitlines() if "imagebuild-import: error:" in line]
     assert len(errors) == 1, result.output
     print(errors[0])
-    assert f"to unpack {archive.name}: {tmpfs}/node1, on tmpfs, has 0.56 GB free" in errors[0]
-    assert f"the image unpacked into {tmpfs}/node1/enroot-data/user-0 takes 1.12 GB" in errors[0]
+    assert f"to unpack {archive.name}: {disks}/node1, on tmpfs, has 0.56 GB free" in errors[0]
+    assert f"the image unpacked into {disks}/node1/enroot-data/user-0 takes 1.12 GB" in errors[0]
     assert "size and sha256" not in node1  # refused before the squashfs was read
-    assert f"room to unpack: {tmpfs}/node2/enroot-data/user-0 has 1.12 GB free, 1.12 GB needed" in node2
+    assert f"room to unpack: {disks}/node2/enroot-data/user-0 has 1.12 GB free, 1.12 GB needed" in node2
     assert f"squashfs of {data['image_id']}, size and sha256 as the manifest says" in node2
     assert f"image present: {archive}" in node2
-    assert not any((tmpfs / node / "enroot-data").exists() for node in ("node1", "node2"))  # nothing made
+    assert not any((disks / node / "enroot-data").exists() for node in ("node1", "node2"))  # nothing made

@@ -23,14 +23,10 @@ from sampleworld import engines
 from sampleworld.engines import NodeEngine, ensure_engine, stop_engine
 from sampleworld.layout import StateDir
 from sampleworld.pytest_plugin import sample_world_state_dir
+from tests.integration.tmpfs import mount_tmpfs
 from tests.prerequisites import PYTHON38, skip_or_fail
 
 pytestmark = [pytest.mark.docker]
-
-
-def _tmpfs(point: Path, size: int, *, remount: bool = False) -> None:
-    options = f"remount,size={size}" if remount else f"size={size}"
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "imagebuild-tmpdir-node", str(point)], check=True)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +43,7 @@ def tmpdir_node(sample_export: Callable[[str], Path]) -> Iterator[tuple[NodeEngi
         assert point is not None
         point.mkdir(parents=True, exist_ok=True)
         if not point.is_mount():
-            _tmpfs(point, layers * 5 // 4)
+            mount_tmpfs(point, layers * 5 // 4)
         mounted.append(point)
     try:
         ensure_engine(engine)
@@ -78,7 +74,7 @@ def test_the_room_check_asks_docker_tmpdir_for_the_engine_s_copy(
     docker = ["docker", "--host", engine.host]
     subprocess.run([*docker, "image", "rm", "--force", image_id], check=True, capture_output=True)
 
-    _tmpfs(tmp_dir, layers // 2, remount=True)
+    mount_tmpfs(tmp_dir, layers // 2, remount=True)
     refused = _import(engine, manifest)
     assert refused.returncode == 1, refused.stderr
     (line,) = refused.stderr.splitlines()  # refused before "loading ...": nothing was read

@@ -14,26 +14,16 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME
+from tests.integration.tmpfs import tmpfs
 from tests.prerequisites import PYTHON38, skip_or_fail
 
 pytestmark = [pytest.mark.docker]
-
-
-@contextmanager
-def _tmpfs(point: Path, size: int) -> Iterator[Path]:
-    point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "imagebuild-unpack-room", str(point)], check=True)
-    try:
-        yield point
-    finally:
-        subprocess.run(["umount", str(point)], check=True)
 
 
 def test_a_tmpfs_with_the_room_the_manifest_says_unpacks_and_one_without_is_refused_first(
@@ -49,7 +39,7 @@ def test_a_tmpfs_with_the_room_the_manifest_says_unpacks_and_one_without_is_refu
     needed, archive = int(data["unpacked_bytes"]), manifest.parent / data["archive"]
     python = str(PYTHON38 if PYTHON38.exists() else sys.executable)
     for size, fits in ((needed, True), (needed // 2, False)):
-        with _tmpfs(tmp_path / f"tmpfs-{size}", size) as point:
+        with tmpfs(tmp_path / f"tmpfs-{size}", size) as point:
             target = point / "enroot" / "data"  # enroot makes its data directory: not there yet
             began = time.monotonic()
             checked = subprocess.run(
