@@ -64,6 +64,7 @@ def test_a_node_whose_enroot_data_directory_lacks_the_room_fails_step_1_naming_i
     assert f"to unpack {archive.name}: {disks}/node1, on tmpfs, has 0.56 GB free" in errors[0]
     assert f"the image unpacked into {disks}/node1/enroot-data/user-0 takes 1.12 GB" in errors[0]
     assert "size and sha256" not in node1  # refused before the squashfs was read
+    assert f"{disks}/node1/enroot-data/user-0 is enroot's data directory on this node (ENROOT_DATA_PATH" in node1
     assert f"room to unpack: {disks}/node2/enroot-data/user-0 has 1.12 GB free, 1.12 GB needed" in node2
     assert f"squashfs of {data['image_id']}, size and sha256 as the manifest says" in node2
     assert f"image present: {archive}" in node2

@@ -98,4 +98,8 @@ PYXIS = sq.squashfs_runtime(
     functions=("enroot_data_path", "pyxis_options", "run_node"),
     run_step=_RUN_STEP,
     unpack_into="enroot_data_path",
+    no_room_hint=(
+        "$into is enroot's data directory on this node (ENROOT_DATA_PATH, from its enroot.conf): remove the "
+        "containers earlier jobs left there (enroot list; enroot remove NAME), or ask the site for more room there"
+    ),
 )

@@ -25,14 +25,16 @@ def squashfs_runtime(
     functions: tuple[str, ...],
     run_step: str,
     unpack_into: str = "",
+    no_room_hint: str = "",
 ) -> Runtime:
     """A runtime that runs the manifest's squashfs in place; it has no cleanup step (nothing is left).
     ``unpack_into``: the function (in ``run_node``) that prints the directory the runtime unpacks the
-    squashfs into on a node, whose room step 1 then checks; "" for a runtime that unpacks nothing."""
+    squashfs into on a node, whose room step 1 then checks ("" for a runtime that unpacks nothing);
+    ``no_room_hint``: what step 1 says when that directory lacks the room ($into is the directory)."""
     return Runtime(
         name=name, kinds=(SQUASHFS,), pulls=False, tools=lambda job: tools(needs), source=source,
         image_settings=image_settings, settings_notes={**_NO_ENGINE_NOTES, "ULIMITS": ulimits_note},
-        fetch=lambda job: fetch(binary, unpack_into), helpers="", run_node=run_node, cleanup="",
+        fetch=lambda job: fetch(binary, unpack_into, no_room_hint), helpers="", run_node=run_node, cleanup="",
         functions=("node_address", "fetch_image", *functions), run_step=run_step, cleanup_step="",
     )  # fmt: skip
 
@@ -48,17 +50,20 @@ def image_settings(job: Job) -> str:
     )
 
 
-def fetch(binary: str, unpack_into: str = "") -> str:
+def fetch(binary: str, unpack_into: str = "", no_room_hint: str = "") -> str:
     """Step 1: the runtime's binary is there and the squashfs is the manifest's, on every node; where
     the runtime unpacks it (``unpack_into``), that directory has the room, checked first."""
     if unpack_into:
         room = f"""
-    # The room it is unpacked into, checked before the archive is read (the importer's --unpack-into).
-    local into
+    # The room it is unpacked into, checked before the archive is read (the importer's --unpack-into;
+    # its exit 1: not enough).
+    local into status=0
     into=$({unpack_into})"""
-        check = '--check-only ${into:+--unpack-into "$into"}'
+        check = f"""--check-only ${{into:+--unpack-into "$into"}} >/dev/null || status=$?
+    if ((status == 1)) && [[ -n $into ]]; then say "{no_room_hint}"; fi
+    if ((status != 0)); then return "$status"; fi"""
     else:
-        room, check = "", "--check-only"
+        room, check = "", "--check-only >/dev/null"
     return f"""\
 # Step 1, on every node: the runtime is installed, and the squashfs is the one the manifest names
 # (the importer checks its size, sha256 and superblock and starts nothing). Nothing is copied: every
@@ -70,7 +75,7 @@ fetch_image() {{
         return 127
     fi{room}
     say "checking $SQUASHFS"
-    python3 "$ARCHIVE_IMPORTER" "$ARCHIVE_MANIFEST" {check} >/dev/null
+    python3 "$ARCHIVE_IMPORTER" "$ARCHIVE_MANIFEST" {check}
     say "image present: $SQUASHFS"
 }}"""
 
