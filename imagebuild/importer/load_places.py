@@ -44,7 +44,7 @@ def docker_disk(info: dict[str, Any], address: str, *, proc: Path = PROC) -> Loa
         tmpdir = engine_tmpdir(data_root, proc=proc)
         if tmpdir and tmpdir.startswith("/"):
             return LoadDisk((
-                Place(tmpdir, 1, "the engine's copy while it loads them (its DOCKER_TMPDIR)"),
+                Place(tmpdir, 1, "the engine's copy while it loads them (its DOCKER_TMPDIR)", temporary=True),
                 Place(data_root, 1, "them unpacked"),
             ))  # fmt: skip
         return LoadDisk((Place(data_root, 2, "the engine's copy while it loads them, and them unpacked"),))
@@ -62,7 +62,10 @@ def podman_disk(info: dict[str, Any], copies: int) -> LoadDisk:
     storage, copy_dir = (str(store.get(key) or "") for key in ("graphRoot", "imageCopyTmpDir")) if isinstance(store, dict) else ("", "")
     if not (storage.startswith("/") and copy_dir.startswith("/")):
         return LoadDisk(unknown="Podman does not say where its storage and image copy directory are")
-    return LoadDisk((Place(copy_dir, copies, "Podman's copies while it loads them"), Place(storage, 1, "them unpacked in its storage")))
+    return LoadDisk((
+        Place(copy_dir, copies, "Podman's copies while it loads them", temporary=True),
+        Place(storage, 1, "them unpacked in its storage"),
+    ))  # fmt: skip
 
 
 def _device(path: Path) -> int | None:

@@ -39,6 +39,7 @@ class Place:
     directory: str
     copies: int
     what: str  # what the copies are, for the message
+    temporary: bool = False  # only the load's own copies: removing images frees nothing there
 
 
 @dataclass(frozen=True)
@@ -102,10 +103,15 @@ def _no_room(manifest: Manifest, skip: frozenset[str], places: list[Place], *, f
     directories = " and ".join(dict.fromkeys(place.directory for place in places))
     held = f", the {len(skip)} layer files the engine holds left out" if skip else ""
     copies = "; ".join(f"{_times(p.copies)} in {p.directory}: {p.what}" for p in places)
+    how = (
+        "the load's temporary copies alone go there: make room on that disk"
+        if all(place.temporary for place in places)
+        else "remove images this node no longer runs"
+    )
     return (
         f"not enough disk on {socket.gethostname()} for this load: {directories} {'have' if ' and ' in directories else 'has'} "
         f"{_gb(free)} free, and loading {manifest.archive} needs {_gb(needed)} there ({_gb(sent)} of layers{held}, "
-        f"{copies}); free {_gb(needed - free)} there (remove images this node no longer runs), then import "
+        f"{copies}); free {_gb(needed - free)} there ({how}), then import "
         f"again; nothing was loaded ({SWITCH}=off skips this check)"
     )
 

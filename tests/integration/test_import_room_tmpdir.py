@@ -80,5 +80,6 @@ def test_the_room_check_asks_docker_tmpdir_for_the_engine_s_copy(
     (line,) = refused.stderr.splitlines()  # refused before "loading ...": nothing was read
     assert f"{tmp_dir} has 0.5" in line
     assert f"once in {tmp_dir}: the engine's copy while it loads them (its DOCKER_TMPDIR)" in line
+    assert "(the load's temporary copies alone go there: make room on that disk)" in line
     listed = subprocess.run([*docker, "image", "ls", "--all", "--quiet"], check=True, capture_output=True, text=True)
     assert listed.stdout == ""

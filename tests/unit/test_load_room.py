@@ -183,10 +183,14 @@ def test_places_on_one_filesystem_add_up_and_each_filesystem_needs_its_own_sum(
         load_room.check_room(manifest, frozenset(), one_disk, _never)
     assert f"{tmp_path}/tmp and {tmp_path}/storage have 3.00 GB free, and loading a.tar.zst needs 3.00 GB there" in str(raised.value)
     assert f"(1.00 GB of layers, twice in {tmp_path}/tmp: Podman's copies while it loads them; once in {tmp_path}/storage" in str(raised.value)
+    assert "(remove images this node no longer runs)" in str(raised.value)  # the storage is on that disk
     # Two filesystems (the storage here, the copy directory in /proc's): each needs its own copies only.
-    two_disks = LoadDisk((Place("/proc", 2, "copies"), Place(str(tmp_path / "storage"), 1, "unpacked")))
+    two_disks = LoadDisk((Place("/proc", 2, "copies", temporary=True), Place(str(tmp_path / "storage"), 1, "unpacked")))
     _free(monkeypatch, 2 * 10**9)
     load_room.check_room(manifest, frozenset(), two_disks, _never)
+    _free(monkeypatch, 2 * 10**9 - 1)
+    with pytest.raises(NoRoom, match=r"^not enough disk on .*: /proc has .*\(the load's temporary copies alone go there: make room on that disk\)"):
+        load_room.check_room(manifest, frozenset(), two_disks, _never)
 
 
 def _podman_info(storage: str, copy_dir: str) -> dict[str, object]:
