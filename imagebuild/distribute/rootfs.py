@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from imagebuild.distribute import fixed_tar
+from imagebuild.importer.manifest import UNPACKED_BLOCK
 from imagebuild.util.streams import CHUNK, forget_members, tar_padding
 
 WHITEOUT = ".wh."
@@ -36,15 +37,12 @@ OPAQUE = ".wh..wh..opq"
 KEPT_PAX = "SCHILY.xattr."  # extended attributes; times, names and sizes are set here
 
 
-BLOCK = 4096  # the block unpacked files are counted in: a page on tmpfs, ext4's and xfs's default block
-
-
 @dataclass(frozen=True)
 class Flattened:
     """What ``flatten_layers`` wrote: its entries, and the room the tree takes unpacked."""
 
     entries: int
-    file_bytes: int  # the regular files' sizes, each rounded up to BLOCK, a content shared by hard links once
+    file_bytes: int  # the regular files' sizes, each rounded up to UNPACKED_BLOCK, a content shared by hard links once
     directories: int
 
 
@@ -205,7 +203,7 @@ def _write(tree: _Tree, files: Sequence[BinaryIO], out: fixed_tar.Sink) -> Flatt
             else:
                 first_of[key] = name
                 size = len(entry.data) if entry.data is not None else info.size
-                file_bytes += -(-size // BLOCK) * BLOCK
+                file_bytes += -(-size // UNPACKED_BLOCK) * UNPACKED_BLOCK
                 out.write(head(tarfile.REGTYPE, size=size))
                 _content(out, name, entry, files)
         else:  # devices and FIFOs, as the layer has them

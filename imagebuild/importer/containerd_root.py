@@ -42,17 +42,25 @@ def candidate_roots(data_root: str, *, proc: Path = PROC) -> Iterator[Path]:
             yield root
 
 
-def running_roots(proc: Path = PROC) -> Iterator[Path]:
-    """The root of each containerd process running on this machine (lowest pid first)."""
+def processes_named(name: str, proc: Path = PROC) -> Iterator[Path]:
+    """The /proc directory of each process of this machine called ``name`` (lowest pid first)."""
     try:
         pids = sorted(int(entry.name) for entry in proc.iterdir() if entry.name.isdigit())
     except OSError:
         return
     for pid in pids:
         try:
-            if (proc / str(pid) / "comm").read_text().strip() != "containerd":
-                continue
-            argv = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
+            if (proc / str(pid) / "comm").read_text().strip() == name:
+                yield proc / str(pid)
+        except OSError:  # it ended
+            continue
+
+
+def running_roots(proc: Path = PROC) -> Iterator[Path]:
+    """The root of each containerd process running on this machine (lowest pid first)."""
+    for process in processes_named("containerd", proc):
+        try:
+            argv = (process / "cmdline").read_bytes().split(b"\0")
         except OSError:  # it ended, or is not ours to read
             continue
         root = root_of([arg.decode(errors="replace") for arg in argv if arg])

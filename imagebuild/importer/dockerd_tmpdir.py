@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .containerd_root import PROC
+from .containerd_root import PROC, processes_named
 
 VARIABLE = b"DOCKER_TMPDIR="
 
@@ -22,22 +22,15 @@ def engine_tmpdir(data_root: str, *, proc: Path = PROC) -> str | None:
     """The DOCKER_TMPDIR of the dockerd whose data root this is: "" when it has none (its copy goes
     to the data root's tmp/), None when no dockerd with that root can be read here."""
     inside = data_root.rstrip("/") + "/"
-    try:
-        pids = sorted(int(entry.name) for entry in proc.iterdir() if entry.name.isdigit())
-    except OSError:
-        return None
-    for pid in pids:
-        base = proc / str(pid)
+    for process in processes_named("dockerd", proc):
         try:
-            if (base / "comm").read_text().strip() != "dockerd":
-                continue
-            descriptors = list((base / "fd").iterdir())
+            descriptors = list((process / "fd").iterdir())
         except OSError:  # it ended, or is not ours to read
             continue
         if not any(_target(fd).startswith(inside) for fd in descriptors):
             continue
         try:
-            environ = (base / "environ").read_bytes()
+            environ = (process / "environ").read_bytes()
         except OSError:
             return None
         for entry in environ.split(b"\0"):

@@ -110,8 +110,8 @@ def _no_room(manifest: Manifest, skip: frozenset[str], places: list[Place], *, f
     )
     return (
         f"not enough disk on {socket.gethostname()} for this load: {directories} {'have' if ' and ' in directories else 'has'} "
-        f"{_gb(free)} free, and loading {manifest.archive} needs {_gb(needed)} there ({_gb(sent)} of layers{held}, "
-        f"{copies}); free {_gb(needed - free)} there ({how}), then import "
+        f"{gb(free)} free, and loading {manifest.archive} needs {gb(needed)} there ({gb(sent)} of layers{held}, "
+        f"{copies}); free {gb(needed - free)} there ({how}), then import "
         f"again; nothing was loaded ({SWITCH}=off skips this check)"
     )
 
@@ -156,5 +156,6 @@ def _unescape(text: str) -> str:
     return text
 
 
-def _gb(count: int) -> str:
+def gb(count: int) -> str:
+    """Bytes as the room checks' messages show them."""
     return f"{count / 1e9:.2f} GB"

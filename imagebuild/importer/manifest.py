@@ -33,6 +33,7 @@ FORMAT_VERSIONS = (1, 2, 3)  # read; version 1 lacks manifest_digest, version 2 
 COMPRESSIONS = ("zstd", "gzip", "none")  # a squashfs's: the compressor of its blocks (zstd or gzip)
 DOCKER_ARCHIVE, OCI_ARCHIVE, SQUASHFS = "docker-archive", "oci-archive", "squashfs"
 KINDS = (DOCKER_ARCHIVE, OCI_ARCHIVE, SQUASHFS)
+UNPACKED_BLOCK = 4096  # what a squashfs's unpacked_bytes are counted in: a tmpfs page, ext4's and xfs's block
 # Each used with fullmatch: `$` would also match before a trailing newline.
 IMAGE_ID_RE = re.compile(r"sha256:[0-9a-f]{64}")
 SHA256_RE = re.compile(r"[0-9a-f]{64}")

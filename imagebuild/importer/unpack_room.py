@@ -26,11 +26,9 @@ from pathlib import Path
 from typing import Callable
 
 from .failures import BadInput, NoRoom
-from .load_room import MAY_COMPRESS, MOUNTINFO, SWITCH, filesystem_type, free_bytes, room_checked
-from .manifest import SQUASHFS, Manifest
+from .load_room import MAY_COMPRESS, MOUNTINFO, SWITCH, filesystem_type, free_bytes, gb, room_checked
+from .manifest import SQUASHFS, UNPACKED_BLOCK, Manifest
 from .text import shown
-
-BLOCK = 4096  # what a directory takes beside its files, but on tmpfs (imagebuild.distribute.rootfs.BLOCK)
 
 
 def check_unpack_room(
@@ -60,18 +58,18 @@ def check_unpack_room(
         report(f"room to unpack not checked: {existing} cannot be read ({e.strerror})")
         return
     directories = 0 if kind == "tmpfs" else manifest.unpacked_directories
-    needed = manifest.unpacked_bytes + BLOCK * directories
+    needed = manifest.unpacked_bytes + UNPACKED_BLOCK * directories  # a block each, but on tmpfs
     if free < needed:
         per_directory = f" and {directories:,} directories at 4 KiB each" if directories else ""
         on = f"{existing}, on {kind or 'a filesystem of unknown type'}," if existing != directory else f"{directory} ({kind})"
         msg = (
-            f"not enough disk on {socket.gethostname()} to unpack {manifest.archive}: {on} has {_gb(free)} free, and "
-            f"the image unpacked into {directory} takes {_gb(needed)} ({_gb(manifest.unpacked_bytes)} of files in 4 KiB "
-            f"blocks{per_directory}); free {_gb(needed - free)} there, then run again; nothing was unpacked "
+            f"not enough disk on {socket.gethostname()} to unpack {manifest.archive}: {on} has {gb(free)} free, and "
+            f"the image unpacked into {directory} takes {gb(needed)} ({gb(manifest.unpacked_bytes)} of files in 4 KiB "
+            f"blocks{per_directory}); free {gb(needed - free)} there, then run again; nothing was unpacked "
             f"({SWITCH}=off skips this check)"
         )
         raise NoRoom(msg)
-    report(f"room to unpack: {directory} has {_gb(free)} free, {_gb(needed)} needed")
+    report(f"room to unpack: {directory} has {gb(free)} free, {gb(needed)} needed")
 
 
 def _existing(directory: Path) -> Path:
@@ -80,9 +78,3 @@ def _existing(directory: Path) -> Path:
         if candidate.exists():
             return candidate
     return Path("/")
-
-
-
-
-def _gb(count: int) -> str:
-    return f"{count / 1e9:.2f} GB"

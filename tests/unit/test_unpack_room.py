@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.distribute.rootfs import BLOCK, flatten_layers
+from imagebuild.distribute.rootfs import flatten_layers
 from imagebuild.importer import cli, unpack_room
 from imagebuild.importer.failures import BadInput, NoRoom
 from imagebuild.importer.load_room import SWITCH
 from imagebuild.importer.manifest import SQUASHFS, Manifest, parse_manifest
+from imagebuild.importer.manifest import UNPACKED_BLOCK as BLOCK
 from imagebuild.importer.unpack_room import check_unpack_room
 
 FILES, DIRECTORIES = 3 * BLOCK, 5
