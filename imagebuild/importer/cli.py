@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from .check_only import check_archive
-from .failures import ImportFailure
+from .failures import BadInput, ImportFailure
 from .load_room import room_checked
 from .manifest import read_manifest
 from .podman_load import load_into_podman
@@ -53,14 +53,15 @@ def main(argv: list[str] | None = None) -> int:
         help="docker: stream into the Docker engine `docker` uses (DOCKER_HOST, else the docker context; the default); podman: check, then `podman load`",
     )
     args = parser.parse_args(argv)
-    if args.unpack_into is not None and not args.check_only:
-        parser.error("--unpack-into goes with --check-only")
 
     def report(text: str) -> None:
         print(f"imagebuild-import: {shown(text, limit=2000)}", file=sys.stderr, flush=True)
 
     try:
         manifest_path: Path = args.manifest
+        if args.unpack_into is not None and not args.check_only:
+            msg = "--unpack-into goes with --check-only (it checks the room a squashfs takes unpacked; nothing is loaded)"
+            raise BadInput(msg)
         manifest = read_manifest(manifest_path)  # bad input is reported before the engine is touched
         room_checked()
         if args.check_only:
