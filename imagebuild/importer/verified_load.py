@@ -4,8 +4,8 @@ What the engine is sent is ``load_stream``'s: the archive decompressed here, sto
 its declared size, without any name it carries. So a load tags nothing; the manifest's tags
 are applied only after the sha256 matched and the engine reported the image the manifest names: its
 identity (the config digest) on graph-driver stores and Podman, the digest of the archive's OCI
-manifest (which names that config) on the containerd store. A failed check removes the image the
-load created (never one that was there before). An image already present returns at once; the
+manifest (which names that config) on the containerd store. A failed check or load removes the image
+the load created (never one that was there before). An image already present returns at once; the
 files of layers the engine holds already are read and hashed but not sent (``held_layers``), and a
 disk without room for the rest fails before a byte is read (``load_room``). Before any of it, every
 attestation file the manifest names (the export statement, the SBOM, the provenance,
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Generator, Iterable, Protocol
 
-from .failures import BadInput, IntegrityFailure
+from .failures import BadInput, ImportFailure, IntegrityFailure
 from .held_layers import files_to_skip
 from .load_room import LoadDisk, check_room
 from .load_stream import CHUNK_SIZE, engine_tar
@@ -146,6 +146,9 @@ def import_archive(
         msg = f"archive {archive}: sha256 mismatch (expected {manifest.sha256}, got {digest}); {again}"
         raise IntegrityFailure(msg)
     if engine_error is not None:
+        with contextlib.suppress(ImportFailure):  # an engine that went away: its failure is the one to say
+            if _remove_new(engine, [engine_id], before):
+                report(f"the engine kept {engine_id} though its load failed: removed, so the next import loads it again")
         raise engine_error
     if loaded != [engine_id]:
         _remove_new(engine, loaded, before)
@@ -266,7 +269,16 @@ def _tag(engine: ImportEngine, engine_id: str, manifest: Manifest) -> None:
         engine.tag(engine_id, name)
 
 
-def _remove_new(engine: ImportEngine, loaded: list[str], before: frozenset[str]) -> None:
-    for image_id in loaded:
-        if image_id not in before:
+def _remove_new(engine: ImportEngine, loaded: list[str], before: frozenset[str]) -> bool:
+    """Remove each image of ``loaded`` the engine holds now and did not before this load; whether any was.
+
+    A load that failed reports nothing, yet the containerd store keeps the image whose layers it
+    stored and then failed to unpack (measured on Docker 26.1.5, its disk full). Left there, that image
+    would pass the next import as already present, its unpack moved to the job's `docker run`, and
+    the blobs would keep the disk full."""
+    removed = False
+    for image_id in dict.fromkeys(loaded):
+        if image_id not in before and engine.has_image(image_id):
             engine.remove_image(image_id)
+            removed = True
+    return removed

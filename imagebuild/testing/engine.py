@@ -129,6 +129,8 @@ class FakeEngine(Engine):
     closed: bool = False
     saved: dict[str, bytes] = field(default_factory=dict)  # image ID -> what `save` streams
     refuse_load: str | None = None  # the engine's message when it refuses every load
+    # The containerd store's failure to unpack what it loaded (its disk full): the image kept, the load refused.
+    fail_unpack: str | None = None
     refuse_push: str | None = None
     interrupt_save_after: int | None = None  # chunks of `save`, then Ctrl-C
     pushed: dict[str, str] = field(default_factory=dict)  # repository:tag -> digest
@@ -312,6 +314,8 @@ class FakeEngine(Engine):
             self.images.append(
                 replace(info, config_digest=config_digest) if config_digest != image_id else info
             )
+        if self.fail_unpack:
+            raise EngineError(self.fail_unpack)
         return [image_id]
 
     def load_disk(self) -> LoadDisk:

@@ -211,6 +211,32 @@ def test_an_engine_refusal_of_an_intact_archive_is_an_engine_error(tmp_path: Pat
         import_manifest(manifest_path, node, report=lambda _: None)
 
 
+def test_an_image_the_engine_kept_from_a_failed_load_is_removed_so_the_next_import_loads_it(tmp_path: Path) -> None:
+    """The containerd store keeps an image it stored and failed to unpack: left, it would pass as present."""
+    _, manifest_path = _export(tmp_path)
+    node = FakeEngine(manifest_ids=True, fail_unpack="failed to unpack loaded image: no space left on device")
+    said: list[str] = []
+    with pytest.raises(EngineError, match="failed to unpack loaded image"):
+        import_manifest(manifest_path, node, report=said.append)
+    digest = _manifest(manifest_path)["manifest_digest"]
+    assert f"the engine kept {digest} though its load failed: removed, so the next import loads it again" in said
+    assert node.images == []
+    node.fail_unpack = None  # room made
+    again = import_manifest(manifest_path, node, report=lambda _: None)
+    assert not again.already_present
+    assert node.loads == 2
+
+
+def test_a_failed_load_leaves_an_image_that_was_there_before(tmp_path: Path) -> None:
+    _, manifest_path = _export(tmp_path)
+    other = FakeEngine()
+    other.add_saved_image("other:1", labels={"io.imagebuild.arch": "gfx950"})
+    node = FakeEngine(images=list(other.images), refuse_load="no space left on device")
+    with pytest.raises(EngineError):
+        import_manifest(manifest_path, node, report=lambda _: None)
+    assert node.image_ids() == other.image_ids()
+
+
 def test_zstd_without_the_zstandard_module_or_the_zstd_tool_says_what_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
