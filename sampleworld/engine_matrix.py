@@ -92,12 +92,15 @@ def _state(state_dir: Path | None) -> StateDir:
     return StateDir((state_dir or DEFAULT_STATE_DIR).resolve())
 
 
-def docker26_engine(state: StateDir, spec: Docker26) -> NodeEngine:
-    key = hashlib.sha256(f"{state.root}\0{spec.name}".encode()).hexdigest()[:12]
+def docker26_engine(state: StateDir, spec: Docker26, name: str | None = None) -> NodeEngine:
+    """The matrix's engine of ``spec``, or, given another ``name``, one like it with its own data root,
+    socket and bridge (a test's node whose disk has a set size)."""
+    name = name or spec.name
+    key = hashlib.sha256(f"{state.root}\0{name}".encode()).hexdigest()[:12]
     bin_dir = dist_dir(state) / "bin"
     return NodeEngine(
-        name=spec.name,
-        root=state.engines / spec.name,
+        name=name,
+        root=state.engines / name,
         run_dir=RUN_ROOT / key,
         dockerd=str(bin_dir / "dockerd"),
         path_prefix=bin_dir,

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from imagebuild.importer.containerd_root import PROC, candidate_roots
+from imagebuild.importer.containerd_root import candidate_roots
+from imagebuild.importer.processes import PROC
 
 CONTENT = Path("io.containerd.content.v1.content/blobs/sha256")
 

@@ -16,7 +16,8 @@ decompress     gzip and zstd streams, chunk by chunk (also the engine's reader o
 tar_filter     that tar without the names it carries (RepoTags, repositories, index.json annotations)
 held_layers    which layer files the engine holds already (by chain ID): read and hashed, not sent
 load_room      whether the engine's disk has room for the rest (twice their bytes), before a byte is read
-dockerd_tmpdir where a graph-driver engine's copy of a load goes: its DOCKER_TMPDIR, read from the dockerd
+dockerd_process the dockerd serving a data root: its DOCKER_TMPDIR (its copy of a load), its containerd
+processes     this machine's processes from /proc: by name, command line, parent, listening sockets
 unpack_room    whether a squashfs's runtime has room to unpack it (--check-only --unpack-into DIR)
 containerd_root where the containerd store's containerd keeps its root (shared with imagebuild's reader)
 tag_guard      the second line: any tag a load still created or moved, undone

@@ -5,27 +5,32 @@ starts (or the one ``--containerd`` names): Docker CE's packages (containerd.io)
 docker.io run containerd as a service of its own, its root the ``root`` of
 ``/etc/containerd/config.toml``, ``/var/lib/containerd`` by default. Otherwise it starts a containerd
 of its own, rooted at ``<DockerRootDir>/containerd/daemon`` (a static install, Docker in Docker,
-rootless). ``docker info`` names neither the containerd nor its root. So the roots are looked for,
-in this order: under the data root, then the root of each containerd running on this machine (its
-``--root``, or the ``root`` of its ``--config``, else of ``/etc/containerd/config.toml``), then
-containerd's default root. Imagebuild reads blobs from the first that holds them
-(``imagebuild.engine.containerd_roots``); the importer checks the free space of the one a load
-writes to (``load_room``).
+rootless). ``docker info`` names neither the containerd nor its root. The dockerd's own process
+tells which containerd it uses (``engine_root``: its child, else the one listening where it
+connects); the importer checks the free space of that one's root (``load_places``). Where the dockerd
+cannot be read here, the roots are looked for, in this order: under the data root, then the root of
+each containerd running on this machine, then containerd's default root (``candidate_roots``).
+Imagebuild reads blobs from the first that holds them (``imagebuild.engine.containerd_roots``).
+
+A containerd's root is its ``--root``, or the ``root`` of its ``--config``, else of
+``/etc/containerd/config.toml``.
 
 A config is read for its top-level ``root`` alone, by lines: the zipapp's Python may predate tomllib.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Iterator
 
+from .dockerd_process import MAX_CONFIG, containerd_address, serving_dockerd
+from .processes import PROC, command_line, listening_paths, parent_pid, processes_named
+
 MANAGED_ROOT = Path("containerd/daemon")  # under the data root: the containerd dockerd started
 DEFAULT_ROOT = Path("/var/lib/containerd")
 DEFAULT_CONFIG = Path("/etc/containerd/config.toml")
-PROC = Path("/proc")
-MAX_CONFIG = 1 << 20
 _KEY_RE = re.compile(r"\s*root\s*=")
 _ROOT_RE = re.compile(r"""\s*root\s*=\s*(?:"([^"\\]*)"|'([^']*)')\s*(?:#.*)?""")
 
@@ -42,30 +47,31 @@ def candidate_roots(data_root: str, *, proc: Path = PROC) -> Iterator[Path]:
             yield root
 
 
-def processes_named(name: str, proc: Path = PROC) -> Iterator[Path]:
-    """The /proc directory of each process of this machine called ``name`` (lowest pid first)."""
-    try:
-        pids = sorted(int(entry.name) for entry in proc.iterdir() if entry.name.isdigit())
-    except OSError:
-        return
-    for pid in pids:
-        try:
-            if (proc / str(pid) / "comm").read_text().strip() == name:
-                yield proc / str(pid)
-        except OSError:  # it ended
-            continue
-
-
 def running_roots(proc: Path = PROC) -> Iterator[Path]:
     """The root of each containerd process running on this machine (lowest pid first)."""
     for process in processes_named("containerd", proc):
-        try:
-            argv = (process / "cmdline").read_bytes().split(b"\0")
-        except OSError:  # it ended, or is not ours to read
-            continue
-        root = root_of([arg.decode(errors="replace") for arg in argv if arg])
+        argv = command_line(process)
+        root = root_of(argv) if argv else None
         if root is not None:
             yield root
+
+
+def engine_root(data_root: str, *, proc: Path = PROC) -> Path | None:
+    """The root of the containerd the dockerd serving ``data_root`` uses: the one it started, else
+    the one listening where it connects. None when that cannot be read here (then ``candidate_roots``)."""
+    dockerd = serving_dockerd(data_root, proc=proc)
+    if dockerd is None:
+        return None
+    containerds = list(processes_named("containerd", proc))
+    started = [process for process in containerds if parent_pid(process) == int(dockerd.name)]
+    if not started:
+        address = containerd_address(dockerd)
+        if address is None:
+            return None
+        wanted = os.path.realpath(address)
+        started = [p for p in containerds if wanted in {os.path.realpath(path) for path in listening_paths(p)}]
+    argv = command_line(started[0]) if len(started) == 1 else None
+    return root_of(argv) if argv else None
 
 
 def root_of(argv: list[str]) -> Path | None:

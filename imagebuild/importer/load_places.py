@@ -9,7 +9,7 @@ loaded, peaks sampled every 0.1-0.2 s:
   blob in its content store beside the snapshot it unpacks. One 286 MiB layer failed with 560 MiB
   free and loaded with 575 on each; the sample image failed with 2.19 GB free and loaded with 2.23.
   A graph-driver engine started with ``DOCKER_TMPDIR`` untars into that directory instead
-  (``dockerd_tmpdir`` reads it from the dockerd): once there, once in the data root.
+  (``dockerd_process`` reads it from the dockerd): once there, once in the data root.
 * ``podman load`` (``--runtime podman``): the layers twice in Podman's image copy directory (the
   archive decompressed or read, each blob staged: 2077 MiB for 1038 MiB of layers, a zstd archive
   and an uncompressed one alike) and once in its storage (1067 MiB), all at the peak.
@@ -25,10 +25,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .containerd_root import PROC, candidate_roots
+from .containerd_root import candidate_roots, engine_root
 from .docker_api import names_images_by_manifest
-from .dockerd_tmpdir import engine_tmpdir
+from .dockerd_process import engine_tmpdir
 from .load_room import LoadDisk, Place
+from .processes import PROC
 
 PODMAN_CLI_COPIES, PODMAN_API_COPIES = 2, 3  # in Podman's image copy directory (above)
 
@@ -48,11 +49,14 @@ def docker_disk(info: dict[str, Any], address: str, *, proc: Path = PROC) -> Loa
                 Place(data_root, 1, "them unpacked"),
             ))  # fmt: skip
         return LoadDisk((Place(data_root, 2, "the engine's copy while it loads them, and them unpacked"),))
-    roots = [root for root in candidate_roots(data_root, proc=proc) if root.is_dir()]
-    devices = {_device(root) for root in roots}
-    if len(devices) != 1 or None in devices:
-        return LoadDisk(unknown="the containerd store's root is not known for sure")
-    return LoadDisk((Place(str(roots[0]), 2, "the engine's content store, and them unpacked"),))
+    root = engine_root(data_root, proc=proc)
+    if root is None or not root.is_dir():  # its dockerd not ours to read: one of the roots it may have
+        roots = [root for root in candidate_roots(data_root, proc=proc) if root.is_dir()]
+        devices = {_device(root) for root in roots}
+        if len(devices) != 1 or None in devices:
+            return LoadDisk(unknown="the containerd store's root is not known for sure")
+        root = roots[0]
+    return LoadDisk((Place(str(root), 2, "the engine's content store, and them unpacked"),))
 
 
 def podman_disk(info: dict[str, Any], copies: int) -> LoadDisk:

@@ -9,7 +9,7 @@ Checked only where the answer is sure, else said and skipped: an engine on this 
 directories this process can see; not a filesystem that may compress (zfs, btrfs: the bytes on disk
 are not the bytes sent); not a version 2 manifest (no layer sizes) when the engine holds some of the
 layers. A Docker engine's DOCKER_TMPDIR, where its copy goes, is read from the dockerd
-(``dockerd_tmpdir``); one this process cannot read (a dockerd of another user) is asked of the data
+(``dockerd_process``); one this process cannot read (a dockerd of another user) is asked of the data
 root, more than it needs when DOCKER_TMPDIR is elsewhere: ``IMAGEBUILD_IMPORT_ROOM=off`` skips the check.
 """
 

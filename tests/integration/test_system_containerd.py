@@ -3,7 +3,8 @@
 Docker CE's and Debian's packages run containerd as a service of its own, and with the containerd
 image store (Docker 29's default) the images are in that containerd's content store. Nothing tells
 imagebuild where that is (imagebuild.engine.containerd_roots finds it from the running containerd):
-the identity must still be known, and normalisation must still read the store, not `docker save`.
+the identity must still be known, and normalisation must still read the store, not `docker save`;
+the import's room check must ask that containerd's root.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 from imagebuild.engine.docker import DockerEngine
 from imagebuild.engine.interface import BuildRequest
+from imagebuild.importer.socket_engine import SocketEngine
 from imagebuild.normalize.core import normalize_image
 from imagebuild.normalize.model import FROM_CONTENT, FROM_SAVE, LayerPlan
 from imagebuild.util.streams import open_stream
@@ -69,6 +71,16 @@ def test_the_identity_and_the_layers_come_from_the_system_containerd_s_content_s
         for image_id in (*made, built):
             with contextlib.suppress(Exception):
                 engine.remove_image(image_id)
+
+
+def test_the_import_s_room_check_asks_the_root_of_the_containerd_the_dockerd_is_given(
+    system_containerd_engine: NodeEngine,
+) -> None:
+    """Its daemon.json names the containerd's socket; the main engine's containerd, whose root is on
+    the same disk, runs first: the check asks the root of the one listening there."""
+    containerd, _ = layout(StateDir(sample_world_state_dir().resolve()))
+    disk = SocketEngine(system_containerd_engine.host).load_disk()
+    assert [(place.directory, place.copies) for place in disk.places] == [(str(containerd.content_root), 2)]
 
 
 def _build(engine: DockerEngine) -> str:

@@ -15,7 +15,7 @@ from imagebuild.cli import main
 from imagebuild.distribute.local_import import import_manifest
 from imagebuild.errors import ExitCode, ImageBuildError
 from imagebuild.importer import containerd_root, load_room
-from imagebuild.importer.dockerd_tmpdir import engine_tmpdir
+from imagebuild.importer.dockerd_process import engine_tmpdir
 from imagebuild.importer.failures import BadInput, NoRoom
 from imagebuild.importer.load_places import docker_disk, podman_disk
 from imagebuild.importer.load_room import LoadDisk, Place
@@ -225,3 +225,61 @@ def test_a_graph_driver_engine_s_docker_tmpdir_takes_its_copy_of_the_load(tmp_pa
     assert engine_tmpdir("/var/lib/docker", proc=proc) == ""
     assert _where(docker_disk(info, "unix:///var/run/docker.sock", proc=proc)) == [("/var/lib/docker", 2)]
     assert engine_tmpdir("/srv/docker", proc=proc) is None  # no dockerd of that root here
+
+
+def _containerd(proc: Path, pid: int, parent: int, argv: list[str], *, listening: str = "") -> None:
+    """A containerd in a stand-in /proc: its name, parent, command line and the socket it accepts on."""
+    (proc / str(pid) / "fd").mkdir(parents=True)
+    (proc / str(pid) / "net").mkdir()
+    (proc / str(pid) / "comm").write_text("containerd\n")
+    (proc / str(pid) / "stat").write_text(f"{pid} (containerd) S {parent} {pid} {pid} 0 -1 4194304\n")
+    (proc / str(pid) / "cmdline").write_bytes(b"\0".join(arg.encode() for arg in argv) + b"\0")
+    (proc / str(pid) / "fd" / "7").symlink_to(f"socket:[{pid}00]")
+    table = "Num       RefCount Protocol Flags    Type St Inode Path\n"
+    if listening:  # the listening socket, and a connection it accepted there (not listening)
+        table += f"0000000012f12c7e: 00000002 00000000 00010000 0001 01 {pid}00 {listening}\n"
+        table += f"000000001c8fa5f2: 00000003 00000000 00000000 0001 03 {pid}01 {listening}\n"
+    (proc / str(pid) / "net" / "unix").write_text(table)
+
+
+def test_the_containerd_store_s_room_is_asked_of_the_root_of_the_containerd_its_dockerd_uses(tmp_path: Path) -> None:
+    """Several containerds on several disks (a node running Docker and a Kubernetes containerd, the
+    engine matrix): the dockerd's own process says which is its, so the check need not be skipped."""
+    proc, data_root = tmp_path / "proc", tmp_path / "docker"
+    (data_root / "containerd" / "daemon").mkdir(parents=True)
+    info = {"DockerRootDir": str(data_root), "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
+    (tmp_path / "system").mkdir()
+    _containerd(proc, 5, 1, ["containerd", "--root", "/proc"], listening="/run/k3s/containerd/containerd.sock")
+    _containerd(proc, 6, 1, ["containerd", "--root", str(tmp_path / "system")], listening="/run/containerd/containerd.sock")
+    _dockerd(proc, 40, str(data_root / "volumes" / "metadata.db"), b"")
+    (proc / "40" / "cmdline").write_bytes(b"dockerd\0--config-file=" + str(tmp_path / "none.json").encode() + b"\0")
+    # Docker CE's layout: dockerd on the machine's containerd, at the default address...
+    assert containerd_root.engine_root(str(data_root), proc=proc) == tmp_path / "system"
+    assert _where(docker_disk(info, "unix:///var/run/docker.sock", proc=proc)) == [(str(tmp_path / "system"), 2)]
+    # ... or at the one its daemon.json names (the `--containerd` flag wins over it)...
+    (tmp_path / "daemon.json").write_text(json.dumps({"containerd": "/run/k3s/containerd/containerd.sock"}))
+    (proc / "40" / "cmdline").write_bytes(b"dockerd\0--config-file\0" + str(tmp_path / "daemon.json").encode() + b"\0")
+    assert containerd_root.engine_root(str(data_root), proc=proc) == Path("/proc")
+    (proc / "40" / "cmdline").write_bytes(
+        b"dockerd\0--containerd=/run/containerd/containerd.sock\0--config-file=" + str(tmp_path / "daemon.json").encode() + b"\0"
+    )
+    assert containerd_root.engine_root(str(data_root), proc=proc) == tmp_path / "system"
+    # ... or the one it started itself, its root under the data root (from its config's `root`).
+    (tmp_path / "managed.toml").write_text(f'version = 2\nroot = "{data_root}/containerd/daemon"\n[grpc]\n  root = "/x"\n')
+    _containerd(proc, 41, 40, ["containerd", "--config", str(tmp_path / "managed.toml"), "--log-level", "info"])
+    assert _where(docker_disk(info, "unix:///var/run/docker.sock", proc=proc)) == [(str(data_root / "containerd" / "daemon"), 2)]
+    # A dockerd not ours to read: the roots it may have, which lie on two disks here: not known.
+    (proc / "40" / "fd" / "14").unlink()
+    assert containerd_root.engine_root(str(data_root), proc=proc) is None
+    assert docker_disk(info, "unix:///var/run/docker.sock", proc=proc).unknown == "the containerd store's root is not known for sure"
+
+
+def test_nothing_listening_where_the_dockerd_connects_leaves_its_containerd_unknown(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    _containerd(proc, 6, 1, ["containerd"], listening="/run/other.sock")
+    _dockerd(proc, 40, "/var/lib/docker/volumes/metadata.db", b"")
+    (proc / "40" / "cmdline").write_bytes(b"dockerd\0--containerd\0/run/containerd/containerd.sock\0")
+    assert containerd_root.engine_root("/var/lib/docker", proc=proc) is None
+    (tmp_path / "bad.json").write_text("{not json")  # a daemon.json that cannot be read: not guessed
+    (proc / "40" / "cmdline").write_bytes(b"dockerd\0--config-file=" + str(tmp_path / "bad.json").encode() + b"\0")
+    assert containerd_root.engine_root("/var/lib/docker", proc=proc) is None

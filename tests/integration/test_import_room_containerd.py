@@ -1,0 +1,106 @@
+"""A node on Docker 26's containerd image store whose disk is too small for the image.
+
+Its data root is a tmpfs of 1.25 times the sample image's layers, and the store needs them twice
+there (each blob in the content store of the containerd its dockerd started, beside the snapshot it
+unpacks). The main engine's and the matrix's containerds run beside it, their roots on another disk:
+the check reads which containerd is this dockerd's, refuses at once naming its root, and leaves
+nothing. With the check off, the engine fails part-way ("failed to unpack loaded image") and keeps
+the image whose content it stored; the import removes it, so its blobs go and, once the tmpfs is 2.5
+times the layers, the next import loads the image rather than calling it present. (The layers it had
+unpacked stay until containerd's next collection of snapshots: on the full disk it could not record
+their removal, "snapshot garbage collection failed".)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from sampleworld.engine_matrix import DOCKER26, docker26_engine
+from sampleworld.engines import NodeEngine, ensure_engine, stop_engine
+from sampleworld.layout import StateDir
+from sampleworld.pytest_plugin import sample_world_state_dir
+from sampleworld.trixie_dist import fetch
+from tests.integration.tmpfs import mount_tmpfs
+from tests.prerequisites import PYTHON38, skip_or_fail
+
+pytestmark = [pytest.mark.docker]
+
+CONTAINERD_STORE = next(spec for spec in DOCKER26 if spec.storage_driver == "")
+
+
+@pytest.fixture(scope="module")
+def small_node(sample_export: Callable[[str], Path]) -> Iterator[tuple[NodeEngine, int]]:
+    """(the engine, the layers' bytes): its data root a tmpfs of 1.25 times the layers."""
+    if os.geteuid() != 0:
+        skip_or_fail("a tmpfs for a node's disk needs root")
+    layers = sum(layer["size"] for layer in json.loads(sample_export("docker").read_text())["layers"])
+    state = StateDir(sample_world_state_dir().resolve())
+    fetch(state)
+    engine = docker26_engine(state, CONTAINERD_STORE, "small-containerd-node")
+    stop_engine(engine)  # one a killed session left running
+    engine.data_root.mkdir(parents=True, exist_ok=True)
+    if not engine.data_root.is_mount():
+        mount_tmpfs(engine.data_root, layers * 5 // 4)
+    try:
+        ensure_engine(engine)
+        yield engine, layers
+    finally:
+        stop_engine(engine)
+        subprocess.run(["umount", str(engine.data_root)], check=False)
+
+
+def _import(engine: NodeEngine, manifest: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    python = str(PYTHON38 if PYTHON38.exists() else sys.executable)
+    command = [python, str(manifest.parent / "imagebuild-import.pyz"), str(manifest)]
+    environment = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": engine.host, **env}
+    return subprocess.run(command, env=environment, capture_output=True, text=True, check=False)
+
+
+def _images(engine: NodeEngine) -> str:
+    listed = subprocess.run(
+        ["docker", "--host", engine.host, "image", "ls", "--all", "--quiet"], check=True, capture_output=True, text=True
+    )
+    return listed.stdout
+
+
+def test_the_containerd_store_s_room_is_checked_and_a_failed_load_leaves_nothing(
+    sample_export: Callable[[str], Path], small_node: tuple[NodeEngine, int]
+) -> None:
+    engine, layers = small_node
+    manifest = sample_export("docker")
+    root = engine.data_root / "containerd" / "daemon"
+    other_containerds = subprocess.run(["pgrep", "-c", "-x", "containerd"], capture_output=True, text=True, check=False)
+    assert int(other_containerds.stdout or 0) >= 2  # this node's and at least the main engine's
+
+    refused = _import(engine, manifest)
+    assert refused.returncode == 1, refused.stderr
+    (line,) = refused.stderr.splitlines()  # before "loading ...": nothing was read
+    assert f"not enough disk on {os.uname().nodename} for this load: {root} has " in line
+    assert f"twice in {root}: the engine's content store, and them unpacked" in line
+    assert _images(engine) == ""
+
+    failed = _import(engine, manifest, IMAGEBUILD_IMPORT_ROOM="off")
+    assert failed.returncode == 3, failed.stderr
+    assert "failed to unpack loaded image" in failed.stderr.splitlines()[-1]
+    engine_id = json.loads(manifest.read_text())["manifest_digest"]
+    assert f"the engine kept {engine_id} though its load failed: removed" in failed.stderr
+    assert _images(engine) == ""
+    blobs = root / "io.containerd.content.v1.content" / "blobs" / "sha256"
+    deadline = time.monotonic() + 30  # containerd collects the blobs no image names after the removal
+    while any(blobs.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not any(blobs.iterdir())
+
+    mount_tmpfs(engine.data_root, layers * 5 // 2, remount=True)
+    loaded = _import(engine, manifest)
+    assert loaded.returncode == 0, loaded.stderr
+    assert "verified and loaded" in loaded.stdout + loaded.stderr
+    assert _images(engine).split() == [engine_id.removeprefix("sha256:")[:12]]
