@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from .dockerd_process import MAX_CONFIG, containerd_address, serving_dockerd
+from .dockerd_process import MAX_CONFIG, containerd_address, serving_dockerd, socket_path
 from .processes import PROC, command_line, listening_paths, parent_pid, processes_named
 
 MANAGED_ROOT = Path("containerd/daemon")  # under the data root: the containerd dockerd started
@@ -56,21 +56,28 @@ def running_roots(proc: Path = PROC) -> Iterator[Path]:
             yield root
 
 
-def engine_root(data_root: str, *, proc: Path = PROC) -> Path | None:
-    """The root of the containerd the dockerd serving ``data_root`` uses: the one it started, else
-    the one listening where it connects. None when that cannot be read here (then ``candidate_roots``)."""
-    dockerd = serving_dockerd(data_root, proc=proc)
-    if dockerd is None:
-        return None
+def engine_root(data_root: str, *, address: str = "", proc: Path = PROC) -> Path | None:
+    """The root of the containerd the engine uses: the one listening at ``address`` (``GET /info``'s
+    ``Containerd.Address``, which engines newer than Docker 26 give), else, from the dockerd serving
+    ``data_root``, the one it started or the one listening where it connects. None when that cannot be read here (then
+    ``candidate_roots``)."""
     containerds = list(processes_named("containerd", proc))
-    started = [process for process in containerds if parent_pid(process) == int(dockerd.name)]
-    if not started:
-        address = containerd_address(dockerd)
-        if address is None:
+    if not address:
+        dockerd = serving_dockerd(data_root, proc=proc)
+        if dockerd is None:
             return None
-        wanted = os.path.realpath(address)
-        started = [p for p in containerds if wanted in {os.path.realpath(path) for path in listening_paths(p)}]
-    argv = command_line(started[0]) if len(started) == 1 else None
+        started = [process for process in containerds if parent_pid(process) == int(dockerd.name)]
+        if started:
+            return _root(started)
+        address = containerd_address(dockerd) or ""
+        if not address:
+            return None
+    wanted = os.path.realpath(socket_path(address))
+    return _root([p for p in containerds if wanted in {os.path.realpath(path) for path in listening_paths(p)}])
+
+
+def _root(containerds: list[Path]) -> Path | None:
+    argv = command_line(containerds[0]) if len(containerds) == 1 else None
     return root_of(argv) if argv else None
 
 

@@ -56,7 +56,7 @@ def containerd_address(dockerd: Path) -> str | None:
         return None
     flags = _flags(argv, ("--containerd", "--config-file"))
     if flags.get("--containerd"):
-        return flags["--containerd"]
+        return socket_path(flags["--containerd"])
     config = flags.get("--config-file") or DAEMON_JSON
     try:
         if Path(config).stat().st_size > MAX_CONFIG:
@@ -67,7 +67,12 @@ def containerd_address(dockerd: Path) -> str | None:
     except (OSError, ValueError):
         return None
     named = settings.get("containerd") if isinstance(settings, dict) else None
-    return named if isinstance(named, str) and named else DEFAULT_CONTAINERD
+    return socket_path(named) if isinstance(named, str) and named else DEFAULT_CONTAINERD
+
+
+def socket_path(address: str) -> str:
+    """A containerd address as the path it listens on (containerd's dialer takes both forms)."""
+    return address[len("unix://") :] if address.startswith("unix://") else address
 
 
 def _flags(argv: list[str], names: tuple[str, ...]) -> dict[str, str]:

@@ -49,10 +49,12 @@ def docker_disk(info: dict[str, Any], address: str, *, proc: Path = PROC) -> Loa
                 Place(data_root, 1, "them unpacked"),
             ))  # fmt: skip
         return LoadDisk((Place(data_root, 2, "the engine's copy while it loads them, and them unpacked"),))
-    root = engine_root(data_root, proc=proc)
+    said = info.get("Containerd")  # where its containerd listens (engines newer than Docker 26 say)
+    listening = said.get("Address") if isinstance(said, dict) else None
+    root = engine_root(data_root, address=listening if isinstance(listening, str) else "", proc=proc)
     if root is None or not root.is_dir():  # its dockerd not ours to read: one of the roots it may have
-        roots = [root for root in candidate_roots(data_root, proc=proc) if root.is_dir()]
-        devices = {_device(root) for root in roots}
+        roots = [candidate for candidate in candidate_roots(data_root, proc=proc) if candidate.is_dir()]
+        devices = {_device(candidate) for candidate in roots}
         if len(devices) != 1 or None in devices:
             return LoadDisk(unknown="the containerd store's root is not known for sure")
         root = roots[0]

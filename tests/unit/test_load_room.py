@@ -261,7 +261,7 @@ def test_the_containerd_store_s_room_is_asked_of_the_root_of_the_containerd_its_
     (proc / "40" / "cmdline").write_bytes(b"dockerd\0--config-file\0" + str(tmp_path / "daemon.json").encode() + b"\0")
     assert containerd_root.engine_root(str(data_root), proc=proc) == Path("/proc")
     (proc / "40" / "cmdline").write_bytes(
-        b"dockerd\0--containerd=/run/containerd/containerd.sock\0--config-file=" + str(tmp_path / "daemon.json").encode() + b"\0"
+        b"dockerd\0--containerd=unix:///run/containerd/containerd.sock\0--config-file=" + str(tmp_path / "daemon.json").encode() + b"\0"
     )
     assert containerd_root.engine_root(str(data_root), proc=proc) == tmp_path / "system"
     # ... or the one it started itself, its root under the data root (from its config's `root`).
@@ -271,6 +271,22 @@ def test_the_containerd_store_s_room_is_asked_of_the_root_of_the_containerd_its_
     # A dockerd not ours to read: the roots it may have, which lie on two disks here: not known.
     (proc / "40" / "fd" / "14").unlink()
     assert containerd_root.engine_root(str(data_root), proc=proc) is None
+    assert docker_disk(info, "unix:///var/run/docker.sock", proc=proc).unknown == "the containerd store's root is not known for sure"
+
+
+def test_an_engine_that_names_its_containerd_s_address_needs_no_dockerd_read(tmp_path: Path) -> None:
+    """Engines newer than Docker 26 say where their containerd listens (`GET /info`'s Containerd)."""
+    proc = tmp_path / "proc"
+    (tmp_path / "k8s").mkdir()
+    _containerd(proc, 5, 1, ["containerd", "--root", str(tmp_path / "k8s")], listening="/run/k3s/containerd.sock")
+    _containerd(proc, 6, 1, ["containerd", "--root", "/proc"], listening="/run/containerd/containerd.sock")
+    info = {
+        "DockerRootDir": "/var/lib/docker",
+        "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]],
+        "Containerd": {"Address": "/run/k3s/containerd.sock", "Namespaces": {"Containers": "moby"}},
+    }
+    assert _where(docker_disk(info, "unix:///var/run/docker.sock", proc=proc)) == [(str(tmp_path / "k8s"), 2)]
+    info["Containerd"] = {"Address": "/run/nothing-there.sock"}
     assert docker_disk(info, "unix:///var/run/docker.sock", proc=proc).unknown == "the containerd store's root is not known for sure"
 
 
