@@ -5,9 +5,10 @@ starts (or the one ``--containerd`` names): Docker CE's packages (containerd.io)
 docker.io run containerd as a service of its own, its root the ``root`` of
 ``/etc/containerd/config.toml``, ``/var/lib/containerd`` by default. Otherwise it starts a containerd
 of its own, rooted at ``<DockerRootDir>/containerd/daemon`` (a static install, Docker in Docker,
-rootless). ``docker info`` names neither the containerd nor its root. The dockerd's own process
-tells which containerd it uses (``engine_root``: its child, else the one listening where it
-connects); the importer checks the free space of that one's root (``load_places``). Where the dockerd
+rootless). ``docker info`` never names the root, and names the containerd's socket only on engines
+newer than Docker 26. So the containerd listening on that socket is the engine's, else the dockerd's
+own process tells (``engine_root``: its child, else the one listening where it connects); the
+importer checks the free space of that one's root (``load_places``). Where the dockerd
 cannot be read here, the roots are looked for, in this order: under the data root, then the root of
 each containerd running on this machine, then containerd's default root (``candidate_roots``).
 Imagebuild reads blobs from the first that holds them (``imagebuild.engine.containerd_roots``).
@@ -58,9 +59,8 @@ def running_roots(proc: Path = PROC) -> Iterator[Path]:
 
 def engine_root(data_root: str, *, address: str = "", proc: Path = PROC) -> Path | None:
     """The root of the containerd the engine uses: the one listening at ``address`` (``GET /info``'s
-    ``Containerd.Address``, which engines newer than Docker 26 give), else, from the dockerd serving
-    ``data_root``, the one it started or the one listening where it connects. None when that cannot be read here (then
-    ``candidate_roots``)."""
+    ``Containerd.Address``), else, from the dockerd serving ``data_root``, the one it started or the
+    one listening where it connects. None when that cannot be read here (then ``candidate_roots``)."""
     containerds = list(processes_named("containerd", proc))
     if not address:
         dockerd = serving_dockerd(data_root, proc=proc)
