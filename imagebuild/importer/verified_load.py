@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Generator, Iterable, Protocol
 
-from .failures import BadInput, ImportFailure, IntegrityFailure
+from .failures import BadInput, IntegrityFailure
 from .held_layers import files_to_skip
 from .load_room import LoadDisk, check_room
 from .load_stream import CHUNK_SIZE, engine_tar
@@ -122,7 +122,7 @@ def import_archive(
     refuse_unloadable(manifest, manifest_path, engine.address)
     check_attestations(manifest, manifest_path)
     engine_id = expected_engine_id(manifest, manifest_path, engine)
-    if engine.has_image(engine_id):
+    if _whole(engine, engine_id, report):
         _tag(engine, engine_id, manifest)
         return ImportResult(
             image_id=manifest.image_id, engine_id=engine_id, tags=manifest.repo_tags, already_present=True,
@@ -142,13 +142,11 @@ def import_archive(
         named = ", ".join(map(shown, touched[:5])) + (" ..." if len(touched) > 5 else "")
         report(f"the archive named {named}: those tags are put back as they were")
     if digest != manifest.sha256:
-        _remove_new(engine, loaded, before)
+        _undo_failed_load(engine, [*loaded, engine_id], before, report)
         msg = f"archive {archive}: sha256 mismatch (expected {manifest.sha256}, got {digest}); {again}"
         raise IntegrityFailure(msg)
     if engine_error is not None:
-        with contextlib.suppress(ImportFailure):  # an engine that went away: its failure is the one to say
-            if _remove_new(engine, [engine_id], before):
-                report(f"the engine kept {engine_id} though its load failed: removed, so the next import loads it again")
+        _undo_failed_load(engine, [engine_id], before, report)
         raise engine_error
     if loaded != [engine_id]:
         _remove_new(engine, loaded, before)
@@ -269,16 +267,36 @@ def _tag(engine: ImportEngine, engine_id: str, manifest: Manifest) -> None:
         engine.tag(engine_id, name)
 
 
-def _remove_new(engine: ImportEngine, loaded: list[str], before: frozenset[str]) -> bool:
-    """Remove each image of ``loaded`` the engine holds now and did not before this load; whether any was.
+def _whole(engine: ImportEngine, engine_id: str, report: Callable[[str], None]) -> bool:
+    """Whether the engine holds the image whole. The containerd store keeps the record of an image
+    whose load broke off (a corrupt or cut archive) with part of its content missing: inspect finds
+    it, the image list leaves it out, and `docker run` cannot start it. Such an image is loaded again,
+    which completes it."""
+    if not engine.has_image(engine_id):
+        return False
+    if not engine.ids_are_manifests or engine_id in engine.image_ids():
+        return True
+    report(f"the engine holds {engine_id} with part of its content missing (a load that broke off): loading it again")
+    return False
 
-    A load that failed reports nothing, yet the containerd store keeps the image whose layers it
-    stored and then failed to unpack (measured on Docker 26.1.5, its disk full). Left there, that image
-    would pass the next import as already present, its unpack moved to the job's `docker run`, and
-    the blobs would keep the disk full."""
-    removed = False
+
+def _undo_failed_load(engine: ImportEngine, image_ids: list[str], before: frozenset[str], report: Callable[[str], None]) -> None:
+    """After a failed load, remove what it left. The containerd store keeps the image whose content
+    it stored (measured on Docker 26.1.5): all of it when the disk filled as it unpacked, part of it
+    when the archive broke off. Left there, the next import would take it as present."""
+    try:
+        removed = _remove_new(engine, image_ids, before)
+    except Exception:  # the engine went away too: the load's own failure is the one to say
+        return
+    for image_id in removed:
+        report(f"the engine kept {image_id} of the failed load: removed, so the next import loads it again")
+
+
+def _remove_new(engine: ImportEngine, loaded: list[str], before: frozenset[str]) -> list[str]:
+    """Remove each image of ``loaded`` the engine holds now and did not list before this load; those removed."""
+    removed = []
     for image_id in dict.fromkeys(loaded):
         if image_id not in before and engine.has_image(image_id):
             engine.remove_image(image_id)
-            removed = True
+            removed.append(image_id)
     return removed

@@ -131,6 +131,10 @@ class FakeEngine(Engine):
     refuse_load: str | None = None  # the engine's message when it refuses every load
     # The containerd store's failure to unpack what it loaded (its disk full): the image kept, the load refused.
     fail_unpack: str | None = None
+    # A load that broke off on the containerd store: the image's record kept with part of its content,
+    # which inspect finds and the image list leaves out (``incomplete``); the load refused.
+    break_off_load: str | None = None
+    incomplete: set[str] = field(default_factory=set)
     refuse_push: str | None = None
     interrupt_save_after: int | None = None  # chunks of `save`, then Ctrl-C
     pushed: dict[str, str] = field(default_factory=dict)  # repository:tag -> digest
@@ -314,6 +318,10 @@ class FakeEngine(Engine):
             self.images.append(
                 replace(info, config_digest=config_digest) if config_digest != image_id else info
             )
+        if self.break_off_load:
+            self.incomplete.add(image_id)
+            raise EngineError(self.break_off_load)
+        self.incomplete.discard(image_id)
         if self.fail_unpack:
             raise EngineError(self.fail_unpack)
         return [image_id]
@@ -330,7 +338,7 @@ class FakeEngine(Engine):
         return any(info.id == image_id for info in self.images)
 
     def image_ids(self) -> frozenset[str]:
-        return frozenset(info.id for info in self.images)
+        return frozenset(info.id for info in self.images if info.id not in self.incomplete)
 
     def tag_table(self) -> dict[str, str]:
         return {name: image_id for name, image_id in self.tags.items() if self.has_image(image_id)}
@@ -346,6 +354,7 @@ class FakeEngine(Engine):
             self.untag(image_id)
             return
         self.images = [info for info in self.images if info.id != image_id]
+        self.incomplete.discard(image_id)
         self.saved.pop(image_id, None)
 
     def close(self) -> None:

@@ -219,12 +219,37 @@ def test_an_image_the_engine_kept_from_a_failed_load_is_removed_so_the_next_impo
     with pytest.raises(EngineError, match="failed to unpack loaded image"):
         import_manifest(manifest_path, node, report=said.append)
     digest = _manifest(manifest_path)["manifest_digest"]
-    assert f"the engine kept {digest} though its load failed: removed, so the next import loads it again" in said
+    assert f"the engine kept {digest} of the failed load: removed, so the next import loads it again" in said
     assert node.images == []
     node.fail_unpack = None  # room made
     again = import_manifest(manifest_path, node, report=lambda _: None)
     assert not again.already_present
     assert node.loads == 2
+
+
+def test_an_image_whose_load_broke_off_is_removed_or_loaded_again_never_taken_as_present(tmp_path: Path) -> None:
+    """The containerd store keeps the record of an image whose load broke off, part of its content
+    missing: inspect finds it, the image list does not, and it cannot run."""
+    _, manifest_path = _export(tmp_path)
+    digest = str(_manifest(manifest_path)["manifest_digest"])
+    node = FakeEngine(manifest_ids=True, break_off_load="unexpected EOF")
+    said: list[str] = []
+    with pytest.raises(EngineError, match="unexpected EOF"):
+        import_manifest(manifest_path, node, report=said.append)
+    assert f"the engine kept {digest} of the failed load: removed, so the next import loads it again" in said
+    assert not node.has_image(digest)
+    # One a plain `docker load` left before: loaded again, which completes it.
+    with pytest.raises(EngineError):
+        node.load([_archive(manifest_path).read_bytes()])
+    assert node.has_image(digest)
+    assert digest not in node.image_ids()
+    node.break_off_load = None
+    said.clear()
+    result = import_manifest(manifest_path, node, report=said.append)
+    assert not result.already_present
+    assert f"the engine holds {digest} with part of its content missing (a load that broke off): loading it again" in said
+    assert digest in node.image_ids()
+    assert node.tags == {TAG: digest}
 
 
 def test_a_failed_load_leaves_an_image_that_was_there_before(tmp_path: Path) -> None:

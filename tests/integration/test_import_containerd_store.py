@@ -1,4 +1,4 @@
-"""A node on Docker 26's containerd image store whose disk is too small for the image.
+"""A node on Docker 26's containerd image store: the import's room check, and what failed loads leave.
 
 Its data root is a tmpfs of 1.25 times the sample image's layers, and the store needs them twice
 there (each blob in the content store of the containerd its dockerd started, beside the snapshot it
@@ -9,12 +9,18 @@ the image whose content it stored; the import removes it, so its blobs go and, o
 times the layers, the next import loads the image rather than calling it present. (The layers it had
 unpacked stay until containerd's next collection of snapshots: on the full disk it could not record
 their removal, "snapshot garbage collection failed".)
+
+A load that breaks off (a corrupt archive) leaves the image's record with part of its content:
+`docker image inspect` finds it, `docker image ls` does not, and it cannot run. A plain `docker load`
+leaves one; the import loads such an image again, which completes it, and removes the one its own
+failed load left.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -91,7 +97,7 @@ def test_the_containerd_store_s_room_is_checked_and_a_failed_load_leaves_nothing
     assert failed.returncode == 3, failed.stderr
     assert "failed to unpack loaded image" in failed.stderr.splitlines()[-1]
     engine_id = json.loads(manifest.read_text())["manifest_digest"]
-    assert f"the engine kept {engine_id} though its load failed: removed" in failed.stderr
+    assert f"the engine kept {engine_id} of the failed load: removed" in failed.stderr
     assert _images(engine) == ""
     blobs = root / "io.containerd.content.v1.content" / "blobs" / "sha256"
     deadline = time.monotonic() + 30  # containerd collects the blobs no image names after the removal
@@ -104,3 +110,53 @@ def test_the_containerd_store_s_room_is_checked_and_a_failed_load_leaves_nothing
     assert loaded.returncode == 0, loaded.stderr
     assert "verified and loaded" in loaded.stdout + loaded.stderr
     assert set(_images(engine).split()) == {engine_id.removeprefix("sha256:")[:12]}  # a row per tag
+
+
+def test_an_image_a_broken_off_load_left_is_loaded_again_and_one_the_import_left_is_removed(
+    sample_export: Callable[[str], Path], small_node: tuple[NodeEngine, int], tmp_path: Path
+) -> None:
+    engine, layers = small_node
+    mount_tmpfs(engine.data_root, layers * 7 // 2, remount=True)  # what the broken-off load left, and the load
+    manifest = sample_export("docker")
+    engine_id = json.loads(manifest.read_text())["manifest_digest"]
+    docker = ["docker", "--host", engine.host]
+    subprocess.run([*docker, "image", "rm", "--force", engine_id], check=False, capture_output=True)
+    corrupt = _corrupt_copy(manifest, tmp_path)
+    archive = corrupt.parent / json.loads(corrupt.read_text())["archive"]
+
+    plain = subprocess.run([*docker, "load", "--input", str(archive)], capture_output=True, text=True, check=False)
+    assert plain.returncode != 0
+    assert _inspects(engine, engine_id)  # the record plain docker load left...
+    assert _images(engine) == ""  # ... which the image list leaves out
+    loaded = _import(engine, manifest)
+    assert loaded.returncode == 0, loaded.stderr
+    assert f"the engine holds {engine_id} with part of its content missing (a load that broke off): loading it again" in loaded.stderr
+    assert set(_images(engine).split()) == {engine_id.removeprefix("sha256:")[:12]}
+    ran = subprocess.run([*docker, "run", "--rm", "--network", "host", engine_id, "true"], capture_output=True, text=True, check=False)
+    assert ran.returncode == 0, ran.stderr
+
+    subprocess.run([*docker, "image", "rm", "--force", engine_id], check=True, capture_output=True)
+    refused = _import(engine, corrupt)
+    assert refused.returncode == 7, refused.stderr
+    assert f"the engine kept {engine_id} of the failed load: removed, so the next import loads it again" in refused.stderr
+    assert "sha256 mismatch" in refused.stderr.splitlines()[-1]
+    assert not _inspects(engine, engine_id)
+
+
+def _corrupt_copy(manifest: Path, directory: Path) -> Path:
+    """The export's files copied into ``directory``, one byte of the archive's middle flipped."""
+    document = json.loads(manifest.read_text())
+    for name in (manifest.name, document["archive"], "imagebuild-import.pyz", *document.get("attestations", {})):
+        shutil.copy(manifest.parent / name, directory / name)
+    archive = directory / document["archive"]
+    with archive.open("r+b") as file:
+        file.seek(archive.stat().st_size // 2)
+        byte = file.read(1)
+        file.seek(-1, 1)
+        file.write(bytes([byte[0] ^ 0x01]))
+    return directory / manifest.name
+
+
+def _inspects(engine: NodeEngine, image_id: str) -> bool:
+    done = subprocess.run(["docker", "--host", engine.host, "image", "inspect", image_id], capture_output=True, check=False)
+    return done.returncode == 0
