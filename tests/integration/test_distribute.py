@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -27,6 +26,7 @@ from sampleworld.engines import NodeEngine, ensure_engine, stop_engine
 from sampleworld.layout import StateDir
 from sampleworld.pytest_plugin import sample_world_state_dir
 from sampleworld.world import World
+from tests.integration.export_support import corrupt_copy
 from tests.integration.image_support import CHECKOUT
 from tests.integration.scratch import module_scratch
 from tests.prerequisites import PYTHON38, skip_or_fail
@@ -187,19 +187,11 @@ def test_imagebuild_import_of_an_uncompressed_archive_on_a_fresh_engine(
 def test_a_one_byte_corruption_fails_the_import_with_nothing_left_on_the_node(
     built: dict[str, object], exported: Path, node: NodeEngine, tmp_path: Path
 ) -> None:
-    manifest = json.loads(exported.read_text())
-    # Everything export wrote that the manifest names: import checks the attestations' digests first.
-    for name in (exported.name, manifest["archive"], "imagebuild-import.pyz", *manifest.get("attestations", {})):
-        shutil.copy(exported.parent / name, tmp_path / name)
-    archive = tmp_path / manifest["archive"]
-    with archive.open("r+b") as f:
-        f.seek(archive.stat().st_size // 2)
-        byte = f.read(1)
-        f.seek(-1, 1)
-        f.write(bytes([byte[0] ^ 0x01]))
+    copied = corrupt_copy(exported, tmp_path)
+    archive = tmp_path / json.loads(copied.read_text())["archive"]
     _forget(node, str(built["image_id"]))
     done = subprocess.run(
-        [sys.executable, str(tmp_path / "imagebuild-import.pyz"), str(tmp_path / exported.name)],
+        [sys.executable, str(tmp_path / "imagebuild-import.pyz"), str(copied)],
         env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": node.host},
         capture_output=True,
         text=True,

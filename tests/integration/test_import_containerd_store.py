@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -29,11 +28,13 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.cli import main
 from sampleworld.engine_matrix import DOCKER26, docker26_engine
 from sampleworld.engines import NodeEngine, ensure_engine, stop_engine
 from sampleworld.layout import StateDir
 from sampleworld.pytest_plugin import sample_world_state_dir
 from sampleworld.trixie_dist import fetch
+from tests.integration.export_support import corrupt_copy
 from tests.integration.tmpfs import mount_tmpfs
 from tests.prerequisites import PYTHON38, skip_or_fail
 
@@ -113,7 +114,7 @@ def test_the_containerd_store_s_room_is_checked_and_a_failed_load_leaves_nothing
 
 
 def test_an_image_a_broken_off_load_left_is_loaded_again_and_one_the_import_left_is_removed(
-    sample_export: Callable[[str], Path], small_node: tuple[NodeEngine, int], tmp_path: Path
+    sample_image: dict[str, object], sample_export: Callable[[str], Path], small_node: tuple[NodeEngine, int], tmp_path: Path
 ) -> None:
     engine, layers = small_node
     mount_tmpfs(engine.data_root, layers * 7 // 2, remount=True)  # what the broken-off load left, and the load
@@ -121,7 +122,13 @@ def test_an_image_a_broken_off_load_left_is_loaded_again_and_one_the_import_left
     engine_id = json.loads(manifest.read_text())["manifest_digest"]
     docker = ["docker", "--host", engine.host]
     subprocess.run([*docker, "image", "rm", "--force", engine_id], check=False, capture_output=True)
-    corrupt = _corrupt_copy(manifest, tmp_path)
+    # Uncompressed, so that the flipped byte is in a layer, the tar whole: which blob a byte of a zstd
+    # stream lands in, and whether it breaks the stream there, depends on the image.
+    plain_export = tmp_path / "export"
+    assert main(["export", str(sample_image["image_id"]), "-o", str(plain_export), "--compress", "none"]) == 0
+    (exported,) = plain_export.glob("*.json")
+    (tmp_path / "copy").mkdir()
+    corrupt = corrupt_copy(exported, tmp_path / "copy", in_largest_file=True)
     archive = corrupt.parent / json.loads(corrupt.read_text())["archive"]
 
     plain = subprocess.run([*docker, "load", "--input", str(archive)], capture_output=True, text=True, check=False)
@@ -141,20 +148,6 @@ def test_an_image_a_broken_off_load_left_is_loaded_again_and_one_the_import_left
     assert f"the engine kept {engine_id} of the failed load: removed, so the next import loads it again" in refused.stderr
     assert "sha256 mismatch" in refused.stderr.splitlines()[-1]
     assert not _inspects(engine, engine_id)
-
-
-def _corrupt_copy(manifest: Path, directory: Path) -> Path:
-    """The export's files copied into ``directory``, one byte of the archive's middle flipped."""
-    document = json.loads(manifest.read_text())
-    for name in (manifest.name, document["archive"], "imagebuild-import.pyz", *document.get("attestations", {})):
-        shutil.copy(manifest.parent / name, directory / name)
-    archive = directory / document["archive"]
-    with archive.open("r+b") as file:
-        file.seek(archive.stat().st_size // 2)
-        byte = file.read(1)
-        file.seek(-1, 1)
-        file.write(bytes([byte[0] ^ 0x01]))
-    return directory / manifest.name
 
 
 def _inspects(engine: NodeEngine, image_id: str) -> bool:
