@@ -79,7 +79,7 @@ def load_into_podman(manifest_path: Path, report: Callable[[str], None] = lambda
         report(f"loading {archive.name} ({manifest.size / 1e9:.2f} GB) with podman load")
         done = _podman("load", "--input", str(archive), timeout=TIMEOUT_S)
         if done.returncode != 0:
-            msg = f"archive {archive}: podman load failed: {shown(done.stderr.strip()[-500:], limit=600)}"
+            msg = f"archive {archive}: podman load failed: {shown(load_failure(done.stderr, manifest.kind), limit=600)}"
             raise EngineUnavailable(msg)
         if not _present(manifest.image_id):
             loaded = [m.group(1).strip() for m in map(LOADED.search, done.stdout.splitlines()) if m]
@@ -96,3 +96,13 @@ def load_into_podman(manifest_path: Path, report: Callable[[str], None] = lambda
             msg = f"podman tag {manifest.image_id} {name} failed: {shown(tagged.stderr.strip()[-300:], limit=400)}"
             raise EngineUnavailable(msg)
     return manifest.image_id, present
+
+
+def load_failure(stderr: str, kind: str) -> str:
+    """Why ``podman load`` failed. It tries every transport in turn and, when none loads, lists each
+    one's failure (" * oci: ...", " * docker-archive: ..."): the one of the archive's own kind says
+    why (the manifest's kinds are Podman's transport names). Else the end of what it said."""
+    for line in stderr.splitlines():
+        if line.startswith(f" * {kind}: "):
+            return line[3:].strip()[-500:]
+    return stderr.strip()[-500:]

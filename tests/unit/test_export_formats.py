@@ -26,6 +26,7 @@ from imagebuild.errors import ConfigError, IntegrityError
 from imagebuild.importer import cli
 from imagebuild.importer.failures import BadInput
 from imagebuild.importer.manifest import parse_manifest
+from imagebuild.importer.podman_load import load_failure
 from imagebuild.testing import FakeEngine
 from tests.prerequisites import skip_or_fail
 
@@ -326,3 +327,23 @@ def test_runtime_podman_refuses_a_squashfs_before_reading_it_and_needs_podman(
     monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
     assert cli.main([str(oci), "--runtime", "podman"]) == 3
     assert "podman is not installed or not on PATH" in capsys.readouterr().err
+
+
+# What podman load 4.3 said here of the sample image's docker archive, its storage on a full tmpfs.
+PODMAN_FULL_DISK = """Copying blob sha256:eb193ed4029ace75478d5dd6a9a47483313ceee1dc9f39310de0ac3f97844032
+Error: payload does not match any of the supported image formats:
+ * oci: initializing source oci:/n/a.tar:: open /n/a.tar/index.json: not a directory
+ * oci-archive: writing blob: adding layer with blob "sha256:464f": processing tar file(write /usr/lib/x.rlib: no space left on device): exit status 1
+ * docker-archive: writing blob: adding layer with blob "sha256:464f": processing tar file(write /usr/lib/y.rlib: no space left on device): exit status 1
+ * dir: open /n/a.tar/manifest.json: not a directory
+"""
+
+
+def test_a_failed_podman_load_is_told_by_the_transport_of_the_archive_s_kind() -> None:
+    """podman load tries every transport: the failure of the one the archive is for says why."""
+    assert load_failure(PODMAN_FULL_DISK, "docker-archive") == (
+        'docker-archive: writing blob: adding layer with blob "sha256:464f": processing tar file(write '
+        "/usr/lib/y.rlib: no space left on device): exit status 1"
+    )
+    assert load_failure(PODMAN_FULL_DISK, "oci-archive").startswith("oci-archive: writing blob: ")
+    assert load_failure("Error: short read\n", "docker-archive") == "Error: short read"
