@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .dockerd_process import MAX_CONFIG, containerd_address, serving_dockerd, socket_path
-from .processes import PROC, command_line, listening_paths, parent_pid, processes_named
+from .processes import PROC, command_line, go_flags, listening_paths, parent_pid, processes_named
 
 MANAGED_ROOT = Path("containerd/daemon")  # under the data root: the containerd dockerd started
 DEFAULT_ROOT = Path("/var/lib/containerd")
@@ -61,17 +61,20 @@ def engine_root(data_root: str, *, address: str = "", proc: Path = PROC) -> Path
     """The root of the containerd the engine uses: the one listening at ``address`` (``GET /info``'s
     ``Containerd.Address``), else, from the dockerd serving ``data_root``, the one it started or the
     one listening where it connects. None when that cannot be read here (then ``candidate_roots``)."""
+    if address:
+        return _listening_at(address, list(processes_named("containerd", proc)))
+    dockerd = serving_dockerd(data_root, proc=proc)
+    if dockerd is None:
+        return None
     containerds = list(processes_named("containerd", proc))
-    if not address:
-        dockerd = serving_dockerd(data_root, proc=proc)
-        if dockerd is None:
-            return None
-        started = [process for process in containerds if parent_pid(process) == int(dockerd.name)]
-        if started:
-            return _root(started)
-        address = containerd_address(dockerd) or ""
-        if not address:
-            return None
+    started = [process for process in containerds if parent_pid(process) == int(dockerd.name)]
+    if started:
+        return _root(started)
+    address = containerd_address(dockerd) or ""
+    return _listening_at(address, containerds) if address else None
+
+
+def _listening_at(address: str, containerds: list[Path]) -> Path | None:
     wanted = os.path.realpath(socket_path(address))
     return _root([p for p in containerds if wanted in {os.path.realpath(path) for path in listening_paths(p)}])
 
@@ -83,15 +86,12 @@ def _root(containerds: list[Path]) -> Path | None:
 
 def root_of(argv: list[str]) -> Path | None:
     """The root a containerd command line gives: ``--root``, else its config's ``root``, else the default."""
-    options = {}
-    for i, arg in enumerate(argv[1:], start=1):
-        name, equals, value = arg.partition("=")
-        if name in ("--root", "--config", "-c", "-root", "-config"):
-            options[name.lstrip("-")[:1]] = value if equals else (argv[i + 1] if i + 1 < len(argv) else "")
-    if options.get("r"):
-        root: Path | None = Path(options["r"])
+    options = go_flags(argv, ("--root", "--config", "--c"))
+    named_config = options.get("--config") or options.get("--c")
+    if options.get("--root"):
+        root: Path | None = Path(options["--root"])
     else:
-        config = Path(options["c"]) if options.get("c") else DEFAULT_CONFIG
+        config = Path(named_config) if named_config else DEFAULT_CONFIG
         root = config_root(config) if config.is_absolute() else None
     return root if root is not None and root.is_absolute() else None
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .processes import PROC, command_line, open_files, processes_named
+from .processes import PROC, command_line, go_flags, open_files, processes_named
 
 VARIABLE = b"DOCKER_TMPDIR="
 DAEMON_JSON = "/etc/docker/daemon.json"
@@ -50,13 +50,14 @@ def engine_tmpdir(data_root: str, *, proc: Path = PROC) -> str | None:
 
 
 def containerd_address(dockerd: Path) -> str | None:
-    """The socket of the containerd this dockerd uses unless it started its own; None when unreadable."""
+    """The address of the containerd this dockerd uses unless it started its own (a path, or
+    ``unix://`` and a path); None when unreadable."""
     argv = command_line(dockerd)
     if argv is None:
         return None
-    flags = _flags(argv, ("--containerd", "--config-file"))
+    flags = go_flags(argv, ("--containerd", "--config-file"))
     if flags.get("--containerd"):
-        return socket_path(flags["--containerd"])
+        return flags["--containerd"]
     config = flags.get("--config-file") or DAEMON_JSON
     try:
         if Path(config).stat().st_size > MAX_CONFIG:
@@ -67,20 +68,9 @@ def containerd_address(dockerd: Path) -> str | None:
     except (OSError, ValueError):
         return None
     named = settings.get("containerd") if isinstance(settings, dict) else None
-    return socket_path(named) if isinstance(named, str) and named else DEFAULT_CONTAINERD
+    return named if isinstance(named, str) and named else DEFAULT_CONTAINERD
 
 
 def socket_path(address: str) -> str:
     """A containerd address as the path it listens on (containerd's dialer takes both forms)."""
     return address[len("unix://") :] if address.startswith("unix://") else address
-
-
-def _flags(argv: list[str], names: tuple[str, ...]) -> dict[str, str]:
-    """Each of ``names`` from a Go command line (``--name=value`` or ``--name value``; ``-name`` too)."""
-    found = {}
-    for i, arg in enumerate(argv[1:], start=1):
-        name, equals, value = arg.partition("=")
-        name = "--" + name.lstrip("-")
-        if name in names:
-            found[name] = value if equals else (argv[i + 1] if i + 1 < len(argv) else "")
-    return found

@@ -37,6 +37,18 @@ def command_line(process: Path) -> list[str] | None:
     return [arg.decode(errors="replace") for arg in argv if arg]
 
 
+def go_flags(argv: list[str], names: tuple[str, ...]) -> dict[str, str]:
+    """Each of ``names`` (given as ``--name``) from a Go program's command line: ``--name=value`` or
+    ``--name value``, with one dash as well."""
+    found = {}
+    for i, arg in enumerate(argv[1:], start=1):
+        name, equals, value = arg.partition("=")
+        name = "--" + name.lstrip("-")
+        if name in names:
+            found[name] = value if equals else (argv[i + 1] if i + 1 < len(argv) else "")
+    return found
+
+
 def parent_pid(process: Path) -> int | None:
     try:
         stat = (process / "stat").read_text()

@@ -1,11 +1,24 @@
-"""An export's files copied elsewhere with one byte of its archive flipped: what a bad copy to a node gives."""
+"""What a node does with an export: run the importer beside it, or be handed a copy with a byte flipped."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
+
+from imagebuild.distribute.shipped_importer import IMPORTER_NAME
+from tests.prerequisites import PYTHON38
+
+
+def run_shipped_importer(manifest: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The importer export wrote beside ``manifest``, run as a node runs it: under Python 3.8 (the
+    oldest it supports) where this machine has one."""
+    python = str(PYTHON38 if PYTHON38.exists() else sys.executable)
+    command = [python, str(manifest.parent / IMPORTER_NAME), str(manifest), *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
 
 
 def corrupt_copy(manifest: Path, directory: Path, *, in_largest_file: bool = False) -> Path:

@@ -26,7 +26,7 @@ from sampleworld.engines import NodeEngine, ensure_engine, stop_engine
 from sampleworld.layout import StateDir
 from sampleworld.pytest_plugin import sample_world_state_dir
 from sampleworld.world import World
-from tests.integration.export_support import corrupt_copy
+from tests.integration.export_support import corrupt_copy, run_shipped_importer
 from tests.integration.image_support import CHECKOUT
 from tests.integration.scratch import module_scratch
 from tests.prerequisites import PYTHON38, skip_or_fail
@@ -289,9 +289,8 @@ def test_a_node_without_room_for_the_layers_fails_at_once_naming_itself_and_load
     layers = json.loads(exported.read_text())["layers"]
     needed = 2 * sum(layer["size"] for layer in layers)
     env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": small_disk_node.host}
-    importer = [str(PYTHON38 if PYTHON38.exists() else sys.executable), str(exported.parent / "imagebuild-import.pyz"), str(exported)]
     started = time.monotonic()
-    done = subprocess.run(importer, env=env, capture_output=True, text=True, check=False)
+    done = run_shipped_importer(exported, env=env)
     refused_after = time.monotonic() - started
     assert done.returncode == 1
     (line,) = done.stderr.splitlines()  # refused before "loading ...": nothing was read
@@ -307,7 +306,7 @@ def test_a_node_without_room_for_the_layers_fails_at_once_naming_itself_and_load
 
     # Without the check, the engine fails the same load with its own words, later.
     started = time.monotonic()
-    unchecked = subprocess.run(importer, env={**env, "IMAGEBUILD_IMPORT_ROOM": "off"}, capture_output=True, text=True, check=False)
+    unchecked = run_shipped_importer(exported, env={**env, "IMAGEBUILD_IMPORT_ROOM": "off"})
     failed_after = time.monotonic() - started
     assert unchecked.returncode == 3
     assert "no space left on device" in unchecked.stderr

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,9 +33,9 @@ from sampleworld.engines import NodeEngine, ensure_engine, stop_engine
 from sampleworld.layout import StateDir
 from sampleworld.pytest_plugin import sample_world_state_dir
 from sampleworld.trixie_dist import fetch
-from tests.integration.export_support import corrupt_copy
+from tests.integration.export_support import corrupt_copy, run_shipped_importer
 from tests.integration.tmpfs import mount_tmpfs
-from tests.prerequisites import PYTHON38, skip_or_fail
+from tests.prerequisites import skip_or_fail
 
 pytestmark = [pytest.mark.docker]
 
@@ -65,10 +64,7 @@ def small_node(sample_export: Callable[[str], Path]) -> Iterator[tuple[NodeEngin
 
 
 def _import(engine: NodeEngine, manifest: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    python = str(PYTHON38 if PYTHON38.exists() else sys.executable)
-    command = [python, str(manifest.parent / "imagebuild-import.pyz"), str(manifest)]
-    environment = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": engine.host, **env}
-    return subprocess.run(command, env=environment, capture_output=True, text=True, check=False)
+    return run_shipped_importer(manifest, env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": engine.host, **env})
 
 
 def _images(engine: NodeEngine) -> str:

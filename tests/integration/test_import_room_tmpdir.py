@@ -13,7 +13,6 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,8 +22,9 @@ from sampleworld import engines
 from sampleworld.engines import NodeEngine, ensure_engine, stop_engine
 from sampleworld.layout import StateDir
 from sampleworld.pytest_plugin import sample_world_state_dir
+from tests.integration.export_support import run_shipped_importer
 from tests.integration.tmpfs import mount_tmpfs
-from tests.prerequisites import PYTHON38, skip_or_fail
+from tests.prerequisites import skip_or_fail
 
 pytestmark = [pytest.mark.docker]
 
@@ -55,11 +55,7 @@ def tmpdir_node(sample_export: Callable[[str], Path]) -> Iterator[tuple[NodeEngi
 
 
 def _import(engine: NodeEngine, manifest: Path) -> subprocess.CompletedProcess[str]:
-    python = str(PYTHON38 if PYTHON38.exists() else sys.executable)
-    env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": engine.host}
-    return subprocess.run(
-        [python, str(manifest.parent / "imagebuild-import.pyz"), str(manifest)], env=env, capture_output=True, text=True, check=False
-    )
+    return run_shipped_importer(manifest, env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": engine.host})
 
 
 def test_the_room_check_asks_docker_tmpdir_for_the_engine_s_copy(

@@ -12,16 +12,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from imagebuild.distribute.shipped_importer import IMPORTER_NAME
+from tests.integration.export_support import run_shipped_importer
 from tests.integration.tmpfs import tmpfs
-from tests.prerequisites import PYTHON38, skip_or_fail
+from tests.prerequisites import skip_or_fail
 
 pytestmark = [pytest.mark.docker]
 
@@ -37,15 +36,11 @@ def test_a_tmpfs_with_the_room_the_manifest_says_unpacks_and_one_without_is_refu
     manifest = sample_export("squashfs")
     data = json.loads(manifest.read_text())
     needed, archive = int(data["unpacked_bytes"]), manifest.parent / data["archive"]
-    python = str(PYTHON38 if PYTHON38.exists() else sys.executable)
     for size, fits in ((needed, True), (needed // 2, False)):
         with tmpfs(tmp_path / f"tmpfs-{size}", size) as point:
             target = point / "enroot" / "data"  # enroot makes its data directory: not there yet
             began = time.monotonic()
-            checked = subprocess.run(
-                [python, str(manifest.parent / IMPORTER_NAME), str(manifest), "--check-only", "--unpack-into", str(target)],
-                capture_output=True, text=True, check=False,
-            )  # fmt: skip
+            checked = run_shipped_importer(manifest, "--check-only", "--unpack-into", str(target))
             check_s = time.monotonic() - began
             target.mkdir(parents=True)  # as enroot does before it runs anything
             began = time.monotonic()
