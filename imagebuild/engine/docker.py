@@ -48,7 +48,7 @@ from imagebuild.engine.overlay2_store import stored_image
 from imagebuild.engine.store_kind import api_version_problem, engine_store
 from imagebuild.engine.unreachable import plain_reason, probe, unreachable
 from imagebuild.errors import EngineError, UnknownImageError
-from imagebuild.importer.docker_api import loaded_images, stream_error, tag_table
+from imagebuild.importer.docker_api import ABSENT, image_state, read_load, stream_error, tag_table
 from imagebuild.importer.held_layers import chains_of
 
 PROBE_TIMEOUT_S = 10  # connecting to a live engine takes milliseconds; a filtered port never answers
@@ -285,20 +285,17 @@ class DockerEngine(Engine):
         return stored_image(image_id, inspected=data, data_root=str(root or ""))
 
     def load(self, chunks: Iterable[bytes]) -> list[str]:
-        loaded: list[str] = []
         try:
             with self._without_timeout():  # uploading many GB is one request
                 stream = self._api.load_image(iter(chunks), quiet=True)
-            for chunk in stream:
-                detail = stream_error(chunk)
-                if detail is not None:
-                    msg = f"the Docker engine at {self._address} refused the archive: {detail}"
-                    raise EngineError(msg)
-                loaded += loaded_images(str(chunk.get("stream") or ""), self._image_id)
+            loaded, detail = read_load(stream, self._image_id)
         except (docker.errors.DockerException, OSError) as e:
             # requests raises ConnectionError when the engine hangs up mid-stream (bad data).
             msg = f"the Docker engine at {self._address} stopped reading the archive: {plain_reason(e)}"
             raise EngineError(msg) from e
+        if detail is not None:
+            msg = f"the Docker engine at {self._address} refused the archive: {detail}"
+            raise EngineError(msg)
         return loaded
 
     def _image_id(self, name: str) -> str:
@@ -313,6 +310,17 @@ class DockerEngine(Engine):
             msg = f"could not inspect image {image_id}: {plain_reason(e)}"
             raise EngineError(msg) from e
         return True
+
+    def image_state(self, image_id: str) -> str:
+        try:  # manifests=1 (API 1.48 on): docker-py's inspect_image does not ask it
+            response = self._api.get(self._api._url("/images/{0}/json", image_id), params={"manifests": 1})
+            if response.status_code == 404:
+                return ABSENT
+            inspected = self._api._result(response, json=True)
+        except (docker.errors.DockerException, requests.exceptions.RequestException, ValueError) as e:
+            msg = f"could not inspect image {image_id}: {plain_reason(e)}"
+            raise EngineError(msg) from e
+        return image_state(inspected if isinstance(inspected, dict) else {}, image_id)
 
     def image_ids(self) -> frozenset[str]:
         try:

@@ -42,7 +42,7 @@ from imagebuild.engine.interface import (  # fmt: skip
 from imagebuild.engine.store_kind import api_version_problem, engine_store
 from imagebuild.engine.unreachable import DEFAULT_SOCKET, plain_reason, probe, unreachable
 from imagebuild.errors import EngineError, UnknownImageError
-from imagebuild.importer.docker_api import response_error
+from imagebuild.importer.docker_api import ABSENT, image_state, response_error
 from imagebuild.importer.docker_context import ContextError, engine_endpoint
 from imagebuild.importer.socket_engine import UnixConnection
 from imagebuild.launcher.text import control_character
@@ -244,13 +244,21 @@ class HttpEngine(Engine):
         return containerd_store.identity_fields(image_id, address=self._address, info=self.engine_info())
 
     def has_image(self, image_id: str) -> bool:
-        status, body = self._call("GET", f"/images/{_quoted(image_id)}/json", f"inspect image {image_id}")
+        return self._inspected(image_id, "") is not None  # a fully cached build's check: no more asked
+
+    def image_state(self, image_id: str) -> str:
+        # manifests=1: from API 1.48 on the engine says whether the content is all there, and unpacked.
+        inspected = self._inspected(image_id, "?manifests=1")
+        return ABSENT if inspected is None else image_state(inspected, image_id)
+
+    def _inspected(self, image_id: str, query: str) -> dict[str, Any] | None:
+        status, body = self._call("GET", f"/images/{_quoted(image_id)}/json{query}", f"inspect image {image_id}")
         if status == 404:
-            return False
+            return None
         if status >= 300:
             msg = f"could not inspect image {image_id}: {response_error(body)}"
             raise EngineError(msg)
-        return True
+        return _json_object(body)
 
     # Everything else is docker-py's: the calls of a build that makes a new image, and of the other verbs.
 

@@ -58,7 +58,7 @@ def docker_disk(info: dict[str, Any], address: str, *, proc: Path = PROC) -> Loa
         if len(devices) != 1 or None in devices:
             return LoadDisk(unknown="the containerd store's root is not known for sure")
         root = roots[0]
-    return LoadDisk((Place(str(root), 2, "the engine's content store, and them unpacked"),))
+    return LoadDisk((Place(str(root), 2, "the engine's content store, and them unpacked", content_store=True),))
 
 
 def podman_disk(info: dict[str, Any], copies: int) -> LoadDisk:

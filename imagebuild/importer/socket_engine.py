@@ -17,10 +17,11 @@ import urllib.parse
 from typing import Any, Iterable
 
 from .docker_api import (
-    loaded_images,
+    ABSENT,
+    image_state,
     names_images_by_manifest,
+    read_load,
     response_error,
-    stream_error,
     tag_table,
 )
 from .docker_context import ContextError, Tls, engine_endpoint
@@ -99,13 +100,18 @@ class SocketEngine:
         return json.loads(self._call("GET", path, what) or b"{}")
 
     def has_image(self, image_id: str) -> bool:
-        status, data = self._request("GET", f"/images/{image_id}/json")
+        return self.image_state(image_id) != ABSENT
+
+    def image_state(self, image_id: str) -> str:
+        # manifests=1: engines from API 1.48 on say whether the content is all there, and unpacked.
+        status, data = self._request("GET", f"/images/{image_id}/json?manifests=1")
         if status == 404:
-            return False
+            return ABSENT
         if status >= 300:
             msg = f"the Docker engine at {self.address} refused to inspect {image_id}: {response_error(data)}"
             raise EngineUnavailable(msg)
-        return True
+        inspected = json.loads(data or b"{}")
+        return image_state(inspected if isinstance(inspected, dict) else {}, image_id)
 
     def image_ids(self) -> frozenset[str]:
         return frozenset(str(i["Id"]) for i in self._json("/images/json?all=1", "list images"))
@@ -135,14 +141,11 @@ class SocketEngine:
 
     def load(self, chunks: Iterable[bytes]) -> list[str]:
         data = self._call("POST", "/images/load?quiet=1", "load the archive", body=chunks)
-        loaded: list[str] = []
-        for line in data.decode(errors="replace").splitlines():
-            message = json.loads(line) if line.strip() else {}
-            detail = stream_error(message)
-            if detail is not None:
-                msg = f"the Docker engine at {self.address} refused to load the archive: {detail}"
-                raise EngineUnavailable(msg)
-            loaded += loaded_images(str(message.get("stream", "")), self._image_id)
+        lines = data.decode(errors="replace").splitlines()
+        loaded, detail = read_load((json.loads(line) for line in lines if line.strip()), self._image_id)
+        if detail is not None:
+            msg = f"the Docker engine at {self.address} refused to load the archive: {detail}"
+            raise EngineUnavailable(msg)
         return loaded
 
     def _image_id(self, name: str) -> str:

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Generator, Iterable, Protocol
 
-from .failures import BadInput, IntegrityFailure
+from .docker_api import CONTENT_MISSING, HELD, NOT_UNPACKED, WHOLE
+from .failures import BadInput, EngineUnavailable, IntegrityFailure
 from .held_layers import files_to_skip
 from .load_room import LoadDisk, check_room
 from .load_stream import CHUNK_SIZE, engine_tar
@@ -45,6 +46,9 @@ class ImportEngine(Protocol):
     @property
     def ids_are_manifests(self) -> bool: ...
     def has_image(self, image_id: str) -> bool: ...
+    def image_state(self, image_id: str) -> str:
+        """ABSENT, or what the engine holds of the image (``docker_api.image_state``)."""
+        ...
     def image_ids(self) -> frozenset[str]: ...
     def load(self, chunks: Iterable[bytes]) -> list[str]: ...
     def tag(self, image_id: str, name: str) -> None: ...
@@ -122,7 +126,8 @@ def import_archive(
     refuse_unloadable(manifest, manifest_path, engine.address)
     check_attestations(manifest, manifest_path)
     engine_id = expected_engine_id(manifest, manifest_path, engine)
-    if _whole(engine, engine_id, report):
+    state = _state(engine, engine_id, report)
+    if state == WHOLE:
         _tag(engine, engine_id, manifest)
         return ImportResult(
             image_id=manifest.image_id, engine_id=engine_id, tags=manifest.repo_tags, already_present=True,
@@ -131,7 +136,8 @@ def import_archive(
     archive, again = archive_of(manifest, manifest_path)
     before, tags_before = engine.image_ids(), engine.tag_table()
     skip = files_to_skip(manifest, engine.held_chains()) if manifest.layers else frozenset()
-    check_room(manifest, skip, engine.load_disk(), report)  # before a byte is read: fail at once, naming this node
+    # Before a byte is read: fail at once, naming this node.
+    check_room(manifest, skip, engine.load_disk(), report, content_held=state == NOT_UNPACKED)
     report(f"loading {archive.name} ({manifest.size / 1e9:.2f} GB, {manifest.compression}) into {engine.address}")
     if skip:
         held = sum(layer.file in skip for layer in manifest.layers)
@@ -157,6 +163,10 @@ def import_archive(
             "archive and manifest do not belong together; export the image again"
         )
         raise IntegrityFailure(msg)
+    if engine.ids_are_manifests and engine.image_state(engine_id) == NOT_UNPACKED:  # said in words not known here
+        _undo_failed_load(engine, [engine_id], before, report)
+        msg = f"the Docker engine at {engine.address} loaded {engine_id} but did not unpack it; see its log"
+        raise EngineUnavailable(msg)
     _tag(engine, engine_id, manifest)
     if touched and manifest.repo_tags:
         release(engine, [engine_id])
@@ -267,17 +277,21 @@ def _tag(engine: ImportEngine, engine_id: str, manifest: Manifest) -> None:
         engine.tag(engine_id, name)
 
 
-def _whole(engine: ImportEngine, engine_id: str, report: Callable[[str], None]) -> bool:
-    """Whether the engine holds the image whole. The containerd store keeps the record of an image
-    whose load broke off (a corrupt or cut archive) with part of its content missing: inspect finds
-    it, the image list leaves it out, and `docker run` cannot start it. Such an image is loaded again,
-    which completes it."""
-    if not engine.has_image(engine_id):
-        return False
-    if not engine.ids_are_manifests or engine_id in engine.image_ids():
-        return True
-    report(f"the engine holds {engine_id} with part of its content missing (a load that broke off): loading it again")
-    return False
+def _state(engine: ImportEngine, engine_id: str, report: Callable[[str], None]) -> str:
+    """WHOLE when the engine holds the image whole and unpacked, else why it is loaded. The containerd
+    store keeps the record of an image whose load broke off (a corrupt or cut archive) with part of
+    its content missing, and the content of one it could not unpack (a full disk): `docker run`
+    cannot start the first, and unpacks the second as it starts, with no room check. Either is loaded
+    again, which completes and unpacks it. Engines from API 1.48 on say which (``image_state``);
+    before, the image list leaves out the first, and nothing tells the second."""
+    state = engine.image_state(engine_id)
+    if state == HELD:
+        state = CONTENT_MISSING if engine.ids_are_manifests and engine_id not in engine.image_ids() else WHOLE
+    if state == CONTENT_MISSING:
+        report(f"the engine holds {engine_id} with part of its content missing (a load that broke off): loading it again")
+    elif state == NOT_UNPACKED:
+        report(f"the engine holds {engine_id} not unpacked (an unpack that failed): loading it again, which unpacks it")
+    return state
 
 
 def _undo_failed_load(engine: ImportEngine, image_ids: list[str], before: frozenset[str], report: Callable[[str], None]) -> None:

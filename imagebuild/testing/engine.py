@@ -28,7 +28,15 @@ from imagebuild.engine.interface import (
     pull_event,
 )
 from imagebuild.errors import EngineError, RegistryError, UnknownImageError
-from imagebuild.importer.docker_api import stream_error
+from imagebuild.importer.docker_api import (
+    ABSENT,
+    CONTENT_MISSING,
+    HELD,
+    NOT_UNPACKED,
+    WHOLE,
+    read_load,
+    stream_error,
+)
 from imagebuild.importer.load_room import LoadDisk, Place
 from imagebuild.testing.archives import (
     archive_image_id,
@@ -129,8 +137,12 @@ class FakeEngine(Engine):
     closed: bool = False
     saved: dict[str, bytes] = field(default_factory=dict)  # image ID -> what `save` streams
     refuse_load: str | None = None  # the engine's message when it refuses every load
-    # The containerd store's failure to unpack what it loaded (its disk full): the image kept, the load refused.
+    # The containerd store's failure to unpack what it loaded (its disk full): the image kept, its content
+    # not unpacked (``not_unpacked``). Docker 26 refuses the load; engines from API 1.48 on
+    # (``says_unpacked``) answer it with a line of output, and their inspect says what is unpacked.
     fail_unpack: str | None = None
+    says_unpacked: bool = False
+    not_unpacked: set[str] = field(default_factory=set)
     # A load that broke off on the containerd store: the image's record kept with part of its content,
     # which inspect finds and the image list leaves out (``incomplete``); the load refused.
     break_off_load: str | None = None
@@ -322,13 +334,23 @@ class FakeEngine(Engine):
             self.incomplete.add(image_id)
             raise EngineError(self.break_off_load)
         self.incomplete.discard(image_id)
+        self.not_unpacked.discard(image_id)
+        messages: list[dict[str, str]] = [{"stream": f"Loaded image ID: {image_id}\n"}]
         if self.fail_unpack:
-            raise EngineError(self.fail_unpack)
-        return [image_id]
+            self.not_unpacked.add(image_id)
+            if not self.says_unpacked:
+                raise EngineError(self.fail_unpack)
+            messages.append({"stream": f"Error unpacking image {image_id}: {self.fail_unpack}\n"})
+        ids, detail = read_load(messages, lambda name: self.tags[name])  # as the engines read it
+        if detail is not None:
+            raise EngineError(detail)
+        return ids
 
     def load_disk(self) -> LoadDisk:
         if not self.data_root:
             return super().load_disk()
+        if self.manifest_ids:
+            return LoadDisk((Place(self.data_root, 2, "the engine's content store, and them unpacked", content_store=True),))
         return LoadDisk((Place(self.data_root, 2, "the engine's copy while it loads them, and them unpacked"),))
 
     def store(self) -> EngineStore:
@@ -336,6 +358,13 @@ class FakeEngine(Engine):
 
     def has_image(self, image_id: str) -> bool:
         return any(info.id == image_id for info in self.images)
+
+    def image_state(self, image_id: str) -> str:
+        if not self.has_image(image_id):
+            return ABSENT
+        if not self.says_unpacked:
+            return HELD
+        return CONTENT_MISSING if image_id in self.incomplete else NOT_UNPACKED if image_id in self.not_unpacked else WHOLE
 
     def image_ids(self) -> frozenset[str]:
         return frozenset(info.id for info in self.images if info.id not in self.incomplete)
@@ -355,6 +384,7 @@ class FakeEngine(Engine):
             return
         self.images = [info for info in self.images if info.id != image_id]
         self.incomplete.discard(image_id)
+        self.not_unpacked.discard(image_id)
         self.saved.pop(image_id, None)
 
     def close(self) -> None:
