@@ -133,7 +133,7 @@ def rebuild_from(host: str, context: Path, *, cache: str, rebuilt: str, base: st
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=float, default=1.0, help="GB of the step (default 1)")
-    parser.add_argument("--engines", default=",".join(["main", *(s.name for s in engine_matrix.DOCKER26)]))
+    parser.add_argument("--engines", default=",".join(["main", *(s.name for s in engine_matrix.MANAGED)]))
     args = parser.parse_args()
     state_env = os.environ.get("IMAGEBUILD_SAMPLEWORLD_STATE")
     state = Path(state_env) if state_env else HERE.parent / ".sampleworld"

@@ -186,7 +186,7 @@ def main() -> int:
     parser.add_argument("--work-gb", type=float, default=4.0, help="GB each hash of a busy or one step hashes (default 4)")
     parser.add_argument("--wait-s", type=float, default=20.0, help="seconds a wait step sleeps (default 20)")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--engines", default=",".join(["main", *(s.name for s in engine_matrix.DOCKER26)]))
+    parser.add_argument("--engines", default=",".join(["main", *(s.name for s in engine_matrix.MANAGED)]))
     args = parser.parse_args()
     try:
         sizes = [float(s) for s in args.sizes.split(",")]

@@ -317,7 +317,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1, help="measurements of every size (default 1)")
     parser.add_argument("--files", type=int, default=1, help="files the step writes its N GB as (default 1)")
     parser.add_argument("--layers", type=int, default=1, help="steps that write the N GB, N/K each (default 1)")
-    parser.add_argument("--engines", default=",".join(["main", *(s.name for s in engine_matrix.DOCKER26)]))
+    parser.add_argument("--engines", default=",".join(["main", *(s.name for s in engine_matrix.MANAGED)]))
     parser.add_argument("--no-distribute", action="store_true", help="skip export/import and save/load")
     parser.add_argument("--checkout", help="measure the imagebuild of this checkout (main, before a change)")
     parser.add_argument(

@@ -1,15 +1,18 @@
-"""The engine matrix: the machine's main Docker engine plus two Docker 26 engines, for tests across engines.
+"""The engine matrix: the machine's main Docker engine plus three newer ones, for tests across engines.
 
   main                 the machine's engine (bookworm's docker.io 20.10, overlay2): never started or stopped here
   docker26-overlay2    Debian trixie's dockerd 26.1.5, graph driver overlay2 (the classic image store)
   docker26-containerd  the same dockerd with `{"features": {"containerd-snapshotter": true}}`: the
                        containerd image store (driver-type io.containerd.snapshotter.v1), the default of
                        fresh Docker Engine 29 installs; there an image's ID is its manifest digest
+  forky-containerd     Debian testing's dockerd (28.5.2 on containerd 2.1 in 2026-12) on the containerd
+                       image store: the newest Docker Debian has, the API that says what an image holds
+                       unpacked (1.48 on), and the load that reports a failed unpack as output
 
-The Docker 26 binaries are trixie's docker.io and containerd packages, fetched and unpacked into the state
-dir by `trixie_dist` (nothing is installed on the host).
+The binaries are the suites' docker.io and containerd packages, fetched and unpacked into the state dir
+by `debian_dist` (nothing is installed on the host).
 
-Each Docker 26 engine is a NodeEngine (sampleworld/engines.py): its own data root, exec root, pid file,
+Each managed engine is a NodeEngine (sampleworld/engines.py): its own data root, exec root, pid file,
 socket and bridge, and the containerd its dockerd starts keeps its state, root and socket under those.
 `up` starts only what does not answer yet, `down` stops only what this state dir started.
 
@@ -35,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from sampleworld import log, proc
+from sampleworld.debian_dist import dist_dir, fetch
 from sampleworld.engines import (
     RUN_ROOT,
     NodeEngine,
@@ -48,30 +52,32 @@ from sampleworld.engines import (
 )
 from sampleworld.errors import SampleWorldError
 from sampleworld.layout import DEFAULT_STATE_DIR, StateDir
-from sampleworld.trixie_dist import dist_dir, fetch
 
 MAIN_SOCKET = Path("/var/run/docker.sock")
 
 
 @dataclass(frozen=True)
-class Docker26:
+class ManagedEngine:
     name: str
+    suite: str  # the Debian suite its docker.io and containerd come from (debian_dist)
     storage_driver: str  # "" for none: the containerd image store chooses its snapshotter
     daemon_config: dict[str, Any]
 
 
-DOCKER26 = (
-    Docker26("docker26-overlay2", "overlay2", {}),
-    Docker26("docker26-containerd", "", {"features": {"containerd-snapshotter": True}}),
+CONTAINERD_STORE = {"features": {"containerd-snapshotter": True}}
+MANAGED = (
+    ManagedEngine("docker26-overlay2", "trixie", "overlay2", {}),
+    ManagedEngine("docker26-containerd", "trixie", "", CONTAINERD_STORE),
+    ManagedEngine("forky-containerd", "forky", "", CONTAINERD_STORE),
 )
-ENGINE_NAMES = ("main", *(spec.name for spec in DOCKER26))
+ENGINE_NAMES = ("main", *(spec.name for spec in MANAGED))
 
 
 @dataclass(frozen=True, kw_only=True)
 class MatrixEngine:
     """One engine of the matrix, as a test or script needs it."""
 
-    name: str  # "main", "docker26-overlay2", "docker26-containerd"
+    name: str  # "main", or one of MANAGED
     docker_host: str  # what DOCKER_HOST takes
     kind: str  # "classic" (graph driver image store) or "containerd" (containerd image store)
     managed: bool  # started and stopped by the matrix (False for the main engine)
@@ -92,12 +98,12 @@ def _state(state_dir: Path | None) -> StateDir:
     return StateDir((state_dir or DEFAULT_STATE_DIR).resolve())
 
 
-def docker26_engine(state: StateDir, spec: Docker26, name: str | None = None) -> NodeEngine:
+def managed_engine(state: StateDir, spec: ManagedEngine, name: str | None = None) -> NodeEngine:
     """The matrix's engine of ``spec``, or, given another ``name``, one like it with its own data root,
     socket and bridge (a test's node whose disk has a set size)."""
     name = name or spec.name
     key = hashlib.sha256(f"{state.root}\0{name}".encode()).hexdigest()[:12]
-    bin_dir = dist_dir(state) / "bin"
+    bin_dir = dist_dir(state, spec.suite) / "bin"
     return NodeEngine(
         name=name,
         root=state.engines / name,
@@ -156,7 +162,7 @@ def _main_host() -> str:
     return f"unix://{MAIN_SOCKET}"
 
 
-def _kind(spec: Docker26) -> str:
+def _kind(spec: ManagedEngine) -> str:
     return "containerd" if spec.daemon_config.get("features", {}).get("containerd-snapshotter") else "classic"
 
 
@@ -169,24 +175,25 @@ def status(state_dir: Path | None = None) -> list[MatrixEngine]:
         if ping(main)
         else MatrixEngine(name="main", docker_host=_main_host(), kind="classic", managed=False)
     ]
-    for spec in DOCKER26:
-        engine = docker26_engine(state, spec)
+    for spec in MANAGED:
+        engine = managed_engine(state, spec)
         pid = running_pid(engine)
         rows.append(_describe(engine, _kind(spec), managed=True, pid=pid))
     return rows
 
 
 def up(state_dir: Path | None = None) -> tuple[list[MatrixEngine], list[str]]:
-    """Fetch the Docker 26 packages if needed and start both engines unless ours answer.
+    """Fetch the suites' packages if needed and start every managed engine unless ours answer.
 
     Returns the matrix and the names of the engines this call started."""
     state = _state(state_dir)
     started: list[str] = []
     began = time.monotonic()
     with engines_lock(state):
-        fetch(state)
-        for spec in DOCKER26:
-            engine = docker26_engine(state, spec)
+        for suite in dict.fromkeys(spec.suite for spec in MANAGED):
+            fetch(state, suite)
+        for spec in MANAGED:
+            engine = managed_engine(state, spec)
             if ensure_engine(engine):
                 started.append(spec.name)
     log.info(f"engines up in {time.monotonic() - began:.1f}s (started: {', '.join(started) or 'none'})")
@@ -194,14 +201,14 @@ def up(state_dir: Path | None = None) -> tuple[list[MatrixEngine], list[str]]:
 
 
 def down(state_dir: Path | None = None, *, only: list[str] | None = None) -> list[str]:
-    """Stop the Docker 26 engines this state dir started (all, or those in `only`); never the main one."""
+    """Stop the managed engines this state dir started (all, or those in `only`); never the main one."""
     state = _state(state_dir)
     stopped: list[str] = []
     with engines_lock(state):
-        for spec in DOCKER26:
+        for spec in MANAGED:
             if only is not None and spec.name not in only:
                 continue
-            engine = docker26_engine(state, spec)
+            engine = managed_engine(state, spec)
             if stop_engine(engine):
                 stopped.append(spec.name)
             left = leftover_pids(engine)
@@ -212,7 +219,7 @@ def down(state_dir: Path | None = None, *, only: list[str] | None = None) -> lis
 
 
 def matrix(state_dir: Path | None = None, *, start: bool = True) -> list[MatrixEngine]:
-    """The engines tests run against: main first, then the Docker 26 engines (started when `start`).
+    """The engines tests run against: main first, then the managed engines (started when `start`).
 
     Skips nothing silently: an engine that is down (and not started) has version None."""
     return up(state_dir)[0] if start else status(state_dir)
@@ -223,11 +230,11 @@ _ALL_IMAGES = urllib.parse.urlencode({"filters": json.dumps({"dangling": ["false
 
 
 def empty(state_dir: Path | None = None) -> None:
-    """Remove every container, image and build cache entry of the running Docker 26 engines: what a
+    """Remove every container, image and build cache entry of the running managed engines: what a
     test session built or pulled there, which the next one builds or pulls again."""
     state = _state(state_dir)
-    for spec in DOCKER26:
-        engine = docker26_engine(state, spec)
+    for spec in MANAGED:
+        engine = managed_engine(state, spec)
         if not ping(engine):
             continue
         for path in ("/containers/prune", f"/images/prune?{_ALL_IMAGES}", "/build/prune?all=true"):
@@ -237,7 +244,11 @@ def empty(state_dir: Path | None = None) -> None:
 def disk_usage(state_dir: Path | None = None) -> dict[str, int]:
     """Bytes under the fetched packages and each engine's root (data root, config, log)."""
     state = _state(state_dir)
-    paths = {"dist": dist_dir(state), **{s.name: state.engines / s.name for s in DOCKER26}}
+    suites = dict.fromkeys(spec.suite for spec in MANAGED)
+    paths = {
+        **{f"dist-{suite}": dist_dir(state, suite) for suite in suites},
+        **{spec.name: state.engines / spec.name for spec in MANAGED},
+    }
     return {name: _du(path) for name, path in paths.items()}
 
 
@@ -249,16 +260,16 @@ def _du(path: Path) -> int:
 
 
 def pull_pinned_images(state_dir: Path | None, name: str, pins: Path) -> list[str]:
-    """Pull every image pin of `pins` that names a digest into the Docker 26 engine `name`, by digest.
+    """Pull every image pin of `pins` that names a digest into the managed engine `name`, by digest.
 
     The stand-ins live in the sample registry (sampleworld.world pushes them once); an engine gets them
     by pulling, so they are the same bytes on every engine. Returns the references pulled."""
     state = _state(state_dir)
-    spec = next((s for s in DOCKER26 if s.name == name), None)
+    spec = next((s for s in MANAGED if s.name == name), None)
     if spec is None:
-        msg = f"no Docker 26 engine named {name!r}; the matrix has {', '.join(s.name for s in DOCKER26)}"
+        msg = f"no managed engine named {name!r}; the matrix has {', '.join(s.name for s in MANAGED)}"
         raise SampleWorldError(msg)
-    engine = docker26_engine(state, spec)
+    engine = managed_engine(state, spec)
     pulled: list[str] = []
     for pin in tomllib.loads(pins.read_text()).values():
         if not isinstance(pin, dict) or pin.get("kind") != "image" or not pin.get("digest"):

@@ -17,7 +17,7 @@ it outlived it (its containerd, shims) and whose command line names the engine's
 
 An engine need not be bookworm's dockerd: `dockerd`, `path_prefix` (a private bin dir put first on PATH
 for the dockerd process, so it finds its own containerd) and `daemon_config` (daemon.json) give the
-Docker 26 engines of the engine matrix (sampleworld/engine_matrix.py). The containerd a dockerd starts
+newer engines of the engine matrix (sampleworld/engine_matrix.py). The containerd a dockerd starts
 keeps its state and socket under the exec root (`exec/containerd/`) and its root under the data root
 (`data/containerd/daemon`): nothing is shared with the main engine's containerd.
 """

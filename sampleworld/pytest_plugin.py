@@ -5,8 +5,9 @@ can ask for its fixtures by name; nothing imports them.
 
 `node_engines` gives extra Docker engines (sampleworld/engines.py), one per sample cluster node;
 `sample_cluster` the sample SLURM cluster (sampleworld/cluster.py) with its two nodes and their engines.
-`docker_engine_matrix` the engine matrix (sampleworld/engine_matrix.py): the main engine and two Docker 26
-engines (overlay2, containerd image store), for tests that parametrize over engines.
+`docker_engine_matrix` the engine matrix (sampleworld/engine_matrix.py): the main engine, two Docker 26
+engines (overlay2, containerd image store) and Debian testing's (containerd image store), for tests that
+parametrize over engines.
 `podman_docker_host` Podman's Docker-compatible API service (sampleworld/podman_engine.py), as DOCKER_HOST.
 `system_containerd_engine` a Docker 26 engine on a containerd of its own, as Docker CE's packages lay
 them out (sampleworld/system_containerd.py).
@@ -84,7 +85,7 @@ def sample_cluster() -> Iterator[cluster.Cluster]:
 
 @pytest.fixture(scope="session")
 def docker_engine_matrix() -> Iterator[list[engine_matrix.MatrixEngine]]:
-    """Every engine of the matrix, running: main first, then docker26-overlay2 and docker26-containerd.
+    """Every engine of the matrix, running: main first, then the managed ones (engine_matrix.MANAGED).
 
     A test parametrized over engine_matrix.ENGINE_NAMES picks its engine by name and runs its docker
     commands with `engine.env` (DOCKER_HOST). At the end, only the engines this session started stop."""

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sampleworld import log, proc
+from sampleworld.debian_dist import dist_dir, fetch
 from sampleworld.engine_matrix import engines_lock
 from sampleworld.engines import (
     RUN_ROOT,
@@ -36,9 +37,9 @@ from sampleworld.engines import (
 )
 from sampleworld.errors import SampleWorldError
 from sampleworld.layout import StateDir
-from sampleworld.trixie_dist import dist_dir, fetch
 
 NAME = "docker26-system-containerd"
+SUITE = "trixie"  # Docker 26.1.5 and containerd 1.7.24 (debian_dist)
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def layout(state: StateDir) -> tuple[SystemContainerd, NodeEngine]:
     key = hashlib.sha256(f"{state.root}\0{NAME}".encode()).hexdigest()[:12]
     root, run_dir = state.engines / NAME, RUN_ROOT / key
     containerd = SystemContainerd(root=root / "containerd", run_dir=run_dir / "c")
-    bin_dir = dist_dir(state) / "bin"
+    bin_dir = dist_dir(state, SUITE) / "bin"
     config = {"containerd": str(containerd.socket), "features": {"containerd-snapshotter": True}}
     engine = NodeEngine(
         name=NAME,
@@ -103,9 +104,9 @@ def up(state_dir: Path) -> tuple[NodeEngine, bool]:
     """The engine, running; True when this call started it (or its containerd)."""
     state = StateDir(state_dir.resolve())
     with engines_lock(state):  # one fetch, start or stop of the state dir's engines at a time
-        fetch(state)
+        fetch(state, SUITE)
         containerd, engine = layout(state)
-        started = _ensure_containerd(containerd, dist_dir(state) / "bin" / "containerd", engine.env())
+        started = _ensure_containerd(containerd, dist_dir(state, SUITE) / "bin" / "containerd", engine.env())
         return engine, ensure_engine(engine) or started
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The engine matrix for tests: the main Docker engine plus two Docker 26 engines (trixie's docker.io and
-# containerd, fetched and verified into the state dir, never installed), overlay2 and the containerd image store.
+# containerd, fetched and verified into the state dir, never installed), overlay2 and the containerd image
+# store, and Debian testing's Docker (forky's) on the containerd image store.
 #
 #   scripts/ensure-engines.sh          start what does not answer yet; the matrix as JSON on stdout
 #   scripts/ensure-engines.sh --stop   stop only the engines this state dir started

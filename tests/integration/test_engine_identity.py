@@ -1,4 +1,5 @@
-"""One image identity on every Docker engine of the matrix: 20.10 and 26 (graph driver), 26 (containerd store).
+"""One image identity on every Docker engine of the matrix: 20.10 and 26 (graph driver), 26 and Debian
+testing's 28 (containerd store).
 
 The sample image is built once per engine (the main engine's is the session's shared build); the
 identity is the normalised config's digest, which each build record, iidfile and tag must agree on.
@@ -99,17 +100,21 @@ def test_docker_20_and_26_give_one_identity(builds: dict[str, dict[str, object]]
         assert normalization["engine_id"] == builds[name]["image_id"]
 
 
+CONTAINERD_STORES = ("docker26-containerd", "forky-containerd")
+
+
+@pytest.mark.parametrize("name", CONTAINERD_STORES)
 def test_the_containerd_store_knows_the_image_by_the_manifest_imagebuild_loaded(
-    builds: dict[str, dict[str, object]], docker_engine_matrix: list[MatrixEngine]
+    builds: dict[str, dict[str, object]], docker_engine_matrix: list[MatrixEngine], name: str
 ) -> None:
-    record = builds["docker26-containerd"]
+    record = builds[name]
     normalization = record["normalization"]
     assert isinstance(normalization, dict)
     assert "containerd image store" in normalization["engine"]
     # read from its content store's blobs, not from docker save
     assert (normalization["read_from"], normalization["fallback_reason"]) == ("content store", "")
     assert normalization["engine_id"] != record["image_id"]  # a manifest digest there, not the config's
-    with engine_at(engine_named(docker_engine_matrix, "docker26-containerd").docker_host) as engine:
+    with engine_at(engine_named(docker_engine_matrix, name).docker_host) as engine:
         assert engine.inspect_image(TAG).id == normalization["engine_id"]  # the tag names what was loaded
         assert engine.inspect_image(TAG).layers == engine.inspect_image(str(normalization["engine_id"])).layers
 
@@ -186,11 +191,11 @@ def test_a_cache_over_the_normalised_layers_where_the_store_allows_it(
                     client.remove_image(name)
 
 
-def test_the_containerd_store_gives_the_graph_driver_identity(builds: dict[str, dict[str, object]]) -> None:
-    assert builds["docker26-containerd"]["image_id"] == builds["main"]["image_id"]
+def test_the_containerd_stores_give_the_graph_driver_identity(builds: dict[str, dict[str, object]]) -> None:
+    assert {builds[name]["image_id"] for name in CONTAINERD_STORES} == {builds["main"]["image_id"]}
 
 
-@pytest.mark.parametrize("name", ["docker26-overlay2", "docker26-containerd"])
+@pytest.mark.parametrize("name", ["docker26-overlay2", *CONTAINERD_STORES])
 def test_verify_passes_on_the_engine_that_built_it(
     builds: dict[str, dict[str, object]], docker_engine_matrix: list[MatrixEngine], locked_pins: Path, name: str
 ) -> None:
@@ -200,7 +205,7 @@ def test_verify_passes_on_the_engine_that_built_it(
         assert main(["verify", TAG, "--pins", str(locked_pins)]) == 0
 
 
-ENGINES = ("main", "docker26-overlay2", "docker26-containerd")
+ENGINES = ("main", "docker26-overlay2", *CONTAINERD_STORES)
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +248,8 @@ def test_every_engine_exports_the_same_identity(exports: dict[str, dict[str, obj
     identity12 = str(builds["main"]["image_id"])[7:19]
     assert all(str(m["archive"]).endswith(f"-{identity12}.tar.zst") for m in exports.values())  # named by the identity
     # The containerd store's manifest travels with its archive: a node on that store names it the same.
-    assert exports["docker26-containerd"]["manifest_digest"] == builds["docker26-containerd"]["normalization"]["engine_id"]  # type: ignore[index]
+    for name in CONTAINERD_STORES:
+        assert exports[name]["manifest_digest"] == builds[name]["normalization"]["engine_id"]  # type: ignore[index]
 
 
 @pytest.mark.parametrize(("source", "target"), [(a, b) for a in ENGINES for b in ENGINES if a != b])
@@ -287,7 +293,10 @@ def test_an_archive_exported_on_one_engine_imports_verified_on_every_other(
             engine.tag(expected, name)
 
 
-@pytest.mark.parametrize(("source", "target"), [("docker26-containerd", "main"), ("main", "docker26-containerd")])
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [("docker26-containerd", "main"), ("main", "docker26-containerd"), ("forky-containerd", "docker26-overlay2"), ("main", "forky-containerd")],
+)
 def test_a_digest_published_from_one_engine_pulls_as_the_same_image_on_another(
     *,
     builds: dict[str, dict[str, object]],

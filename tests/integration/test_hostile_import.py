@@ -122,8 +122,8 @@ def _bomb(raw: bytes, zeros: int = 256 << 20) -> bytes:
     return raw[: len(raw) - len(TAR_END)] + member.tobuf(tarfile.USTAR_FORMAT) + bytes(zeros) + TAR_END
 
 
-@pytest.mark.parametrize("name", ["docker26-overlay2", "docker26-containerd"])
-def test_a_zstd_bomb_is_stopped_before_a_docker_26_engine_loads_anything(
+@pytest.mark.parametrize("name", ["docker26-overlay2", "docker26-containerd", "forky-containerd"])
+def test_a_zstd_bomb_is_stopped_before_a_newer_engine_loads_anything(
     *, donor_export: Path, docker_engine_matrix: list[MatrixEngine], tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str,
 ) -> None:  # fmt: skip

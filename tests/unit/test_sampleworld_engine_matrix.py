@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from sampleworld import engine_matrix
-from sampleworld.engine_matrix import DOCKER26, ENGINE_NAMES, docker26_engine
+from sampleworld.debian_dist import BINARIES, dist_dir, parse_packages
+from sampleworld.engine_matrix import ENGINE_NAMES, MANAGED, managed_engine
 from sampleworld.errors import SampleWorldError
 from sampleworld.layout import StateDir
-from sampleworld.trixie_dist import BINARIES, dist_dir, parse_packages
 
 STATE = StateDir(Path("/state/.sampleworld"))
 
@@ -38,20 +38,21 @@ SHA256: 0000000000000000000000000000000000000000000000000000000000000000
 """
 
 
-def test_the_matrix_is_main_then_the_two_docker26_engines() -> None:
-    assert ENGINE_NAMES == ("main", "docker26-overlay2", "docker26-containerd")
+def test_the_matrix_is_main_then_docker26_on_both_stores_then_testing_s_docker() -> None:
+    assert ENGINE_NAMES == ("main", "docker26-overlay2", "docker26-containerd", "forky-containerd")
+    assert [spec.suite for spec in MANAGED] == ["trixie", "trixie", "forky"]
 
 
 def test_packages_index_gives_the_amd64_stanza_with_its_sha256() -> None:
-    found = parse_packages(PACKAGES_INDEX, ("docker.io", "containerd"))
+    found = parse_packages(PACKAGES_INDEX, ("docker.io", "containerd"), "trixie")
     assert found["docker.io"]["SHA256"].startswith("53ae1a99")
     assert found["containerd"]["Filename"].endswith("containerd_1.7.24~ds1-6+deb13u1_amd64.deb")
     assert "libc6" in found["containerd"]["Depends"]  # continuation lines are kept
 
 
 def test_a_package_missing_from_the_index_is_an_error() -> None:
-    with pytest.raises(SampleWorldError, match="no runc"):
-        parse_packages(PACKAGES_INDEX, ("docker.io", "runc"))
+    with pytest.raises(SampleWorldError, match="trixie's Packages index lists no runc"):
+        parse_packages(PACKAGES_INDEX, ("docker.io", "runc"), "trixie")
 
 
 def test_the_private_bin_dir_has_no_runc() -> None:
@@ -61,28 +62,35 @@ def test_the_private_bin_dir_has_no_runc() -> None:
 
 
 def test_each_engine_has_its_own_dirs_socket_and_bridge() -> None:
-    engines = [docker26_engine(STATE, spec) for spec in DOCKER26]
+    engines = [managed_engine(STATE, spec) for spec in MANAGED]
     for field in ("root", "run_dir", "socket", "data_root", "exec_root", "pid_file", "bridge"):
         values = {getattr(engine, field) for engine in engines}
         assert len(values) == len(engines), field
-    for engine in engines:
+    for spec, engine in zip(MANAGED, engines, strict=True):
         assert len(engine.bridge) <= 15
         assert len(str(engine.socket)) < 100  # unix socket paths are limited
         argv = engine.argv(engine.storage_driver or "")
-        assert argv[0] == str(dist_dir(STATE) / "bin" / "dockerd")
+        assert argv[0] == str(dist_dir(STATE, spec.suite) / "bin" / "dockerd")
         assert f"--bridge={engine.bridge}" in argv
         assert "--bridge=none" not in argv  # it deletes the host's docker0
         env = engine.env()
         assert env is not None
-        assert env["PATH"].startswith(f"{dist_dir(STATE) / 'bin'}:")
+        assert env["PATH"].startswith(f"{dist_dir(STATE, spec.suite) / 'bin'}:")
+
+
+def test_each_suite_unpacks_into_its_own_directory_and_no_other_suite_is_fetched() -> None:
+    assert dist_dir(STATE, "trixie") != dist_dir(STATE, "forky")
+    with pytest.raises(SampleWorldError, match="no Debian suite 'sid' for the engine matrix; it fetches trixie, forky"):
+        dist_dir(STATE, "sid")
 
 
 def test_overlay2_engine_names_its_driver_and_the_containerd_engine_the_snapshotter() -> None:
-    overlay2, containerd = (docker26_engine(STATE, spec) for spec in DOCKER26)
+    overlay2, *containerd_stores = (managed_engine(STATE, spec) for spec in MANAGED)
     assert "--storage-driver=overlay2" in overlay2.argv(overlay2.storage_driver or "")
     assert json.loads(overlay2.daemon_config) == {}
-    assert not any(a.startswith("--storage-driver") for a in containerd.argv(containerd.storage_driver or ""))
-    assert json.loads(containerd.daemon_config) == {"features": {"containerd-snapshotter": True}}
+    for containerd in containerd_stores:
+        assert not any(a.startswith("--storage-driver") for a in containerd.argv(containerd.storage_driver or ""))
+        assert json.loads(containerd.daemon_config) == {"features": {"containerd-snapshotter": True}}
 
 
 def test_matrix_engine_reports_docker_host() -> None:

@@ -1,9 +1,15 @@
-"""Debian trixie's docker.io and containerd for the engine matrix: fetched with apt through a temporary
-sources list into the state dir (nothing is configured or installed on the host), each .deb checked
-against the sha256 trixie's Packages index lists, and unpacked with `dpkg -x`, once.
+"""Docker engines newer than bookworm's for the engine matrix: a Debian suite's docker.io and containerd,
+fetched with apt through a temporary sources list into the state dir (nothing is configured or installed
+on the host), each .deb checked against the sha256 the suite's Packages index lists, and unpacked with
+`dpkg -x`, once per suite:
 
-Their dockerd and containerd run on bookworm's glibc; trixie's runc needs glibc 2.38, so the private bin
-dir, first on the dockerd process's PATH, holds no runc and the shims find bookworm's /usr/sbin/runc.
+  trixie  Debian 13: docker.io 26.1.5, containerd 1.7.24
+  forky   Debian testing: docker.io 28.5.2, containerd 2.1.9 (2026-12). Testing moves: the matrix runs
+          what it has, and `sampleworld engines status` says which version that is.
+
+Their dockerd and containerd run on bookworm's glibc (they need 2.34); trixie's runc needs glibc 2.38, so
+the private bin dir, first on the dockerd process's PATH, holds no runc and the shims find bookworm's
+/usr/sbin/runc.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from sampleworld import log, proc
 from sampleworld.errors import SampleWorldError
 from sampleworld.layout import StateDir
 
-SUITE = "trixie"
+SUITES = ("trixie", "forky")
 MIRROR = "http://deb.debian.org/debian"
 PACKAGES = ("docker.io", "containerd")
 ARCH = "amd64"
@@ -31,9 +37,12 @@ BINARIES = {
 }
 
 
-def dist_dir(state: StateDir) -> Path:
-    """Where the trixie packages are fetched and unpacked (shared by both Docker 26 engines)."""
-    return state.engines / f"dist-{SUITE}"
+def dist_dir(state: StateDir, suite: str) -> Path:
+    """Where the suite's packages are fetched and unpacked (shared by the engines that run them)."""
+    if suite not in SUITES:
+        msg = f"no Debian suite {suite!r} for the engine matrix; it fetches {', '.join(SUITES)}"
+        raise SampleWorldError(msg)
+    return state.engines / f"dist-{suite}"
 
 
 def _apt_options(dist: Path) -> list[str]:
@@ -53,7 +62,7 @@ def _apt_options(dist: Path) -> list[str]:
     ]
 
 
-def parse_packages(text: str, wanted: tuple[str, ...], arch: str = ARCH) -> dict[str, dict[str, str]]:
+def parse_packages(text: str, wanted: tuple[str, ...], suite: str, arch: str = ARCH) -> dict[str, dict[str, str]]:
     """Package name -> its stanza's fields (Version, Filename, SHA256, Size, ...) in a Packages index."""
     found: dict[str, dict[str, str]] = {}
     for stanza in text.split("\n\n"):
@@ -71,16 +80,16 @@ def parse_packages(text: str, wanted: tuple[str, ...], arch: str = ARCH) -> dict
             found[name] = fields
     missing = [name for name in wanted if name not in found]
     if missing:
-        msg = f"trixie's Packages index lists no {', '.join(missing)} for {arch}"
+        msg = f"{suite}'s Packages index lists no {', '.join(missing)} for {arch}"
         raise SampleWorldError(msg)
     return found
 
 
-def _packages_index(dist: Path) -> str:
+def _packages_index(dist: Path, suite: str) -> str:
     lists = dist / "apt" / "lists"
-    found = sorted(lists.glob(f"*_dists_{SUITE}_main_binary-{ARCH}_Packages*"))
+    found = sorted(lists.glob(f"*_dists_{suite}_main_binary-{ARCH}_Packages*"))
     if not found:
-        msg = f"apt-get update left no {SUITE} main {ARCH} Packages index in {lists}"
+        msg = f"apt-get update left no {suite} main {ARCH} Packages index in {lists}"
         raise SampleWorldError(msg)
     # apt keeps the index compressed (.lz4, .gz, ...); its helper decompresses any of them.
     return proc.run(["/usr/lib/apt/apt-helper", "cat-file", str(found[0])], timeout=120)
@@ -98,9 +107,9 @@ def _marker(dist: Path) -> Path:
     return dist / "root" / ".fetched.json"
 
 
-def fetched(state: StateDir) -> dict[str, dict[str, str]] | None:
-    """What the last fetch unpacked (package -> version, sha256, filename), when it is all there."""
-    dist = dist_dir(state)
+def fetched(state: StateDir, suite: str) -> dict[str, dict[str, str]] | None:
+    """What the suite's last fetch unpacked (package -> version, sha256, filename), when it is all there."""
+    dist = dist_dir(state, suite)
     try:
         record: dict[str, dict[str, str]] = json.loads(_marker(dist).read_text())
     except (OSError, ValueError):
@@ -109,22 +118,22 @@ def fetched(state: StateDir) -> dict[str, dict[str, str]] | None:
     return record if links_ok and set(record) == set(PACKAGES) else None
 
 
-def fetch(state: StateDir) -> dict[str, dict[str, str]]:
-    """trixie's docker.io and containerd, verified and unpacked into the state dir (once)."""
-    record = fetched(state)
+def fetch(state: StateDir, suite: str) -> dict[str, dict[str, str]]:
+    """The suite's docker.io and containerd, verified and unpacked into the state dir (once)."""
+    record = fetched(state, suite)
     if record is not None:
         return record
-    dist = dist_dir(state)
+    dist = dist_dir(state, suite)
     apt = dist / "apt"
     for path in (apt / "lists" / "partial", apt / "cache" / "archives" / "partial", dist / "debs"):
         path.mkdir(parents=True, exist_ok=True)
-    (apt / "sources.list").write_text(f"deb {MIRROR} {SUITE} main\n")
+    (apt / "sources.list").write_text(f"deb {MIRROR} {suite} main\n")
     options = _apt_options(dist)
-    with log.step(f"engines: apt-get update ({SUITE} main, private lists)"):
+    with log.step(f"engines: apt-get update ({suite} main, private lists)"):
         proc.run(["apt-get", *options, "update"], timeout=600)
-    index = parse_packages(_packages_index(dist), PACKAGES)
-    with log.step(f"engines: apt-get download {' '.join(f'{p}/{SUITE}' for p in PACKAGES)}"):
-        proc.run(["apt-get", *options, "download", *(f"{p}/{SUITE}" for p in PACKAGES)], cwd=dist / "debs")
+    index = parse_packages(_packages_index(dist, suite), PACKAGES, suite)
+    with log.step(f"engines: apt-get download {' '.join(f'{p}/{suite}' for p in PACKAGES)}"):
+        proc.run(["apt-get", *options, "download", *(f"{p}/{suite}" for p in PACKAGES)], cwd=dist / "debs")
     record = {}
     for name, fields in index.items():
         deb = dist / "debs" / Path(fields["Filename"]).name
@@ -134,7 +143,7 @@ def fetch(state: StateDir) -> dict[str, dict[str, str]]:
         actual = _sha256(deb)
         if actual != fields["SHA256"]:
             deb.unlink()
-            msg = f"{deb.name}: sha256 {actual}, but trixie's Packages index lists {fields['SHA256']}"
+            msg = f"{deb.name}: sha256 {actual}, but {suite}'s Packages index lists {fields['SHA256']}"
             raise SampleWorldError(msg)
         record[name] = {"version": fields["Version"], "sha256": actual, "filename": deb.name}
     root = dist / "root"
