@@ -27,7 +27,9 @@ from imagebuild.normalize.after_build import layer_plan, previous_layers
 from imagebuild.normalize.core import normalize_image
 from imagebuild.project import find_project
 from imagebuild.render import RenderOptions, render_inputs
+from sampleworld import engine_matrix
 from sampleworld.engine_matrix import MatrixEngine
+from sampleworld.pytest_plugin import sample_world_state_dir
 from sampleworld.world import World
 from tests import REPO
 from tests.integration.engine_support import engine_at
@@ -66,11 +68,13 @@ def builds(
     locked_pins: Path,
     sample_image: dict[str, object],
     tmp_path_factory: pytest.TempPathFactory,
-) -> dict[str, dict[str, object]]:
+) -> Iterator[dict[str, dict[str, object]]]:
     """Each engine's build record; the main engine's is the session's shared sample image.
 
     The other engines build at the same time: a cold build leaves a core idle for much of its time
     (pulls, single-threaded pip and normalisation), and the builds share nothing but the sample world.
+    At the module's end the other engines are emptied: no later test reads what they built, and
+    kept, they stayed to the Podman tests (the matrix's last users), at the docker tier's disk peak.
     """
     where = tmp_path_factory.mktemp("engines")
     others = [engine for engine in docker_engine_matrix if engine.name != "main"]
@@ -84,7 +88,8 @@ def builds(
             if build.poll() is None:
                 build.kill()
                 build.wait()
-    return records
+    yield records
+    engine_matrix.empty(sample_world_state_dir())
 
 
 def engine_named(matrix: list[MatrixEngine], name: str) -> MatrixEngine:
