@@ -301,16 +301,6 @@ class DockerEngine(Engine):
     def _image_id(self, name: str) -> str:
         return str(self._api.inspect_image(name)["Id"])
 
-    def has_image(self, image_id: str) -> bool:
-        try:
-            self._api.inspect_image(image_id)
-        except docker.errors.ImageNotFound:
-            return False
-        except docker.errors.DockerException as e:
-            msg = f"could not inspect image {image_id}: {plain_reason(e)}"
-            raise EngineError(msg) from e
-        return True
-
     def image_state(self, image_id: str) -> str:
         try:  # manifests=1 (API 1.48 on): docker-py's inspect_image does not ask it
             response = self._api.get(self._api._url("/images/{0}/json", image_id), params={"manifests": 1})

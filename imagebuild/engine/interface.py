@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import UnknownImageError
-from imagebuild.importer.docker_api import ABSENT, HELD, stream_error
+from imagebuild.importer.docker_api import ABSENT, stream_error
 from imagebuild.importer.held_layers import chains_of
 from imagebuild.importer.load_places import PODMAN_API_COPIES, docker_disk, podman_disk
 from imagebuild.importer.load_room import LoadDisk
@@ -265,13 +265,11 @@ class Engine(ABC):
         return self.store().ids_are_manifests
 
     @abstractmethod
-    def has_image(self, image_id: str) -> bool:
-        """Whether an image with this ID is present."""
-
     def image_state(self, image_id: str) -> str:
-        """ABSENT, or what the engine holds of the image (``importer.docker_api.image_state``): engines
-        that say whether its content is all there and unpacked override this."""
-        return HELD if self.has_image(image_id) else ABSENT
+        """ABSENT, or what the engine holds of the image (``importer.docker_api.image_state``)."""
+
+    def has_image(self, image_id: str) -> bool:
+        return self.image_state(image_id) != ABSENT
 
     @abstractmethod
     def image_ids(self) -> frozenset[str]:
