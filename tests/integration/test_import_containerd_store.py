@@ -83,6 +83,22 @@ def _import(engine: NodeEngine, manifest: Path, **env: str) -> subprocess.Comple
     return run_shipped_importer(manifest, env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": engine.host, **env})
 
 
+def _failed_load_leaves_nothing(engine: NodeEngine, manifest: Path, root: Path) -> str:
+    """The import with the check off on the too small disk fails (exit 3) and removes the image the
+    engine kept; containerd then collects its blobs. The failure's line."""
+    failed = _import(engine, manifest, IMAGEBUILD_IMPORT_ROOM="off")
+    assert failed.returncode == 3, failed.stderr
+    engine_id = json.loads(manifest.read_text())["manifest_digest"]
+    assert f"the engine kept {engine_id} of the failed load: removed, so the next import loads it again" in failed.stderr
+    assert _images(engine) == ""
+    blobs = root / "io.containerd.content.v1.content" / "blobs" / "sha256"
+    deadline = time.monotonic() + 30  # containerd collects the blobs no image names after the removal
+    while any(blobs.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not any(blobs.iterdir())
+    return failed.stderr.splitlines()[-1]
+
+
 def _images(engine: NodeEngine) -> str:
     listed = subprocess.run(
         ["docker", "--host", engine.host, "image", "ls", "--all", "--quiet"], check=True, capture_output=True, text=True
@@ -106,17 +122,8 @@ def test_the_containerd_store_s_room_is_checked_and_a_failed_load_leaves_nothing
     assert f"twice in {root}: the engine's content store, and them unpacked" in line
     assert _images(engine) == ""
 
-    failed = _import(engine, manifest, IMAGEBUILD_IMPORT_ROOM="off")
-    assert failed.returncode == 3, failed.stderr
-    assert "failed to unpack loaded image" in failed.stderr.splitlines()[-1]
+    assert "failed to unpack loaded image" in _failed_load_leaves_nothing(engine, manifest, root)
     engine_id = json.loads(manifest.read_text())["manifest_digest"]
-    assert f"the engine kept {engine_id} of the failed load: removed" in failed.stderr
-    assert _images(engine) == ""
-    blobs = root / "io.containerd.content.v1.content" / "blobs" / "sha256"
-    deadline = time.monotonic() + 30  # containerd collects the blobs no image names after the removal
-    while any(blobs.iterdir()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not any(blobs.iterdir())
 
     mount_tmpfs(engine.data_root, layers * 5 // 2, remount=True)
     loaded = _import(engine, manifest)
@@ -182,18 +189,9 @@ def test_testing_s_docker_says_a_failed_unpack_in_its_output_and_an_image_left_n
     engine_id = json.loads(manifest.read_text())["manifest_digest"]
     root = engine.data_root / "containerd" / "daemon"
 
-    failed = _import(engine, manifest, IMAGEBUILD_IMPORT_ROOM="off")
-    assert failed.returncode == 3, failed.stderr
-    last = failed.stderr.splitlines()[-1]
+    last = _failed_load_leaves_nothing(engine, manifest, root)
     assert f"refused to load the archive: Error unpacking image {engine_id}: " in last
     assert "no space left on device" in last
-    assert f"the engine kept {engine_id} of the failed load: removed, so the next import loads it again" in failed.stderr
-    assert _images(engine) == ""
-    blobs = root / "io.containerd.content.v1.content" / "blobs" / "sha256"
-    deadline = time.monotonic() + 30  # containerd collects the blobs no image names after the removal
-    while any(blobs.iterdir()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not any(blobs.iterdir())
 
     exported = _plain_export(sample_image, tmp_path / "export")
     archive = exported.parent / json.loads(exported.read_text())["archive"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import json
 import socketserver
 import threading
 from collections.abc import Iterator
@@ -31,3 +32,17 @@ def serving(socket_path: Path, handler: type[http.server.BaseHTTPRequestHandler]
     finally:
         server.shutdown()
         server.server_close()
+
+
+class EngineHandler(http.server.BaseHTTPRequestHandler):
+    """A stand-in engine's request handler: JSON answers (or raw bytes), no request log."""
+
+    def answer(self, status: int, body: Any = None, *, raw: bytes | None = None) -> None:
+        data = raw if raw is not None else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_: object) -> None:
+        pass

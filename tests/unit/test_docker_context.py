@@ -10,7 +10,6 @@ real CLI write them and checks both against its engine.
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from imagebuild.errors import ConfigError, EngineError
 from imagebuild.importer.docker_context import DEFAULT_HOST, ContextError, engine_endpoint
 from imagebuild.importer.failures import BadInput
 from imagebuild.importer.socket_engine import SocketEngine
-from tests.unit.engine_support import serving
+from tests.unit.engine_support import EngineHandler, serving
 
 
 def add_context(config: Path, name: str, host: str, *, skip_verify: bool = False, tls: tuple[str, ...] = ()) -> Path:
@@ -125,21 +124,17 @@ def test_docker_tls_verify_applies_to_docker_host_only(docker_config: Path, monk
     assert (tls.ca, tls.cert, tls.key, tls.verify) == (tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem", True)
 
 
-class _Engine(http.server.BaseHTTPRequestHandler):
+class _Engine(EngineHandler):
     """What creating a client asks: the version, and /info for the store."""
 
     def do_GET(self) -> None:
         path = self.path.split("?")[0].rsplit("/", 1)[-1]
         body = {"version": {"Version": "20.10.24", "ApiVersion": "1.41", "MinAPIVersion": "1.12"},
                 "info": {"Driver": "overlay2", "DriverStatus": []}, "_ping": "OK"}.get(path)  # fmt: skip
-        data = (body if isinstance(body, str) else json.dumps(body)).encode()
-        self.send_response(200 if body is not None else 404)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *_: object) -> None:
-        pass
+        if isinstance(body, str):
+            self.answer(200, raw=body.encode())
+        else:
+            self.answer(200 if body is not None else 404, body)
 
 
 @pytest.fixture

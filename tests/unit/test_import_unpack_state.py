@@ -9,7 +9,6 @@ below are Docker 28.5.2's, cut to the fields read.
 
 from __future__ import annotations
 
-import http.server
 import json
 import urllib.parse
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ from imagebuild.importer.failures import EngineUnavailable
 from imagebuild.importer.manifest import read_manifest
 from imagebuild.importer.socket_engine import SocketEngine
 from imagebuild.testing import FakeEngine
-from tests.unit.engine_support import serving
+from tests.unit.engine_support import EngineHandler, serving
 
 TAG = "imagebuild/kimi-k3:gfx942"
 IMAGE = "sha256:" + "38" * 32
@@ -171,7 +170,7 @@ def test_an_unpack_failure_said_in_other_words_is_found_by_asking_the_engine(tmp
     assert node.images == []
 
 
-class _Node(http.server.BaseHTTPRequestHandler):
+class _Node(EngineHandler):
     asked: list[str]
     inspected: dict[str, Any] | None  # None: no such image
 
@@ -179,11 +178,11 @@ class _Node(http.server.BaseHTTPRequestHandler):
         self.asked.append(self.path)
         path = urllib.parse.urlsplit(self.path).path
         if path == "/info":
-            self._answer(200, {"Driver": "overlayfs", "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]})
+            self.answer(200, {"Driver": "overlayfs", "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]})
         elif path == f"/images/{IMAGE}/json" and self.inspected is not None:
-            self._answer(200, self.inspected)
+            self.answer(200, self.inspected)
         else:
-            self._answer(404, {"message": f"No such image: {path}"})
+            self.answer(404, {"message": f"No such image: {path}"})
 
     def do_POST(self) -> None:
         self.asked.append(self.path)
@@ -195,17 +194,7 @@ class _Node(http.server.BaseHTTPRequestHandler):
                 self.rfile.read(size + 2)
             self.rfile.readline()
         lines = [{"stream": f"Loaded image ID: {IMAGE}\n"}, {"stream": f"Error unpacking image {IMAGE}: {NO_SPACE}\n"}]
-        self._answer(200, None, b"".join(json.dumps(line).encode() + b"\r\n" for line in lines))
-
-    def _answer(self, status: int, body: Any, raw: bytes | None = None) -> None:
-        data = raw if raw is not None else json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *_: object) -> None:
-        pass
+        self.answer(200, raw=b"".join(json.dumps(line).encode() + b"\r\n" for line in lines))
 
 
 @pytest.fixture

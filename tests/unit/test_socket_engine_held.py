@@ -4,8 +4,6 @@ containerd store (their loads do not find layers by chain); and where a load is 
 
 from __future__ import annotations
 
-import http.server
-import json
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +13,7 @@ import pytest
 
 from imagebuild.engine.chain_ids import chain_ids
 from imagebuild.importer.socket_engine import SocketEngine
-from tests.unit.engine_support import serving
+from tests.unit.engine_support import EngineHandler, serving
 
 LAYERS = {
     "sha256:" + "1" * 64: ["sha256:" + "a" * 64, "sha256:" + "b" * 64],  # the base
@@ -23,7 +21,7 @@ LAYERS = {
 }
 
 
-class _Node(http.server.BaseHTTPRequestHandler):
+class _Node(EngineHandler):
     # Set per test by the fixture (a subclass each): the engine's /info, /version components, requests.
     info: dict[str, Any]
     components: list[dict[str, str]]
@@ -43,17 +41,9 @@ class _Node(http.server.BaseHTTPRequestHandler):
         elif path.startswith("/images/") and path.endswith("/json") and path[8:-5] in LAYERS:
             body = {"Id": path[8:-5], "RootFS": {"Type": "layers", "Layers": LAYERS[path[8:-5]]}}
         else:
-            self.send_response(404)
-            self.end_headers()
+            self.answer(404, {"message": f"no {path}"})
             return
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *_: object) -> None:
-        pass
+        self.answer(200, body)
 
 
 @pytest.fixture
