@@ -3,7 +3,7 @@
 On a terminal one line per layer is redrawn in place (status, bytes of total, rate); otherwise a
 line every 30 s (what a CI log can hold for a 1 GB base): layers done, bytes of the known total,
 the overall rate, and each layer still downloading with its bytes. Either way a summary line ends
-the pull. The engine's stream (imagebuild.engine.interface.pull_event) says per layer
+the pull. The engine's stream (imagebuild.engine.transfer_events.pull_event) says per layer
 "Pulling fs layer", "Waiting", "Downloading" (bytes so far of the layer's size), "Download
 complete", "Extracting", "Pull complete" or "Already exists".
 """
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from imagebuild.build.stream import ANSI_RE
-from imagebuild.engine.interface import Engine, PullEvent
+from imagebuild.engine.interface import Engine
+from imagebuild.engine.transfer_events import PullEvent
 from imagebuild.log import format_duration
 from imagebuild.util.clock import Clock
 

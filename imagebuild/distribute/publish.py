@@ -33,7 +33,8 @@ from imagebuild.distribute.attach import AttachResult, attach_documents
 from imagebuild.distribute.record_notes import ATTESTATIONS, PUBLISHED, build_documents, note_in_record
 from imagebuild.distribute.referrers import config_digest_of
 from imagebuild.distribute.registry_http import opened_repository
-from imagebuild.engine.interface import Engine, ImageInfo, PushEvent
+from imagebuild.engine.interface import Engine, ImageInfo
+from imagebuild.engine.transfer_events import PushEvent
 from imagebuild.errors import ConfigError, ImageBuildError, RegistryError
 from imagebuild.inputs import references
 from imagebuild.inputs.layout import attestation_file_name

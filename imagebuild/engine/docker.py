@@ -29,23 +29,20 @@ import docker
 from imagebuild.engine import containerd_store
 from imagebuild.engine.address import check_address, context_tls, docker_endpoint
 from imagebuild.engine.credentials import credentials_for, registry_failure
-from imagebuild.engine.interface import (  # fmt: skip
+from imagebuild.engine.interface import (
     GRAPH_DRIVER,
     BuildEvent,
     BuildRequest,
     Engine,
     EngineStore,
     ImageInfo,
-    PullListener,
-    PushEvent,
     StoredImage,
     classic_build_events,
     image_info,
-    pull_event,
-    push_event,
 )
 from imagebuild.engine.overlay2_store import stored_image
 from imagebuild.engine.store_kind import api_version_problem, engine_store
+from imagebuild.engine.transfer_events import PullListener, PushEvent, pull_event, push_event
 from imagebuild.engine.unreachable import plain_reason, probe, unreachable
 from imagebuild.errors import EngineError, UnknownImageError
 from imagebuild.importer.docker_api import ABSENT, image_state, read_load, stream_error, tag_table

@@ -27,19 +27,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from imagebuild.engine.interface import (  # fmt: skip
+from imagebuild.engine.interface import (
     BuildEvent,
     BuildRequest,
     Engine,
     EngineStore,
     ImageInfo,
-    PullListener,
-    PushEvent,
     StoredImage,
     classic_build_events,
     image_info,
 )
 from imagebuild.engine.store_kind import api_version_problem, engine_store
+from imagebuild.engine.transfer_events import PullListener, PushEvent
 from imagebuild.engine.unreachable import DEFAULT_SOCKET, plain_reason, probe, unreachable
 from imagebuild.errors import EngineError, UnknownImageError
 from imagebuild.importer.docker_api import ABSENT, image_state, response_error

@@ -21,12 +21,10 @@ from imagebuild.engine.interface import (
     Engine,
     EngineStore,
     ImageInfo,
-    PullListener,
-    PushEvent,
     StoredImage,
     classic_build_events,
-    pull_event,
 )
+from imagebuild.engine.transfer_events import PullListener, PushEvent, pull_event
 from imagebuild.errors import EngineError, RegistryError, UnknownImageError
 from imagebuild.importer.docker_api import (
     ABSENT,

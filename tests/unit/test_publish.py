@@ -18,7 +18,7 @@ import pytest
 
 from imagebuild.cli import main
 from imagebuild.distribute.publish import PublishOptions, check_repository, publish_image
-from imagebuild.engine.interface import PushEvent, push_event
+from imagebuild.engine.transfer_events import PushEvent, push_event
 from imagebuild.errors import ConfigError, RegistryError
 from imagebuild.testing import FakeEngine
 
