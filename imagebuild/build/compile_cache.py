@@ -11,11 +11,13 @@ connection is refused at once and every compile is a miss (measured: no slower, 
 With it, this module answers at that address for the build's duration, from a directory or by
 forwarding to the user's ccache HTTP storage; the build must run with ``--network host`` so the RUN
 steps' loopback is the host's. A remote URL's credentials stay in this process: never in a message,
-the log, the record, a label or a layer.
+the log, the record, a label or a layer. Builds that run at once on one host with the same cache
+share one server (imagebuild.build.compile_cache_server.SharedServing).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import threading
@@ -26,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagebuild.errors import ImageBuildError
 from imagebuild.inputs.layout import COMPILE_CACHE_PORT
 from imagebuild.log import logger
 from imagebuild.secrets import redact
@@ -56,6 +57,13 @@ class CompileCache:
         except ValueError:  # not a number: refused by compile_cache_problem, shown without it
             port = ""
         return redact(f"{parts.scheme}://{where}{port}{parts.path}")
+
+    @property
+    def key(self) -> str:
+        """The cache exactly (the directory resolved; the URL with its credentials), as a digest that
+        shows neither: builds whose keys are equal can share one server."""
+        named = f"directory\0{self.directory.resolve()}" if self.directory is not None else f"url\0{self.url}"
+        return hashlib.sha256(named.encode()).hexdigest()
 
 
 def compile_cache_problem(text: str) -> str | None:
@@ -91,6 +99,9 @@ class CacheCounts:
     misses: int = 0
     stored: int = 0
     failed: int = 0  # requests the remote refused or did not answer in time (each a miss for ccache)
+    # Another build's server answered this build's compiles for the first ``shared_seconds`` (counted there).
+    shared_with: int | None = None  # that build's pid
+    shared_seconds: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def count(self, name: str) -> None:
@@ -100,7 +111,8 @@ class CacheCounts:
     def to_json(self) -> dict[str, object]:
         """The build record's ``compile_cache``."""
         counts = {"hits": self.hits, "misses": self.misses, "stored": self.stored, "failed": self.failed}
-        return {"cache": self.cache, **counts}
+        shared = {"shared_seconds": round(self.shared_seconds, 1)} if self.shared_with is not None else {}
+        return {"cache": self.cache, **counts, **shared}
 
     def summary(self) -> str:
         """One line: ccache looks up two entries per compile (its manifest, then the object), so a
@@ -108,15 +120,23 @@ class CacheCounts:
         asked = self.hits + self.misses
         rate = f" ({100 * self.hits / asked:.0f}%)" if asked else ""
         failed = f", {self.failed} remote failures" if self.failed else ""
-        return f"compile cache {self.cache}: {self.hits} of {asked} lookups hit{rate}, {self.stored} entries stored{failed}"
+        shared = (
+            f"; for its first {self.shared_seconds:.1f} s the server of the build of pid {self.shared_with} answered "
+            "(and counted) this build's lookups"
+            if self.shared_with is not None
+            else ""
+        )
+        return (
+            f"compile cache {self.cache}: {self.hits} of {asked} lookups hit{rate}, {self.stored} entries stored{failed}{shared}"
+        )
 
     def unasked(self, ran: Iterable[int]) -> str:
         """A warning when steps that compile through the cache ran and nothing asked it; '' otherwise.
 
         A ccache before 4.4 has no remote storage, so the cache would be silently of no use to it."""
         steps = tuple(ran)
-        if not steps or self.hits + self.misses + self.stored + self.failed:
-            return ""
+        if not steps or self.hits + self.misses + self.stored + self.failed or self.shared_with is not None:
+            return ""  # asked; or, while another build served, asked there
         named = ("steps " if len(steps) > 1 else "step ") + ", ".join(str(number) for number in steps)
         return (
             f"imagebuild: warning: compile cache {self.cache}: {named} ran and no compile asked the cache: nothing "
@@ -155,27 +175,20 @@ def serving(
             )
         yield None
         return
-    import http.server
-
-    from imagebuild.build.compile_cache_server import DirectoryStore, RemoteStore, cache_handler
+    from imagebuild.build.compile_cache_server import (
+        DirectoryStore,
+        RemoteStore,
+        SharedServing,
+        cache_handler,
+    )
 
     counts = CacheCounts(cache=cache.described)
     if cache.directory is not None:
         cache.directory.mkdir(parents=True, exist_ok=True)
     store = DirectoryStore(cache.directory) if cache.directory is not None else RemoteStore(cache.url)
-    try:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), cache_handler(store, counts))
-    except OSError as e:
-        msg = (
-            f"--compile-cache: cannot serve the cache at 127.0.0.1:{port} ({e.strerror}): "
-            "another build's compile cache, or another program, holds that port; wait for it, or build without --compile-cache"
-        )
-        raise ImageBuildError(msg) from e
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, name="compile-cache", daemon=True)
-    thread.start()
+    server = SharedServing(cache_handler(store, counts, cache), port, counts)
+    server.start(cache)
     try:
         yield counts
     finally:
-        server.shutdown()
-        server.server_close()
+        server.stop()

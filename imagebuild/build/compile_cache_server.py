@@ -1,33 +1,169 @@
 """The compile cache's server: ccache's HTTP storage protocol over a directory or the user's remote.
 
 Imported only when ``build --compile-cache`` is given (imagebuild.build.compile_cache.serving).
+
+The address is fixed (the Dockerfile names it), so builds that run at once on one host share one
+server: the first to start serves; one that finds another build serving the same cache there
+(asked at HOLDER_PATH) leaves its compiles to that server and takes the address over when that
+build ends (``SharedServing``). ccache's requests carry nothing that tells the builds apart, so
+builds with different caches cannot run at once: the second stops before the engine is asked.
 """
 
 from __future__ import annotations
 
 import base64
+import errno
 import http.client
 import http.server
+import json
 import os
 import re
 import tempfile
+import threading
+import time
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuild.build.compile_cache import CacheCounts
+from imagebuild.build.compile_cache import CacheCounts, CompileCache
+from imagebuild.errors import ImageBuildError
 from imagebuild.inputs.layout import COMPILE_CACHE_URL
+from imagebuild.log import logger
 
 # ccache's key paths in its default ("subdirs") layout: two-character directories, then the key.
 KEY_PATH_RE = re.compile(r"[0-9a-z]{1,2}(/[0-9a-z]{1,2})*/[0-9a-zA-Z._-]{4,200}|[0-9a-zA-Z._-]{4,200}")
 CACHE_PATH = urllib.parse.urlsplit(COMPILE_CACHE_URL).path  # /ccache: ccache's requests are below it
 REMOTE_TIMEOUT_S = 5.0  # below ccache's own operation timeout (10 s): a slow remote is a miss, not a wait
 MAX_OBJECT_BYTES = 1 << 30
+# What a build's server says of itself, for another build that finds the address taken: the cache
+# as messages name it, its key (CompileCache.key) and the build's pid. ccache never asks this path.
+HOLDER_PATH = "/.imagebuild/compile-cache"
+TAKE_OVER_EVERY_S = 0.2  # how often a build whose cache another build serves tries the address
 
 
 def cache_handler(
-    store: DirectoryStore | RemoteStore, counts: CacheCounts
+    store: DirectoryStore | RemoteStore, counts: CacheCounts, cache: CompileCache
 ) -> type[http.server.BaseHTTPRequestHandler]:
-    return type("CacheHandler", (_CacheHandler,), {"store": store, "counts": counts})
+    holder = json.dumps({"cache": cache.described, "key": cache.key, "pid": os.getpid()}).encode()
+    return type("CacheHandler", (_CacheHandler,), {"store": store, "counts": counts, "holder": holder})
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The build whose server answers at the compile cache's address."""
+
+    cache: str
+    key: str
+    pid: int
+
+
+def holder_at(port: int) -> Holder | None:
+    """The imagebuild build serving a compile cache at ``port``; None when nothing, or something else, answers."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("GET", HOLDER_PATH)
+        response = connection.getresponse()
+        body = response.read(4096)
+        document = json.loads(body) if response.status == 200 else None
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        connection.close()
+    if not isinstance(document, dict):
+        return None
+    cache, key, pid = document.get("cache"), document.get("key"), document.get("pid")
+    if not isinstance(cache, str) or not isinstance(key, str) or type(pid) is not int:
+        return None
+    return Holder(cache=cache, key=key, pid=pid)
+
+
+class SharedServing:
+    """This build's server at the compile cache's address, or another build's serving the same cache.
+
+    ``start`` binds the address; when another build's server holds it for the same cache, this build's
+    compiles go there, and a thread takes the address over as soon as that build ends (within
+    TAKE_OVER_EVERY_S: a compile asking in between finds nothing and compiles, as without a cache).
+    ``counts`` gets what this build's own server answered, and how long the other one answered.
+    """
+
+    def __init__(self, handler: type[http.server.BaseHTTPRequestHandler], port: int, counts: CacheCounts) -> None:
+        self._handler, self._port, self._counts = handler, port, counts
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._server: http.server.ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, cache: CompileCache) -> None:
+        """Serve, or leave the compiles to another build serving ``cache``; ImageBuildError when the
+        address is held by a build serving another cache, or by another program."""
+        try:
+            server = self._bind()
+        except OSError as e:
+            msg = f"--compile-cache: cannot serve the cache at 127.0.0.1:{self._port} ({e.strerror}); build without --compile-cache"
+            raise ImageBuildError(msg) from e
+        if server is None:
+            holder = holder_at(self._port)
+            if holder is None:
+                msg = (
+                    f"--compile-cache: cannot serve the cache at 127.0.0.1:{self._port}: another program holds "
+                    "that port; stop it, or build without --compile-cache"
+                )
+                raise ImageBuildError(msg)
+            if holder.key != cache.key:
+                msg = (
+                    f"--compile-cache: the build of pid {holder.pid} serves another compile cache ({holder.cache}) at "
+                    f"127.0.0.1:{self._port}; builds at once on one host share one cache: name the same one, "
+                    "wait for that build, or build without --compile-cache"
+                )
+                raise ImageBuildError(msg)
+            self._counts.shared_with = holder.pid
+            logger.info("compile cache %s: served by the build of pid %d until it ends", cache.described, holder.pid)
+            self._thread = threading.Thread(target=self._take_over, name="compile-cache", daemon=True)
+        else:
+            self._server = server
+            self._thread = threading.Thread(target=server.serve_forever, name="compile-cache", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped.set()
+            server = self._server
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _bind(self) -> http.server.ThreadingHTTPServer | None:
+        """The server at the address; None while another holds it (other OSErrors raised)."""
+        try:
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", self._port), self._handler)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return None
+            raise
+        server.daemon_threads = True
+        return server
+
+    def _take_over(self) -> None:
+        started = time.monotonic()
+        while not self._stopped.wait(TAKE_OVER_EVERY_S):
+            try:
+                server = self._bind()
+            except OSError:
+                server = None
+            if server is None:
+                continue
+            with self._lock:
+                if self._stopped.is_set():
+                    server.server_close()
+                    break
+                self._server = server
+            self._counts.shared_seconds = time.monotonic() - started
+            logger.info("compile cache %s: the build of pid %s ended; this build serves it", self._counts.cache, self._counts.shared_with)
+            server.serve_forever()  # until stop(): its shutdown() waits for this loop to start and end
+            return
+        self._counts.shared_seconds = time.monotonic() - started
 
 
 class DirectoryStore:
@@ -110,6 +246,7 @@ class _CacheHandler(http.server.BaseHTTPRequestHandler):
 
     store: DirectoryStore | RemoteStore
     counts: CacheCounts
+    holder: bytes  # HOLDER_PATH's answer
     protocol_version = "HTTP/1.1"
 
     def _key(self) -> str | None:
@@ -125,6 +262,9 @@ class _CacheHandler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def do_GET(self) -> None:
+        if urllib.parse.urlsplit(self.path).path == HOLDER_PATH:
+            self._reply(200, self.holder)
+            return
         key = self._key()
         if key is None:
             self._reply(400)

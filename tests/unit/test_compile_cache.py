@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import http.client
 import http.server
+import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from imagebuild.build.compile_cache import (
     compile_cache_problem,
     serving,
 )
+from imagebuild.build.compile_cache_server import HOLDER_PATH, Holder, holder_at
 from imagebuild.build.stream import StepTiming
 from imagebuild.cli import main
 from imagebuild.errors import ExitCode, ImageBuildError
@@ -141,16 +144,92 @@ def test_a_dead_remote_costs_one_failure_then_every_lookup_misses_at_once(port: 
     assert (counts.misses, counts.failed) == (2, 1)
 
 
-def test_the_address_taken_is_one_line_naming_the_option(tmp_path: Path, port: int) -> None:
+def test_the_address_taken_by_another_program_is_one_line_naming_the_option(tmp_path: Path, port: int) -> None:
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", port))
+        other.listen()
+        with (
+            pytest.raises(ImageBuildError, match=rf"^--compile-cache: cannot serve the cache at 127\.0\.0\.1:{port}: another program"),
+            serving(CompileCache(directory=tmp_path), network="host", port=port),
+        ):
+            pass
+
+
+def test_a_build_with_another_cache_than_the_one_served_stops_before_the_engine(tmp_path: Path, port: int) -> None:
     with (
-        serving(CompileCache(directory=tmp_path), network="host", port=port),
-        pytest.raises(
-            ImageBuildError,
-            match=rf"^--compile-cache: cannot serve the cache at 127\.0\.0\.1:{port}",
-        ),
-        serving(CompileCache(directory=tmp_path), network="host", port=port),
+        serving(CompileCache(directory=tmp_path / "a"), network="host", port=port),
+        pytest.raises(ImageBuildError, match=rf"serves another compile cache \({tmp_path / 'a'}\) at 127\.0\.0\.1:{port}"),
+        serving(CompileCache(directory=tmp_path / "b"), network="host", port=port),
     ):
         pass
+
+
+def wait_for_server(port: int, seconds: float = 5.0) -> None:
+    """Until something accepts at ``port`` (the takeover polls every 0.2 s)."""
+    deadline = time.monotonic() + seconds
+    while not SOMETHING_LISTENS(port):
+        assert time.monotonic() < deadline, f"nothing took over 127.0.0.1:{port}"
+        time.sleep(0.05)
+
+
+def test_builds_at_once_with_one_cache_share_its_server_and_the_later_takes_over(tmp_path: Path, port: int) -> None:
+    first = serving(CompileCache(directory=tmp_path / "objects"), network="host", port=port)
+    first_counts = first.__enter__()
+    try:
+        # The same directory named another way: the same cache.
+        with serving(CompileCache(directory=tmp_path / "." / "objects"), network="host", port=port) as second_counts:
+            assert second_counts is not None
+            assert second_counts.shared_with == os.getpid()
+            assert ask(port, "PUT", KEY, b"from the second build")[0] == 201  # answered by the first's server
+            assert ask(port, "GET", KEY) == (200, b"from the second build")
+            first.__exit__(None, None, None)
+            first = None
+            wait_for_server(port)
+            assert ask(port, "GET", KEY) == (200, b"from the second build")  # now the second's own server
+            assert ask(port, "GET", "0b/" + KEY[3:])[0] == 404
+    finally:
+        if first is not None:
+            first.__exit__(None, None, None)
+    assert first_counts is not None
+    assert (first_counts.hits, first_counts.stored, first_counts.shared_with) == (1, 1, None)
+    assert "shared_seconds" not in first_counts.to_json()
+    assert (second_counts.hits, second_counts.misses, second_counts.stored) == (1, 1, 0)
+    assert 0 < second_counts.shared_seconds < 5
+    assert second_counts.to_json()["shared_seconds"] == round(second_counts.shared_seconds, 1)
+    assert f"the server of the build of pid {os.getpid()} answered (and counted) this build's lookups" in second_counts.summary()
+    assert second_counts.unasked((4,)) == ""  # it asked, of the other server
+    with pytest.raises(ConnectionRefusedError):
+        ask(port, "GET", KEY)
+
+
+def test_a_build_sharing_to_its_end_stops_its_takeover(tmp_path: Path, port: int) -> None:
+    with serving(CompileCache(directory=tmp_path), network="host", port=port) as first:
+        with serving(CompileCache(directory=tmp_path), network="host", port=port) as second:
+            assert second is not None
+        assert second.shared_seconds > 0
+        assert ask(port, "GET", KEY)[0] == 404  # the first still serves
+    assert first is not None
+    assert first.misses == 1
+
+
+def test_what_a_server_says_of_itself_names_its_cache_without_credentials(
+    remote: tuple[str, type[_Remote]], port: int
+) -> None:
+    url, _ = remote
+    cache = CompileCache(url=url)
+    with serving(cache, network="host", port=port):
+        holder = holder_at(port)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.request("GET", HOLDER_PATH)
+        said = connection.getresponse().read().decode()
+        connection.close()
+    assert holder == Holder(cache=cache.described, key=cache.key, pid=os.getpid())
+    assert "hunter2" not in said
+    assert "bob" not in said
+    assert holder_at(port) is None  # nothing answers now
+    other = CompileCache(url=url.replace("hunter2", "other"))
+    assert other.described == cache.described
+    assert other.key != cache.key  # other credentials: not the same cache to share
 
 
 def test_the_dockerfile_names_the_address_served() -> None:
