@@ -3,7 +3,8 @@
 The sample MoRI compiles six C++ kernel sets through ccache (sampleworld/sources/mori/setup.py). Two
 builds from scratch (--no-cache) share a compile-cache directory: the first stores what it compiles,
 the second finds every object. Both give the identity of the session's build without a cache, the
-same history, and no ccache directory in any layer.
+same history, and no ccache directory in any layer. The second runs while another server of the same
+cache holds the address, as another build on the host would: its compiles go there.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.build.compile_cache import CompileCache, serving
 from imagebuild.cli import main
 from imagebuild.engine.docker import DockerEngine
 from tests import REPO
@@ -54,7 +56,9 @@ def test_a_second_build_hits_every_object_and_every_build_gives_one_identity(
     cache = tmp_path / "ccache"
     try:
         cold = build(locked_pins, tmp_path / "cold.json", cache)
-        warm = build(locked_pins, tmp_path / "warm.json", cache)
+        # The same directory, served as another build with it would serve it: the build joins that server.
+        with serving(CompileCache(directory=cache), network="host") as other_build:
+            warm = build(locked_pins, tmp_path / "warm.json", cache)
     finally:
         remove_images(TAG)
     assert "no compile asked the cache" not in capfd.readouterr().err  # step 4's compiles asked it
@@ -63,7 +67,10 @@ def test_a_second_build_hits_every_object_and_every_build_gives_one_identity(
     assert isinstance(warm_use, dict)
     # ccache looks up two entries per compile (manifest, object): six kernel sets.
     assert (cold_use["hits"], cold_use["misses"], cold_use["stored"]) == (0, 12, 12), cold_use
-    assert (warm_use["hits"], warm_use["misses"], warm_use["stored"]) == (12, 0, 0), warm_use
+    assert other_build is not None
+    assert (other_build.hits, other_build.misses, other_build.stored) == (12, 0, 0), other_build
+    assert (warm_use["hits"], warm_use["misses"], warm_use["stored"]) == (0, 0, 0), warm_use
+    assert float(str(warm_use["shared_seconds"])) > 0, warm_use
     assert cold_use["cache"] == str(cache)
     assert len([p for p in cache.rglob("*") if p.is_file()]) == 12
     # One image with the cache empty, full, or not there at all (the session's build: the same
