@@ -101,28 +101,34 @@ class SharedServing:
         except OSError as e:
             msg = f"--compile-cache: cannot serve the cache at 127.0.0.1:{self._port} ({e.strerror}); build without --compile-cache"
             raise ImageBuildError(msg) from e
-        if server is None:
-            holder = holder_at(self._port)
-            if holder is None:
-                msg = (
-                    f"--compile-cache: cannot serve the cache at 127.0.0.1:{self._port}: another program holds "
-                    "that port; stop it, or build without --compile-cache"
-                )
-                raise ImageBuildError(msg)
-            if holder.key != cache.key:
-                msg = (
-                    f"--compile-cache: the build of pid {holder.pid} serves another compile cache ({holder.cache}) at "
-                    f"127.0.0.1:{self._port}; builds at once on one host share one cache: name the same one, "
-                    "wait for that build, or build without --compile-cache"
-                )
-                raise ImageBuildError(msg)
-            self._counts.shared_with = holder.pid
-            logger.info("compile cache %s: served by the build of pid %d until it ends", cache.described, holder.pid)
-            self._thread = threading.Thread(target=self._take_over, name="compile-cache", daemon=True)
-        else:
+        holder = holder_at(self._port) if server is None else None
+        if server is None and holder is None:
+            server = self._bind_once_more()  # the holder may have ended between the two
+        if server is not None:
             self._server = server
             self._thread = threading.Thread(target=server.serve_forever, name="compile-cache", daemon=True)
+        else:
+            self._join(holder, cache)
+            self._thread = threading.Thread(target=self._take_over, name="compile-cache", daemon=True)
         self._thread.start()
+
+    def _join(self, holder: Holder | None, cache: CompileCache) -> None:
+        """Leave this build's compiles to ``holder``'s server, if it serves ``cache``."""
+        if holder is None:
+            msg = (
+                f"--compile-cache: cannot serve the cache at 127.0.0.1:{self._port}: another program holds "
+                "that port; stop it, or build without --compile-cache"
+            )
+            raise ImageBuildError(msg)
+        if holder.key != cache.key:
+            msg = (
+                f"--compile-cache: the build of pid {holder.pid} serves another compile cache ({holder.cache}) at "
+                f"127.0.0.1:{self._port}; builds at once on one host share one cache: name the same one, "
+                "wait for that build, or build without --compile-cache"
+            )
+            raise ImageBuildError(msg)
+        self._counts.shared_with = holder.pid
+        logger.info("compile cache %s: served by the build of pid %d until it ends", cache.described, holder.pid)
 
     def stop(self) -> None:
         with self._lock:
@@ -145,13 +151,16 @@ class SharedServing:
         server.daemon_threads = True
         return server
 
+    def _bind_once_more(self) -> http.server.ThreadingHTTPServer | None:
+        try:
+            return self._bind()
+        except OSError:
+            return None
+
     def _take_over(self) -> None:
         started = time.monotonic()
         while not self._stopped.wait(TAKE_OVER_EVERY_S):
-            try:
-                server = self._bind()
-            except OSError:
-                server = None
+            server = self._bind_once_more()
             if server is None:
                 continue
             with self._lock:

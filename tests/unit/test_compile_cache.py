@@ -6,6 +6,7 @@ path, 404 a miss); tests/integration/test_compile_cache.py runs the real ccache 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import http.server
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.build import compile_cache
+from imagebuild.build import compile_cache, compile_cache_server
 from imagebuild.build.compile_cache import (
     CacheCounts,
     CompileCache,
@@ -173,23 +174,18 @@ def wait_for_server(port: int, seconds: float = 5.0) -> None:
 
 
 def test_builds_at_once_with_one_cache_share_its_server_and_the_later_takes_over(tmp_path: Path, port: int) -> None:
-    first = serving(CompileCache(directory=tmp_path / "objects"), network="host", port=port)
-    first_counts = first.__enter__()
-    try:
+    with contextlib.ExitStack() as first:
+        first_counts = first.enter_context(serving(CompileCache(directory=tmp_path / "objects"), network="host", port=port))
         # The same directory named another way: the same cache.
         with serving(CompileCache(directory=tmp_path / "." / "objects"), network="host", port=port) as second_counts:
             assert second_counts is not None
             assert second_counts.shared_with == os.getpid()
             assert ask(port, "PUT", KEY, b"from the second build")[0] == 201  # answered by the first's server
             assert ask(port, "GET", KEY) == (200, b"from the second build")
-            first.__exit__(None, None, None)
-            first = None
+            first.close()  # the first build ends
             wait_for_server(port)
             assert ask(port, "GET", KEY) == (200, b"from the second build")  # now the second's own server
             assert ask(port, "GET", "0b/" + KEY[3:])[0] == 404
-    finally:
-        if first is not None:
-            first.__exit__(None, None, None)
     assert first_counts is not None
     assert (first_counts.hits, first_counts.stored, first_counts.shared_with) == (1, 1, None)
     assert "shared_seconds" not in first_counts.to_json()
@@ -210,6 +206,22 @@ def test_a_build_sharing_to_its_end_stops_its_takeover(tmp_path: Path, port: int
         assert ask(port, "GET", KEY)[0] == 404  # the first still serves
     assert first is not None
     assert first.misses == 1
+
+
+def test_a_holder_that_ends_while_it_is_asked_leaves_the_address_to_this_build(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, port: int
+) -> None:
+    with contextlib.ExitStack() as first:
+        first.enter_context(serving(CompileCache(directory=tmp_path), network="host", port=port))
+
+        def ended_meanwhile(asked: int) -> None:  # the first build ends between the bind and the question
+            first.close()
+
+        monkeypatch.setattr(compile_cache_server, "holder_at", ended_meanwhile)
+        with serving(CompileCache(directory=tmp_path / "another"), network="host", port=port) as counts:
+            assert ask(port, "GET", KEY)[0] == 404
+    assert counts is not None
+    assert (counts.misses, counts.shared_with) == (1, None)
 
 
 def test_what_a_server_says_of_itself_names_its_cache_without_credentials(
