@@ -56,10 +56,11 @@ from imagebuild.distribute.formats import (
     WrittenArchive,
     check_format,
     write_spooled_format,
+    write_streamed_oci,
 )
 from imagebuild.distribute.record_notes import EXPORTED, note_in_record
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
-from imagebuild.distribute.spooled_image import spool_saved_image, spool_stored_image
+from imagebuild.distribute.spooled_image import spool_saved_image, spool_stored_image, stream_stored_image
 from imagebuild.distribute.stored_archive import StoredArchiveError, stored_archive
 from imagebuild.engine.interface import Engine, ImageInfo
 from imagebuild.errors import ConfigError, EngineError, ImageBuildError
@@ -251,11 +252,19 @@ def _spooled_format(
     report: Callable[[str], None],
 ) -> WrittenArchive:
     """The OCI layout or squashfs, from the image's layers spooled once: read from the engine's store
-    where it can be (as ``_docker_archive`` reads it), else from the save."""
+    where it can be (as ``_docker_archive`` reads it), else from the save. The OCI layout from
+    overlay2's layer store is written as its layers are read, with no spool."""
     stored = engine.stored_image(info.id)
     if not stored.unavailable:
         progress.source = f"the engine's {'content' if stored.manifest is not None else 'layer'} store"
         try:
+            streamed = (
+                stream_stored_image(stored, info.id, progress=progress.count)
+                if options.export_format is ExportFormat.OCI
+                else None
+            )
+            if streamed is not None:  # overlay2's layers: no spool
+                return write_streamed_oci(streamed, path, compression=options.compression, report=report)
             return write_spooled_format(
                 options.export_format,
                 lambda spool_dir: spool_stored_image(stored, info.id, spool_dir, progress=progress.count),

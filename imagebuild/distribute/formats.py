@@ -7,7 +7,8 @@
   enroot/pyxis and Charliecloud, its blocks compressed with ``--compress`` (zstd or gzip).
 
 Both of the latter spool the save first (``spooled_image``: config as saved, layers checked against
-their diffIDs) into a temporary directory beside the output, which is removed on every path.
+their diffIDs) into a temporary directory beside the output, which is removed on every path; the
+OCI layout from overlay2's layer store needs no spool (``write_streamed_oci``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from imagebuild.distribute.compression import Compression, Sink, compressing
 from imagebuild.distribute.oci_layout import oci_manifest, write_oci_layout
 from imagebuild.distribute.rootfs import Flattened, RootfsError
 from imagebuild.distribute.runtime_files import RuntimeFilesError
-from imagebuild.distribute.spooled_image import SpooledImage, SpoolError
+from imagebuild.distribute.spooled_image import SpooledImage, SpoolError, StreamedImage
 from imagebuild.distribute.squashfs import COMPRESSORS, TAR2SQFS, SquashfsError, write_squashfs
 from imagebuild.errors import ConfigError, ImageBuildError
 from imagebuild.importer.manifest import DOCKER_ARCHIVE, OCI_ARCHIVE, SQUASHFS, ArchiveLayer
@@ -136,7 +137,18 @@ def write_spooled_format(
             raise FormatError(str(e), engine=False) from e
 
 
-def _oci(image: SpooledImage, path: Path, compression: Compression) -> WrittenArchive:
+def write_streamed_oci(
+    image: StreamedImage, path: Path, *, compression: Compression, report: Callable[[str], None]
+) -> WrittenArchive:
+    """The OCI layout of ``image``, each layer rebuilt from overlay2's layer store as it is written.
+
+    A StoredArchiveError (a layer that is not its diffID) passes through, and nothing is left at ``path``.
+    """
+    report(f"{path.name}: {len(image.layers)} layers read from the layer store as they are written ({sum(x.size for x in image.layers) / 1e9:.2f} GB)")
+    return _oci(image, path, compression)
+
+
+def _oci(image: SpooledImage | StreamedImage, path: Path, compression: Compression) -> WrittenArchive:
     with atomic_file(path, mode=0o644) as file:
         sink = _Hashing(file)
         with compressing(compression, sink) as writer:

@@ -1,7 +1,8 @@
 """`export --format oci`: the image as an OCI image layout archive, the same bytes for the same image.
 
 Made from the spooled save (``spooled_image``): the config exactly as the engine saved it (so its digest,
-the image's identity, is unchanged) and each layer tar as saved, uncompressed (its digest is its diffID).
+the image's identity, is unchanged) and each layer tar as saved, uncompressed (its digest is its diffID);
+or from overlay2's layer store, each layer rebuilt as it is written (``spooled_image.StreamedImage``).
 The archive holds, in this order and nothing else:
 
 * ``blobs/``, ``blobs/sha256/``; the config, each layer once (config order), then the OCI manifest,
@@ -24,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from imagebuild.distribute import fixed_tar
-from imagebuild.distribute.spooled_image import SpooledImage
+from imagebuild.distribute.spooled_image import SpooledImage, StreamedImage
 from imagebuild.engine.saved_image import OCI_BLOBS
-from imagebuild.util.streams import CHUNK, tar_padding
+from imagebuild.util.streams import tar_padding
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -53,7 +54,7 @@ def _blob(digest: str) -> str:
     return OCI_BLOBS + digest.removeprefix("sha256:")
 
 
-def oci_manifest(image: SpooledImage) -> bytes:
+def oci_manifest(image: SpooledImage | StreamedImage) -> bytes:
     """The OCI manifest of ``image``: its config and layers by digest, canonical JSON."""
     return _canonical(
         {
@@ -65,7 +66,7 @@ def oci_manifest(image: SpooledImage) -> bytes:
     )
 
 
-def write_oci_layout(image: SpooledImage, out: fixed_tar.Sink) -> OciLayout:
+def write_oci_layout(image: SpooledImage | StreamedImage, out: fixed_tar.Sink) -> OciLayout:
     """Write ``image`` to ``out`` as an OCI image layout tar (see the module's docstring)."""
     manifest = oci_manifest(image)
     manifest_digest = _digest(manifest)
@@ -78,9 +79,8 @@ def write_oci_layout(image: SpooledImage, out: fixed_tar.Sink) -> OciLayout:
             continue
         written.add(layer.diff_id)
         out.write(fixed_tar.header(_blob(layer.diff_id), size=layer.size))
-        with layer.path.open("rb") as source:
-            while chunk := source.read(CHUNK):
-                out.write(chunk)
+        for chunk in layer.chunks():  # a streamed layer raises once it is not its diffID
+            out.write(chunk)
         out.write(tar_padding(layer.size))
     fixed_tar.regular_file(out, _blob(manifest_digest), manifest)
     fixed_tar.regular_file(out, "oci-layout", OCI_LAYOUT)

@@ -8,10 +8,17 @@ they are written (an OCI blob's name is its digest; flattening reads every layer
 the export's temporary directory while it is hashed, and read from there. Read from the store
 (overlay2's layer store: each tar rebuilt from its tar-split record; the containerd store: each blob
 decompressed), the engine does not first write the whole image into its data root as its save does.
+
+One exception: the OCI layout from overlay2's layer store (``stream_stored_image``). There a layer's
+digest is its diffID and its size is on its tar-split record, both known before a byte is read, so
+each layer is rebuilt from the store as it is written and checked on the way: no spool (the image's
+size less of temporary disk). A layer that is not its diffID fails the write (nothing is left at the
+output) and the caller reads the save instead, as when a spool is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
@@ -21,10 +28,11 @@ from typing import Any, BinaryIO
 
 from imagebuild.distribute.stored_archive import StoredArchiveError, checked_documents
 from imagebuild.engine.content_blobs import BlobError, layer_tar
-from imagebuild.engine.interface import BlobLayer, StoredImage
+from imagebuild.engine.interface import BlobLayer, StoredImage, StoredLayer
 from imagebuild.engine.saved_image import ArchiveError, read_saved_image
-from imagebuild.engine.tar_split import TarSplitError, layer_chunks
-from imagebuild.util.streams import open_stream, spool
+from imagebuild.engine.tar_split import TarSplitError, layer_chunks, tar_size
+from imagebuild.util.background_hash import BackgroundSha256
+from imagebuild.util.streams import CHUNK, open_stream, spool
 
 
 class SpoolError(Exception):
@@ -37,18 +45,61 @@ class SpooledLayer:
     diff_id: str  # its sha256: what the config's rootfs names
     size: int
 
+    def chunks(self) -> Iterator[bytes]:
+        with self.path.open("rb") as source:
+            while chunk := source.read(CHUNK):
+                yield chunk
+
 
 @dataclass(frozen=True, kw_only=True)
-class SpooledImage:
-    config_bytes: bytes  # exactly as saved
+class StreamedLayer:
+    """An overlay2 layer, rebuilt from the layer store as it is written (see the module's doc)."""
+
+    stored: StoredLayer
+    diff_id: str
+    size: int  # from its tar-split record
+    progress: Callable[[int], None]
+
+    def chunks(self) -> Iterator[bytes]:
+        """The layer's tar, ``size`` bytes at most; StoredArchiveError once it is not the layer."""
+        done = 0
+        with BackgroundSha256() as sha256:
+            try:
+                for chunk in layer_chunks(self.stored.tar_split, self.stored.files):
+                    done += len(chunk)
+                    if done > self.size:
+                        break
+                    sha256.update(chunk)
+                    self.progress(len(chunk))
+                    yield chunk
+            except TarSplitError as e:
+                raise StoredArchiveError(str(e)) from e
+            found = "sha256:" + sha256.hexdigest()
+        if done != self.size or found != self.diff_id:
+            msg = f"layer {self.diff_id[:19]} rebuilt from {self.stored.files} is sha256:{found[7:19]}, not the layer"
+            raise StoredArchiveError(msg)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Image:
+    config_bytes: bytes  # exactly as saved or stored
     config: dict[str, Any]
-    layers: tuple[SpooledLayer, ...]  # in the config's order, lowest first
 
     @property
     def identity(self) -> str:
-        import hashlib
-
         return "sha256:" + hashlib.sha256(self.config_bytes).hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpooledImage(_Image):
+    layers: tuple[SpooledLayer, ...]  # in the config's order, lowest first
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamedImage(_Image):
+    """An image whose layers are read from overlay2's layer store as they are written (an OCI layout)."""
+
+    layers: tuple[StreamedLayer, ...]
 
 
 def spool_saved_image(chunks: Iterable[bytes], directory: Path, *, what: str) -> SpooledImage:
@@ -94,6 +145,26 @@ def spool_stored_image(
             raise StoredArchiveError(msg)
         layers.append(SpooledLayer(path=path, diff_id=digest, size=size))
     return SpooledImage(config_bytes=config_bytes, config=json.loads(config_bytes), layers=tuple(layers))
+
+
+def stream_stored_image(
+    image: StoredImage, image_id: str, *, progress: Callable[[int], None] = lambda _: None
+) -> StreamedImage | None:
+    """The image ``image_id`` from overlay2's layer store, its layers to be read as they are written;
+    None on another store (its layers are spooled). StoredArchiveError when the store does not give that
+    image's config, or a layer's record cannot be read."""
+    if not image.layers or not all(isinstance(layer, StoredLayer) for layer in image.layers):
+        return None
+    config_bytes, _ = checked_documents(image, image_id)
+    layers = []
+    for layer in image.layers:
+        assert isinstance(layer, StoredLayer)
+        try:
+            size = tar_size(layer.tar_split)
+        except TarSplitError as e:
+            raise StoredArchiveError(str(e)) from e
+        layers.append(StreamedLayer(stored=layer, diff_id=layer.diff_id, size=size, progress=progress))
+    return StreamedImage(config_bytes=config_bytes, config=json.loads(config_bytes), layers=tuple(layers))
 
 
 def _counted(chunks: Iterable[bytes], progress: Callable[[int], None]) -> Iterator[bytes]:

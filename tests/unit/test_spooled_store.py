@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.distribute import export
 from imagebuild.distribute.compression import Compression
 from imagebuild.distribute.export import ExportOptions, export_image
 from imagebuild.distribute.formats import ExportFormat
@@ -101,3 +102,32 @@ def test_a_damaged_store_falls_back_to_the_save_before_anything_is_written(
     assert "from the engine's content store failed" in caplog.text
     assert any("read from docker save" in line for line in lines)
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]  # no spool or partial file left
+
+
+def test_an_oci_export_from_the_layer_store_spools_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine, _ = engine_with_a_store(tmp_path)
+    engine.refuse_save = "save must not be asked"
+
+    def no_spool(*args: object, **kwargs: object) -> None:
+        msg = "an overlay2 layer was spooled"
+        raise AssertionError(msg)
+
+    monkeypatch.setattr(export, "spool_stored_image", no_spool)
+    _, lines = oci_export(engine, tmp_path / "out")
+    assert any("layers read from the layer store as they are written" in line for line in lines), lines
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
+
+
+def test_a_damaged_layer_store_fails_the_streamed_layout_and_the_save_writes_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine, image_id = engine_with_a_store(tmp_path)
+    expected, _ = oci_export(engine, tmp_path / "first")
+    payload = engine.stored[image_id].layers[-1].files / "payload"  # type: ignore[union-attr]
+    payload.write_bytes(bytes(reversed(payload.read_bytes())))  # same size, other bytes: found once written
+    written, lines = oci_export(engine, tmp_path / "out")
+    assert "from the engine's layer store failed" in caplog.text
+    assert "not the layer" in caplog.text
+    assert any("read from docker save" in line for line in lines)
+    assert written == expected  # the save's layers are the image's
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]  # no partial file left
