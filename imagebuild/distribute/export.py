@@ -55,12 +55,17 @@ from imagebuild.distribute.formats import (
     FormatError,
     WrittenArchive,
     check_format,
-    write_spooled_format,
-    write_streamed_oci,
+    write_layers_format,
 )
 from imagebuild.distribute.record_notes import EXPORTED, note_in_record
 from imagebuild.distribute.shipped_importer import IMPORTER_NAME, importer_zipapp
-from imagebuild.distribute.spooled_image import spool_saved_image, spool_stored_image, stream_stored_image
+from imagebuild.distribute.spooled_image import (
+    SpooledImage,
+    StreamedImage,
+    spool_saved_image,
+    spool_stored_image,
+    stream_stored_image,
+)
 from imagebuild.distribute.stored_archive import StoredArchiveError, stored_archive
 from imagebuild.engine.interface import Engine, ImageInfo
 from imagebuild.errors import ConfigError, EngineError, ImageBuildError
@@ -252,32 +257,26 @@ def _spooled_format(
     report: Callable[[str], None],
 ) -> WrittenArchive:
     """The OCI layout or squashfs, from the image's layers spooled once: read from the engine's store
-    where it can be (as ``_docker_archive`` reads it), else from the save. The OCI layout from
-    overlay2's layer store is written as its layers are read, with no spool."""
+    where it can be (as ``_docker_archive`` reads it), else from the save; from overlay2's layer
+    store, read where they are, with no spool."""
     stored = engine.stored_image(info.id)
     if not stored.unavailable:
         progress.source = f"the engine's {'content' if stored.manifest is not None else 'layer'} store"
+
+        def stored_layers(spool_dir: Path) -> SpooledImage | StreamedImage:
+            streamed = stream_stored_image(stored, info.id, progress=progress.count)  # overlay2's: no spool
+            return streamed if streamed is not None else spool_stored_image(stored, info.id, spool_dir, progress=progress.count)
+
         try:
-            streamed = (
-                stream_stored_image(stored, info.id, progress=progress.count)
-                if options.export_format is ExportFormat.OCI
-                else None
-            )
-            if streamed is not None:  # overlay2's layers: no spool
-                return write_streamed_oci(streamed, path, compression=options.compression, report=report)
-            return write_spooled_format(
-                options.export_format,
-                lambda spool_dir: spool_stored_image(stored, info.id, spool_dir, progress=progress.count),
-                path,
-                compression=options.compression,
-                report=report,
+            return write_layers_format(
+                options.export_format, stored_layers, path, compression=options.compression, report=report
             )
         except StoredArchiveError as e:
             logger.warning("reading %s from %s failed (%s); using docker save", info.described, progress.source, e)
             progress.source, progress.saved = "docker save", 0
     else:
         logger.debug("exporting %s from docker save: %s", info.described, stored.unavailable)
-    return write_spooled_format(
+    return write_layers_format(
         options.export_format,
         lambda spool_dir: spool_saved_image(progress, spool_dir, what="the engine's save stream"),
         path,

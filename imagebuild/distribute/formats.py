@@ -7,8 +7,8 @@
   enroot/pyxis and Charliecloud, its blocks compressed with ``--compress`` (zstd or gzip).
 
 Both of the latter spool the save first (``spooled_image``: config as saved, layers checked against
-their diffIDs) into a temporary directory beside the output, which is removed on every path; the
-OCI layout from overlay2's layer store needs no spool (``write_streamed_oci``).
+their diffIDs) into a temporary directory beside the output, which is removed on every path; from
+overlay2's layer store they read the layers where they are, with no spool (``StreamedImage``).
 """
 
 from __future__ import annotations
@@ -111,23 +111,26 @@ class _Counted:
         return self._out.write(b)
 
 
-def write_spooled_format(
+def write_layers_format(
     export_format: ExportFormat,
-    spool_image: Callable[[Path], SpooledImage],
+    image_of: Callable[[Path], SpooledImage | StreamedImage],
     path: Path,
     *,
     compression: Compression,
     report: Callable[[str], None],
 ) -> WrittenArchive:
-    """Spool the image into a temporary directory beside ``path`` (``spool_image(directory)``: from the
-    engine's store or its save stream), then write ``path`` in ``export_format`` (oci or squashfs).
+    """Write ``path`` in ``export_format`` (oci or squashfs) from ``image_of(directory)``: the image
+    spooled into a temporary directory beside ``path`` (from the engine's store or its save stream),
+    or read from overlay2's layer store as it is written. The directory also holds a squashfs while
+    tar2sqfs writes it, and is removed on every path.
 
-    A StoredArchiveError from ``spool_image`` passes through, before anything is written at ``path``.
+    A StoredArchiveError from ``image_of`` or a streamed layer passes through, and nothing is left at ``path``.
     """
     with tempfile.TemporaryDirectory(prefix=SPOOL_PREFIX, dir=path.parent) as spool_dir:
         try:
-            image = spool_image(Path(spool_dir))
-            report(f"{path.name}: {len(image.layers)} layers spooled ({sum(x.size for x in image.layers) / 1e9:.2f} GB)")
+            image = image_of(Path(spool_dir))
+            how = "spooled" if isinstance(image, SpooledImage) else "read from the layer store as they are written"
+            report(f"{path.name}: {len(image.layers)} layers {how} ({sum(x.size for x in image.layers) / 1e9:.2f} GB)")
             if export_format is ExportFormat.OCI:
                 return _oci(image, path, compression)
             return _squashfs(image, path, Path(spool_dir), compression)
@@ -135,17 +138,6 @@ def write_spooled_format(
             raise FormatError(str(e), engine=True) from e
         except (RootfsError, RuntimeFilesError, SquashfsError) as e:
             raise FormatError(str(e), engine=False) from e
-
-
-def write_streamed_oci(
-    image: StreamedImage, path: Path, *, compression: Compression, report: Callable[[str], None]
-) -> WrittenArchive:
-    """The OCI layout of ``image``, each layer rebuilt from overlay2's layer store as it is written.
-
-    A StoredArchiveError (a layer that is not its diffID) passes through, and nothing is left at ``path``.
-    """
-    report(f"{path.name}: {len(image.layers)} layers read from the layer store as they are written ({sum(x.size for x in image.layers) / 1e9:.2f} GB)")
-    return _oci(image, path, compression)
 
 
 def _oci(image: SpooledImage | StreamedImage, path: Path, compression: Compression) -> WrittenArchive:
@@ -160,10 +152,13 @@ def _oci(image: SpooledImage | StreamedImage, path: Path, compression: Compressi
     )  # fmt: skip
 
 
-def _squashfs(image: SpooledImage, path: Path, spool_dir: Path, compression: Compression) -> WrittenArchive:
+def _squashfs(
+    image: SpooledImage | StreamedImage, path: Path, spool_dir: Path, compression: Compression
+) -> WrittenArchive:
     """tar2sqfs writes into the spool directory; the complete file is hashed, then renamed into place."""
     made = spool_dir / path.name
-    squashfs = write_squashfs([layer.path for layer in image.layers], image.config, made, compressor=compression.value)
+    layers = [layer.path for layer in image.layers] if isinstance(image, SpooledImage) else list(image.layers)
+    squashfs = write_squashfs(layers, image.config, made, compressor=compression.value)
     digest, size = hashlib.sha256(), 0
     with made.open("rb") as f:
         while chunk := f.read(CHUNK):

@@ -12,7 +12,9 @@ The output is deterministic: entries sorted by path, parents first; mtime 0; no 
 PAX headers only extended attributes (file capabilities) are kept. ``extra`` files (the runtime files
 of ``runtime_files``) replace or add entries, their missing parents (and ``directories``, such as the
 working directory a read-only squashfs must already have) added as 0755 directories.
-Memory is one header per entry (the content is read from the spooled layer tars by offset).
+Memory is one header per entry (the content is read from the spooled layer tars by offset, or, for
+a layer read from overlay2's layer store, ``StoreLayer``, from the layer's directory by name: its tar
+is read once through for the headers and checked against its diffID, never spooled).
 
 What the tree takes unpacked is counted on the way (``Flattened``): its regular files in 4 KiB
 blocks, each content once, and its directories: the room ``enroot create`` needs to unpack the
@@ -21,16 +23,17 @@ squashfs (``importer.unpack_room``, where it is measured).
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import tarfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Protocol
 
 from imagebuild.distribute import fixed_tar
 from imagebuild.importer.manifest import UNPACKED_BLOCK
-from imagebuild.util.streams import CHUNK, forget_members, tar_padding
+from imagebuild.util.streams import CHUNK, TAR_READ_BUFFER, forget_members, open_stream, tar_padding
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
@@ -48,6 +51,20 @@ class Flattened:
 
 class RootfsError(Exception):
     """A layer cannot be flattened (the message names the layer and entry)."""
+
+
+class StoreLayer(Protocol):
+    """A layer in an engine's store (imagebuild.distribute.spooled_image.StreamedLayer)."""
+
+    @property
+    def diff_id(self) -> str: ...
+    def chunks(self) -> Iterator[bytes]:
+        """Its tar; the store's error once it is not the layer (checked when read to the end)."""
+    def file_content(self, name: str, size: int) -> Iterator[bytes]:
+        """A regular file's content, by its entry's name, from elsewhere than the tar."""
+
+
+Content = Callable[[tarfile.TarInfo], Iterator[bytes]]  # a layer's regular file's content
 
 
 @dataclass(kw_only=True)
@@ -149,34 +166,59 @@ def _sort_key(path: str) -> list[str]:
 
 
 def flatten_layers(
-    layers: Sequence[Path],
+    layers: Sequence[Path | StoreLayer],
     out: fixed_tar.Sink,
     *,
     extra: Mapping[str, bytes] | None = None,
     directories: Sequence[str] = (),
 ) -> Flattened:
-    """Write the flattened root of ``layers`` (lowest first) to ``out``; say what it wrote.
+    """Write the flattened root of ``layers`` (lowest first: spooled tars, or layers in a store) to
+    ``out``; say what it wrote.
 
     ``extra`` files are added (replacing what the layers have there), ``directories`` made if missing."""
     tree = _Tree()
-    for index, path in enumerate(layers):
-        what = f"layer {index} ({path.name})"
+    for index, layer in enumerate(layers):
+        what = f"layer {index} ({layer.name if isinstance(layer, Path) else layer.diff_id[:19]})"
         try:
-            with tarfile.open(path, mode="r:") as tar:
-                _apply_layer(tree, tar, index, what)
+            if isinstance(layer, Path):
+                with tarfile.open(layer, mode="r:") as tar:
+                    _apply_layer(tree, tar, index, what)
+            else:
+                _apply_stored(tree, layer, index, what)
         except tarfile.TarError as e:
             msg = f"{what}: not a tar archive ({e})"
             raise RootfsError(msg) from e
     _add_extra(tree, extra or {}, directories)
-    files = [path.open("rb") for path in layers]
-    try:
-        return _write(tree, files, out)
-    finally:
-        for file in files:
-            file.close()
+    with contextlib.ExitStack() as opened:
+        contents = [_content_of(layer, opened) for layer in layers]
+        return _write(tree, contents, out)
 
 
-def _write(tree: _Tree, files: Sequence[BinaryIO], out: fixed_tar.Sink) -> Flattened:
+def _apply_stored(tree: _Tree, layer: StoreLayer, index: int, what: str) -> None:
+    """A layer from the store: its tar read once through (every byte, for the check), headers kept."""
+    stream = open_stream(layer.chunks())
+    with tarfile.open(fileobj=stream, mode="r|", bufsize=TAR_READ_BUFFER) as tar:
+        _apply_layer(tree, tar, index, what)
+    while stream.read(CHUNK):  # what follows the end marker: the check runs at the tar's end
+        pass
+
+
+def _content_of(layer: Path | StoreLayer, opened: contextlib.ExitStack) -> Content:
+    if not isinstance(layer, Path):
+        return lambda info: layer.file_content(info.name, info.size)
+    source = opened.enter_context(layer.open("rb"))
+
+    def at_offset(info: tarfile.TarInfo) -> Iterator[bytes]:
+        source.seek(info.offset_data)
+        left = info.size
+        while left and (chunk := source.read(min(CHUNK, left))):
+            left -= len(chunk)
+            yield chunk
+
+    return at_offset
+
+
+def _write(tree: _Tree, contents: Sequence[Content], out: fixed_tar.Sink) -> Flattened:
     file_bytes, directories = 0, 0 if "" in tree.entries else 1  # the root: unsquashfs makes it if the tar has none
     first_of: dict[tuple[int, int] | int, str] = {}  # a content's first path in the output: later ones link to it
     for path in sorted(tree.entries, key=_sort_key):
@@ -205,27 +247,24 @@ def _write(tree: _Tree, files: Sequence[BinaryIO], out: fixed_tar.Sink) -> Flatt
                 size = len(entry.data) if entry.data is not None else info.size
                 file_bytes += -(-size // UNPACKED_BLOCK) * UNPACKED_BLOCK
                 out.write(head(tarfile.REGTYPE, size=size))
-                _content(out, name, entry, files)
+                _content(out, name, entry, contents)
         else:  # devices and FIFOs, as the layer has them
             out.write(head(info.type))
     out.write(fixed_tar.TAR_END)
     return Flattened(entries=len(tree.entries), file_bytes=file_bytes, directories=directories)
 
 
-def _content(out: fixed_tar.Sink, name: str, entry: _Entry, files: Sequence[BinaryIO]) -> None:
+def _content(out: fixed_tar.Sink, name: str, entry: _Entry, contents: Sequence[Content]) -> None:
     if entry.data is not None:
         out.write(entry.data)
         out.write(tar_padding(len(entry.data)))
         return
     assert entry.source is not None  # a layer's regular file
-    layer, offset = entry.source
-    source, left = files[layer], entry.info.size
-    source.seek(offset)
-    while left:
-        chunk = source.read(min(CHUNK, left))
-        if not chunk:
-            msg = f"layer {layer}: {name} ends early"
-            raise RootfsError(msg)
+    layer, left = entry.source[0], entry.info.size
+    for chunk in contents[layer](entry.info):
         out.write(chunk)
         left -= len(chunk)
+    if left:
+        msg = f"layer {layer}: {name} ends early"
+        raise RootfsError(msg)
     out.write(tar_padding(entry.info.size))

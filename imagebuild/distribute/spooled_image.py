@@ -9,11 +9,13 @@ the export's temporary directory while it is hashed, and read from there. Read f
 (overlay2's layer store: each tar rebuilt from its tar-split record; the containerd store: each blob
 decompressed), the engine does not first write the whole image into its data root as its save does.
 
-One exception: the OCI layout from overlay2's layer store (``stream_stored_image``). There a layer's
-digest is its diffID and its size is on its tar-split record, both known before a byte is read, so
-each layer is rebuilt from the store as it is written and checked on the way: no spool (the image's
-size less of temporary disk). A layer that is not its diffID fails the write (nothing is left at the
-output) and the caller reads the save instead, as when a spool is refused.
+One exception: overlay2's layer store (``stream_stored_image``). There a layer's digest is its
+diffID, its size is on its tar-split record, both known before a byte is read, and its files'
+contents are in its directory: the OCI layout rebuilds each layer from the store as it writes it,
+the squashfs reads each layer's tar once through for its headers, then the files it keeps from the
+directory; every layer is checked against its diffID on the way. No spool: the image's size less of
+temporary disk. A layer that is not its diffID fails the write (nothing is left at the output) and
+the caller reads the save instead, as when a spool is refused.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from imagebuild.distribute.stored_archive import StoredArchiveError, checked_doc
 from imagebuild.engine.content_blobs import BlobError, layer_tar
 from imagebuild.engine.interface import BlobLayer, StoredImage, StoredLayer
 from imagebuild.engine.saved_image import ArchiveError, read_saved_image
-from imagebuild.engine.tar_split import TarSplitError, layer_chunks, tar_size
+from imagebuild.engine.tar_split import TarSplitError, file_content, layer_chunks, tar_size
 from imagebuild.util.background_hash import BackgroundSha256
 from imagebuild.util.streams import CHUNK, open_stream, spool
 
@@ -79,6 +81,14 @@ class StreamedLayer:
             msg = f"layer {self.diff_id[:19]} rebuilt from {self.stored.files} is sha256:{found[7:19]}, not the layer"
             raise StoredArchiveError(msg)
 
+    def file_content(self, name: str, size: int) -> Iterator[bytes]:
+        """A regular file's content from the layer's directory, by its entry's name."""
+        try:
+            yield from file_content(self.stored.files, name, size)
+        except (TarSplitError, OSError) as e:
+            msg = f"layer {self.diff_id[:19]}: {name} in {self.stored.files}: {e}"
+            raise StoredArchiveError(msg) from e
+
 
 @dataclass(frozen=True, kw_only=True)
 class _Image:
@@ -97,7 +107,7 @@ class SpooledImage(_Image):
 
 @dataclass(frozen=True, kw_only=True)
 class StreamedImage(_Image):
-    """An image whose layers are read from overlay2's layer store as they are written (an OCI layout)."""
+    """An image whose layers are read from overlay2's layer store as they are written."""
 
     layers: tuple[StreamedLayer, ...]
 

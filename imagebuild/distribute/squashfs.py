@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from imagebuild.distribute.compression import GZIP_LEVEL, ZSTD_LEVEL
-from imagebuild.distribute.rootfs import Flattened, flatten_layers
+from imagebuild.distribute.rootfs import Flattened, StoreLayer, flatten_layers
 from imagebuild.distribute.runtime_files import runtime_files, working_directory
 from imagebuild.errors import CommandError
 from imagebuild.inputs.layout import MOUNT_POINTS
@@ -60,7 +60,7 @@ class _Counted:
 
 
 def write_squashfs(
-    layers: Sequence[Path], image_config: Mapping[str, Any], path: Path, *, compressor: str
+    layers: Sequence[Path | StoreLayer], image_config: Mapping[str, Any], path: Path, *, compressor: str
 ) -> Squashfs:
     """Write the flattened root of ``layers`` with the config's runtime files to ``path``."""
     extra = runtime_files(image_config)

@@ -1,11 +1,14 @@
 """--format oci and squashfs read the image from the engine's store where they can (overlay2's layer
 store, the containerd store's content store), as the docker archive does: the same layers, checked
-against their diffIDs, so the same archive bytes as from `docker save`, without the save."""
+against their diffIDs, so the same archive bytes as from `docker save`, without the save; from
+overlay2's layer store without a spool either."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,11 +17,13 @@ from imagebuild.distribute import export
 from imagebuild.distribute.compression import Compression
 from imagebuild.distribute.export import ExportOptions, export_image
 from imagebuild.distribute.formats import ExportFormat
-from imagebuild.distribute.spooled_image import spool_stored_image
+from imagebuild.distribute.rootfs import flatten_layers
+from imagebuild.distribute.spooled_image import StreamedLayer, spool_stored_image, stream_stored_image
 from imagebuild.distribute.stored_archive import StoredArchiveError
 from imagebuild.engine.containerd_store import stored_image
 from imagebuild.engine.interface import StoredImage
 from imagebuild.testing import FakeEngine
+from tests.prerequisites import skip_or_fail
 from tests.unit import imagetars as tars
 from tests.unit.store_engines import LAYERS, TAG, containerd_engine, engine_with_a_store
 
@@ -131,3 +136,58 @@ def test_a_damaged_layer_store_fails_the_streamed_layout_and_the_save_writes_it(
     assert any("read from docker save" in line for line in lines)
     assert written == expected  # the save's layers are the image's
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]  # no partial file left
+
+
+def streamed_layers(tmp_path: Path) -> list[StreamedLayer]:
+    image, image_id = image_in("layer", tmp_path)
+    streamed = stream_stored_image(image, image_id)
+    assert streamed is not None
+    return list(streamed.layers)
+
+
+def test_a_rootfs_from_the_layer_store_is_the_one_from_the_spooled_tars(tmp_path: Path) -> None:
+    spooled = []
+    for number, data in enumerate(LAYERS):
+        spooled.append(tmp_path / f"layer-{number}.tar")
+        spooled[-1].write_bytes(data)
+    from_tars, from_store = io.BytesIO(), io.BytesIO()
+    extra = {"etc/rc": b"exec \"$@\"\n"}
+    assert flatten_layers(spooled, from_tars, extra=extra) == flatten_layers(
+        streamed_layers(tmp_path), from_store, extra=extra
+    )
+    assert from_store.getvalue() == from_tars.getvalue()
+    assert b"latin-1 name" in from_store.getvalue()  # a name that is not UTF-8, read from the directory
+
+
+def test_a_damaged_layer_fails_the_rootfs_before_a_byte_of_it_is_written(tmp_path: Path) -> None:
+    layers = streamed_layers(tmp_path)
+    ping = layers[-1].stored.files / "app" / "ping"
+    ping.write_bytes(b"\x7fELG")  # same size, other bytes
+    out = io.BytesIO()
+    with pytest.raises(StoredArchiveError, match=r"rebuilt from .* is sha256:\w+, not the layer"):
+        flatten_layers(layers, out)
+    assert out.getvalue() == b""
+
+
+def test_a_squashfs_export_from_the_layer_store_is_the_saves_and_spools_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("tar2sqfs") is None:
+        skip_or_fail("tar2sqfs (squashfs-tools-ng) is not installed")
+    engine, image_id = engine_with_a_store(tmp_path)
+
+    def export_squashfs(out: Path) -> tuple[str, list[str]]:
+        lines: list[str] = []
+        options = ExportOptions(image=TAG, output=out, compression=Compression.ZSTD, export_format=ExportFormat.SQUASHFS)
+        return export_image(options, engine, report=lines.append).manifest.sha256, lines
+
+    real_spool = export.spool_stored_image
+    monkeypatch.setattr(export, "spool_stored_image", lambda *a, **k: pytest.fail("an overlay2 layer was spooled"))
+    engine.refuse_save = "save must not be asked"
+    from_store, lines = export_squashfs(tmp_path / "from-store")
+    assert any("layers read from the layer store as they are written" in line for line in lines), lines
+    monkeypatch.setattr(export, "spool_stored_image", real_spool)
+    engine.refuse_save = None
+    del engine.stored[image_id]
+    from_save, _ = export_squashfs(tmp_path / "from-save")
+    assert from_store == from_save
