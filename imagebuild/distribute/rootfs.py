@@ -13,8 +13,9 @@ PAX headers only extended attributes (file capabilities) are kept. ``extra`` fil
 of ``runtime_files``) replace or add entries, their missing parents (and ``directories``, such as the
 working directory a read-only squashfs must already have) added as 0755 directories.
 Memory is one header per entry (the content is read from the spooled layer tars by offset, or, for
-a layer read from overlay2's layer store, ``StoreLayer``, from the layer's directory by name: its tar
-is read once through for the headers and checked against its diffID, never spooled).
+a layer read from overlay2's layer store, ``StoreLayer``, from the layer's directory by name: its
+headers come from its tar-split record, read once, which checks the whole layer against its diffID
+on the way; nothing is spooled).
 
 What the tree takes unpacked is counted on the way (``Flattened``): its regular files in 4 KiB
 blocks, each content once, and its directories: the room ``enroot create`` needs to unpack the
@@ -29,11 +30,11 @@ import tarfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 from imagebuild.distribute import fixed_tar
 from imagebuild.importer.manifest import UNPACKED_BLOCK
-from imagebuild.util.streams import CHUNK, TAR_READ_BUFFER, forget_members, open_stream, tar_padding
+from imagebuild.util.streams import CHUNK, forget_members, tar_padding
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
@@ -54,14 +55,16 @@ class RootfsError(Exception):
 
 
 class StoreLayer(Protocol):
-    """A layer in an engine's store (imagebuild.distribute.spooled_image.StreamedLayer)."""
+    """A layer in an engine's store (imagebuild.distribute.spooled_image.StreamedLayer); its methods
+    raise the store's own error when it does not give the layer."""
 
     @property
     def diff_id(self) -> str: ...
-    def chunks(self) -> Iterator[bytes]:
-        """Its tar; the store's error once it is not the layer (checked when read to the end)."""
-    def file_content(self, name: str, size: int) -> Iterator[bytes]:
-        """A regular file's content, by its entry's name, from elsewhere than the tar."""
+    def headers(self) -> contextlib.AbstractContextManager[IO[bytes]]:
+        """Its tar with the files' content left out, for tarfile's seeking mode; the whole tar checked
+        against its diffID on the way, the check completed when the block ends."""
+    def files(self) -> contextlib.AbstractContextManager[Callable[[str, int], Iterator[bytes]]]:
+        """A regular file's content by its entry's name and size, from elsewhere than the tar."""
 
 
 Content = Callable[[tarfile.TarInfo], Iterator[bytes]]  # a layer's regular file's content
@@ -195,17 +198,15 @@ def flatten_layers(
 
 
 def _apply_stored(tree: _Tree, layer: StoreLayer, index: int, what: str) -> None:
-    """A layer from the store: its tar read once through (every byte, for the check), headers kept."""
-    stream = open_stream(layer.chunks())
-    with tarfile.open(fileobj=stream, mode="r|", bufsize=TAR_READ_BUFFER) as tar:
+    """A layer from the store: its headers, and the whole layer checked, in one pass."""
+    with layer.headers() as headers, tarfile.open(fileobj=headers, mode="r:") as tar:
         _apply_layer(tree, tar, index, what)
-    while stream.read(CHUNK):  # what follows the end marker: the check runs at the tar's end
-        pass
 
 
 def _content_of(layer: Path | StoreLayer, opened: contextlib.ExitStack) -> Content:
     if not isinstance(layer, Path):
-        return lambda info: layer.file_content(info.name, info.size)
+        content = opened.enter_context(layer.files())
+        return lambda info: content(info.name, info.size)
     source = opened.enter_context(layer.open("rb"))
 
     def at_offset(info: tarfile.TarInfo) -> Iterator[bytes]:

@@ -24,15 +24,22 @@ import hashlib
 import json
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO, cast
 
 from imagebuild.distribute.stored_archive import StoredArchiveError, checked_documents
 from imagebuild.engine.content_blobs import BlobError, layer_tar
 from imagebuild.engine.interface import BlobLayer, StoredImage, StoredLayer
 from imagebuild.engine.saved_image import ArchiveError, read_saved_image
-from imagebuild.engine.tar_split import TarSplitError, file_content, layer_chunks, tar_size
+from imagebuild.engine.tar_split import (
+    CheckedHeaderFile,
+    LayerDirectory,
+    TarSplitError,
+    layer_chunks,
+    tar_size,
+)
 from imagebuild.util.background_hash import BackgroundSha256
 from imagebuild.util.streams import CHUNK, open_stream, spool
 
@@ -76,18 +83,54 @@ class StreamedLayer:
                     yield chunk
             except TarSplitError as e:
                 raise StoredArchiveError(str(e)) from e
-            found = "sha256:" + sha256.hexdigest()
-        if done != self.size or found != self.diff_id:
-            msg = f"layer {self.diff_id[:19]} rebuilt from {self.stored.files} is sha256:{found[7:19]}, not the layer"
+            self._check(done, sha256.hexdigest())
+
+    @contextmanager
+    def headers(self) -> Iterator[IO[bytes]]:
+        """The tar with the files' content left out (for tarfile's ``r:``), read from the tar-split
+        record, which reads every file's content from the directory as it passes, for the check: once
+        the block ends, the whole tar has been hashed (StoredArchiveError when it is not the layer)."""
+        size = 0
+        with BackgroundSha256() as sha256:
+
+            def seen(data: bytes) -> None:
+                nonlocal size
+                size += len(data)
+                sha256.update(data)
+                self.progress(len(data))
+
+            try:
+                headers = CheckedHeaderFile(self.stored.tar_split, self.stored.files, seen)
+                try:
+                    yield cast("IO[bytes]", headers)
+                    headers.drain()
+                finally:
+                    headers.close()
+            except TarSplitError as e:
+                raise StoredArchiveError(str(e)) from e
+            self._check(size, sha256.hexdigest())
+
+    def _check(self, size: int, hexdigest: str) -> None:
+        if size != self.size or f"sha256:{hexdigest}" != self.diff_id:
+            msg = f"layer {self.diff_id[:19]} rebuilt from {self.stored.files} is sha256:{hexdigest[:12]}, not the layer"
             raise StoredArchiveError(msg)
 
-    def file_content(self, name: str, size: int) -> Iterator[bytes]:
-        """A regular file's content from the layer's directory, by its entry's name."""
+    @contextmanager
+    def files(self) -> Iterator[Callable[[str, int], Iterator[bytes]]]:
+        """A regular file's content from the layer's directory, by its entry's name and size."""
+        directory = LayerDirectory(self.stored.files)
+
+        def content(name: str, size: int) -> Iterator[bytes]:
+            try:
+                yield from directory.content(name, size)
+            except (TarSplitError, OSError) as e:
+                msg = f"layer {self.diff_id[:19]}: {name} in {self.stored.files}: {e}"
+                raise StoredArchiveError(msg) from e
+
         try:
-            yield from file_content(self.stored.files, name, size)
-        except (TarSplitError, OSError) as e:
-            msg = f"layer {self.diff_id[:19]}: {name} in {self.stored.files}: {e}"
-            raise StoredArchiveError(msg) from e
+            yield content
+        finally:
+            directory.close()
 
 
 @dataclass(frozen=True, kw_only=True)

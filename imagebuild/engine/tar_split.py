@@ -21,7 +21,7 @@ import gzip
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -204,7 +204,16 @@ class HeaderFile:
         except (OSError, EOFError, ValueError, binascii.Error) as e:
             msg = f"cannot read the layer's headers from {self._tar_split}: {e}"
             raise TarSplitError(msg) from e
+        self._passed(entry)
         return True
+
+    def _passed(self, entry: dict[str, object]) -> None:
+        """Each item of the record, as the reading reaches it (the segment's bytes are ``self._bytes``)."""
+
+    def drain(self) -> None:
+        """Move through the rest of the record (what follows the tar's end marker)."""
+        while self._next_item():
+            pass
 
     def close(self) -> None:
         if self._record is not None:
@@ -231,8 +240,54 @@ def tar_size(tar_split: Path) -> int:
 
 def file_content(files: Path, name: str, size: int) -> Iterator[bytes]:
     """A regular file's content in a layer's directory, as its tar entry names it."""
-    directories = _Directories(files)
+    directory = LayerDirectory(files)
     try:
-        yield from _content(directories, name.encode("utf-8", "surrogateescape"), size)
+        yield from directory.content(name, size)
     finally:
-        directories.close()
+        directory.close()
+
+
+class CheckedHeaderFile(HeaderFile):
+    """A HeaderFile that also reads each file's content from the layer's directory as the record
+    passes it, giving every byte of the rebuilt tar to ``seen`` (a hash): the headers and the layer's
+    digest in one pass over the record. ``drain`` it once the headers are read, to see the rest."""
+
+    def __init__(self, tar_split: Path, files: Path, seen: Callable[[bytes], object]) -> None:
+        super().__init__(tar_split)
+        self._directories = _Directories(files)
+        self._seen = seen
+
+    def _passed(self, entry: dict[str, object]) -> None:
+        if not self._content:
+            self._seen(self._bytes)
+            return
+        if entry.get("type") != FILE:
+            msg = f"{self._tar_split}: unknown entry type {entry.get('type')!r}"
+            raise TarSplitError(msg)
+        size = int(str(entry.get("size") or 0))
+        try:
+            if size:  # directories, links, whiteouts and empty files have no content
+                for chunk in _content(self._directories, _name(entry), size):
+                    self._seen(chunk)
+        except OSError as e:
+            msg = f"cannot read {_name(entry)!r} in {self._directories.files}: {e}"
+            raise TarSplitError(msg) from e
+
+    def close(self) -> None:
+        super().close()
+        self._directories.close()
+
+
+class LayerDirectory:
+    """A layer's directory, its regular files read by their tar entries' names, many in a row: the
+    directories of the last file's path stay open for the next (``_Directories``)."""
+
+    def __init__(self, files: Path) -> None:
+        self._directories = _Directories(files)
+
+    def content(self, name: str, size: int) -> Iterator[bytes]:
+        """Exactly ``size`` bytes of the file ``name``, never through a symlink (TarSplitError otherwise)."""
+        yield from _content(self._directories, name.encode("utf-8", "surrogateescape"), size)
+
+    def close(self) -> None:
+        self._directories.close()
