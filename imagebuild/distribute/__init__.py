@@ -6,6 +6,7 @@ standard-library manifest reader and verified loader, as the zipapp export write
 ``local_import`` (the same package behind `imagebuild import`), ``archive_layout`` (any engine's save
 stream made into the archive every engine and image store loads) and ``compression`` (how archives
 are compressed); ``formats`` (``--format oci|squashfs``: ``spooled_image`` spools the layers once, from the engine's store or its save,
+or reads overlay2's where they are,
 ``oci_layout`` writes the OCI layout, ``rootfs`` flattens the layers, ``runtime_files`` writes enroot's
 and Charliecloud's files, ``squashfs`` runs tar2sqfs, ``fixed_tar`` the deterministic headers);
 ``record_notes`` notes in the build record where the image went (publish's reference,
