@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
-from imagebuild.distribute.stored_archive import StoredArchiveError, checked_documents
+from imagebuild.distribute.stored_archive import StoredArchiveError, checked_chunks, checked_documents
 from imagebuild.engine.content_blobs import BlobError, layer_tar
 from imagebuild.engine.interface import BlobLayer, StoredImage, StoredLayer
 from imagebuild.engine.saved_image import ArchiveError, read_saved_image
@@ -71,19 +71,12 @@ class StreamedLayer:
 
     def chunks(self) -> Iterator[bytes]:
         """The layer's tar, ``size`` bytes at most; StoredArchiveError once it is not the layer."""
-        done = 0
-        with BackgroundSha256() as sha256:
-            try:
-                for chunk in layer_chunks(self.stored.tar_split, self.stored.files):
-                    done += len(chunk)
-                    if done > self.size:
-                        break
-                    sha256.update(chunk)
-                    self.progress(len(chunk))
-                    yield chunk
-            except TarSplitError as e:
-                raise StoredArchiveError(str(e)) from e
-            self._check(done, sha256.hexdigest())
+        rebuilt = layer_chunks(self.stored.tar_split, self.stored.files)
+        what = f"layer {self.diff_id[:19]} rebuilt from {self.stored.files}"
+        try:
+            yield from checked_chunks(rebuilt, size=self.size, digest=self.diff_id, what=what, progress=self.progress)
+        except TarSplitError as e:
+            raise StoredArchiveError(str(e)) from e
 
     @contextmanager
     def headers(self) -> Iterator[IO[bytes]]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from imagebuild.distribute.archive_layout import (
@@ -145,6 +145,17 @@ def _write_layer(writer: TarWriter, layer: StoredLayer | BlobLayer, progress: Ca
     info = tarfile.TarInfo(f"blobs/sha256/{digest.removeprefix('sha256:')}")
     info.size, info.mode = size, 0o444
     writer.header(info)
+    for chunk in checked_chunks(chunks, size=size, digest=digest, what=f"layer {layer.diff_id[:19]} {where}", progress=progress):
+        writer.out.write(chunk)
+    writer.out.write(tar_padding(size))
+    return media_type, digest, size
+
+
+def checked_chunks(
+    chunks: Iterable[bytes], *, size: int, digest: str, what: str, progress: Callable[[int], None]
+) -> Iterator[bytes]:
+    """``chunks`` passed on as they come, ``size`` bytes at most, hashed on the way; once they end,
+    StoredArchiveError when they were not ``size`` bytes of sha256 ``digest`` (``what`` names them)."""
     done = 0
     with BackgroundSha256() as sha256:
         for chunk in chunks:
@@ -152,11 +163,9 @@ def _write_layer(writer: TarWriter, layer: StoredLayer | BlobLayer, progress: Ca
             if done > size:
                 break
             sha256.update(chunk)
-            writer.out.write(chunk)
             progress(len(chunk))
+            yield chunk
         found = "sha256:" + sha256.hexdigest()
     if done != size or found != digest:
-        msg = f"layer {layer.diff_id[:19]} {where} is {done} bytes with sha256 {found[:19]}, not the layer"
+        msg = f"{what} is {done} bytes with sha256 {found[:19]}, not the layer"
         raise StoredArchiveError(msg)
-    writer.out.write(tar_padding(size))
-    return media_type, digest, size
